@@ -1,0 +1,169 @@
+"""YAML + profile + `key=value` overrides -> a validated RunConfig.
+
+Order of precedence (later wins): profile < the YAML file < command-line overrides. A profile is a
+YAML file in recipes/profiles/ that supplies defaults the user's own keys override.
+
+Every problem is collected and raised once (a ConfigError with `.problems`), each naming the key,
+the source (file or command line) and a did-you-mean where a near key exists.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import ConfigError
+from .schema import RunConfig
+
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
+
+
+def profile_dirs() -> list[Path]:
+    return [Path.cwd() / "recipes" / "profiles", RECIPES_DIR / "profiles"]
+
+
+def available_profiles() -> list[str]:
+    names = set()
+    for d in profile_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.yaml"))
+    return sorted(names)
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value, parsed as YAML so `3`, `1e-4`, `true`, `[a, b]` and `null` have types."""
+    try:
+        return yaml.safe_load(text) if text != "" else ""
+    except yaml.YAMLError:
+        return text
+
+
+def set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    node = tree
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node = node[part]
+    node[parts[-1]] = value
+
+
+def deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist", where=str(p),
+                          fix="give the path of a YAML config, e.g. recipes/demo_counting.yaml")
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark else str(p)
+        raise ConfigError(f"{p} is not valid YAML: {getattr(e, 'problem', e)}", where=where,
+                          fix="fix the YAML syntax at that line") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p} must hold a mapping of sections (model:, data:, ...)", where=str(p))
+    return data
+
+
+def load_profile(name: str) -> dict:
+    for d in profile_dirs():
+        f = d / f"{name}.yaml"
+        if f.is_file():
+            return read_yaml(f)
+    known = available_profiles()
+    close = difflib.get_close_matches(name, known, n=1)
+    raise ConfigError(f"unknown profile {name!r}", where="profile=",
+                      fix=(f"did you mean {close[0]!r}? " if close else "") + f"known profiles: {', '.join(known)}")
+
+
+def _schema_keys(model_cls, prefix: str = "") -> list[str]:
+    keys = []
+    for name, field in model_cls.model_fields.items():
+        keys.append(prefix + name)
+        ann = field.annotation
+        if isinstance(ann, type) and hasattr(ann, "model_fields"):
+            keys.extend(_schema_keys(ann, prefix + name + "."))
+    return keys
+
+
+def suggest(key: str) -> str | None:
+    """The closest valid dotted key, compared both whole and by the last segment."""
+    keys = _schema_keys(RunConfig)
+    hit = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+    if hit:
+        return hit[0]
+    leaf = key.split(".")[-1]
+    by_leaf = {k.split(".")[-1]: k for k in keys}
+    hit = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
+    return by_leaf[hit[0]] if hit else None
+
+
+def _source_of(key: str, overrides: dict[str, str], path: str | None) -> str:
+    for k in overrides:
+        if key == k or key.startswith(k + ".") or k.startswith(key + "."):
+            return f"command line: {k}={overrides[k]}"
+    return f"{path}: {key}" if path else key
+
+
+def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] | None = None) -> RunConfig:
+    from pydantic import ValidationError
+
+    overrides = overrides or {}
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            key = ".".join(str(x) for x in err["loc"])
+            where = _source_of(key, overrides, path)
+            if err["type"] == "extra_forbidden":
+                close = suggest(key)
+                msg = f"unknown key {key!r}"
+                fix = f"did you mean {close!r}?" if close else "remove it; see docs/config.md for every key"
+            elif err["type"] == "missing":
+                msg = f"missing required key {key!r}"
+                fix = f"add {key}: ... to the config or pass {key}=... on the command line"
+            else:
+                msg = f"{key}: {err['msg']} (got {err.get('input')!r})"
+                fix = None
+            problems.append({"key": key, "message": msg, "where": where, "fix": fix})
+        lines = [f"- {p['message']} [{p['where']}]" + (f" -> {p['fix']}" if p["fix"] else "") for p in problems]
+        raise ConfigError(f"the config has {len(problems)} problem(s):\n" + "\n".join(lines),
+                          where=path, problems=problems) from None
+
+
+def split_overrides(args: list[str]) -> dict[str, str]:
+    out = {}
+    for a in args:
+        if "=" not in a:
+            raise ConfigError(f"override {a!r} is not key=value", where="command line",
+                              fix="write overrides as dotted.key=value, e.g. train.max_steps=50")
+        k, v = a.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
+    """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
+    ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
+    tree = read_yaml(path) if path is not None else {}
+    profile = ov.pop("profile", None) or tree.pop("profile", None)
+    if isinstance(profile, str) and profile:
+        tree = deep_merge(load_profile(profile), tree)
+    for k, v in ov.items():
+        set_dotted(tree, k, parse_value(v))
+    return validate(tree, path=str(path) if path else None, overrides=ov)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,136 @@
+"""The run configuration: one pydantic schema, sections model / data / adapter / train / eval / logging.
+
+Every section forbids unknown keys, so a typo is an error with a did-you-mean instead of a silently
+ignored setting (failure mode 19). Names listed in the issue are stable API: scripts rely on them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    name: str = Field(description="hub id, local folder, or tiny/<family> for a tiny random twin")
+    family: str | None = Field(None, description="family name; inferred from the model's config when unset")
+    revision: str | None = None
+    attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
+    gradient_checkpointing: bool = True
+    # Media caps. None keeps the processor's own default (read from the processor actually built).
+    max_pixels: int | None = Field(None, gt=0, description="max pixels per image/frame before patching")
+    min_pixels: int | None = Field(None, gt=0)
+    video_frames: int = Field(8, gt=0, description="frames sampled per video")
+    video_fps: float | None = Field(None, gt=0, description="sample by fps instead of a fixed count")
+    audio_max_seconds: float = Field(30.0, gt=0)
+    trust_remote_code: bool = False
+
+
+class DataConfig(Section):
+    train: str | None = Field(None, description="JSONL/JSON/parquet file, dataset folder, or synthetic:NAME")
+    eval: str | None = None
+    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa")
+    columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
+    media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
+    max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
+    on_bad_record: Literal["error", "skip"] = "error"
+    system_prompt: str | None = None
+    eval_max_samples: int | None = Field(None, gt=0)
+    # Synthetic sets (the demo) take their size and seed here.
+    synthetic_train_size: int = Field(600, gt=0)
+    synthetic_eval_size: int = Field(100, gt=0)
+    synthetic_seed: int = 0
+
+
+class AdapterConfig(Section):
+    method: Literal["lora", "qlora", "full"] = "lora"
+    r: int = Field(16, gt=0)
+    alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | Literal["auto", "all-linear"] = "auto"
+    use_dora: bool = False
+    # Components (vision / audio / projector / decoder / lm_head) trained in full, and frozen.
+    train_components: list[str] = Field(default_factory=list)
+    freeze_components: list[str] = Field(default_factory=list)
+    # Per-component learning-rate multipliers, e.g. {projector: 10}.
+    lr_multipliers: dict[str, float] = Field(default_factory=dict)
+    bnb_4bit_quant_type: Literal["nf4", "fp4"] = "nf4"
+    bnb_4bit_double_quant: bool = True
+
+    @property
+    def lora_alpha(self) -> int:
+        return self.alpha if self.alpha is not None else 2 * self.r
+
+
+class TrainConfig(Section):
+    max_steps: int = Field(100, gt=0, description="optimizer steps")
+    micro_batch_size: int = Field(1, gt=0)
+    grad_accum: int = Field(1, gt=0)
+    lr: float = Field(2e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    optimizer: Literal["adamw", "adamw_8bit", "sgd"] = "adamw"
+    scheduler: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_steps: int = Field(0, ge=0)
+    max_grad_norm: float | None = Field(1.0, gt=0)
+    precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    seed: int = 0
+    num_workers: int = Field(0, ge=0)
+    save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")
+    keep_last: int = Field(2, ge=1)
+    resume: bool = Field(True, description="continue from the latest checkpoint in output_dir if present")
+    log_every: int = Field(1, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
+    gpu: str | None = Field(None, description="target GPU id for the pre-start plan, e.g. a100-40gb")
+    nan_guard: bool = True
+
+
+class EvalConfig(Section):
+    every: int | None = Field(None, gt=0, description="evaluate every N steps (and at the end)")
+    metrics: list[str] = Field(default_factory=lambda: ["exact_match"])
+    best_metric: str = "eval_loss"
+    greater_is_better: bool | None = None  # inferred from the metric name when unset
+    max_new_tokens: int = Field(16, gt=0)
+    batch_size: int = Field(4, gt=0)
+    generate: bool = True
+
+
+class LoggingConfig(Section):
+    tensorboard: bool = True
+    wandb: bool = False
+    mlflow: bool = False
+    project: str = "mmtune"
+    run_name: str | None = None
+
+
+class RunConfig(Section):
+    output_dir: str = "runs/run"
+    model: ModelConfig
+    data: DataConfig = Field(default_factory=DataConfig)
+    adapter: AdapterConfig = Field(default_factory=AdapterConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+
+    @field_validator("output_dir")
+    @classmethod
+    def _nonempty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("output_dir must not be empty")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        comps = {"vision", "audio", "projector", "decoder", "lm_head"}
+        for key in ("train_components", "freeze_components"):
+            for c in getattr(self.adapter, key):
+                if c not in comps:
+                    raise ValueError(f"adapter.{key}: unknown component {c!r}; one of {sorted(comps)}")
+        for c in self.adapter.lr_multipliers:
+            if c not in comps | {"lora"}:
+                raise ValueError(f"adapter.lr_multipliers: unknown component {c!r}; one of {sorted(comps | {'lora'})}")
+        return self

@@ -1,0 +1,1 @@
+"""Model families, loading, tiny random twins and composition."""

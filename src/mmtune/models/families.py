@@ -1,0 +1,99 @@
+"""The family registry: how each model family is loaded and what its parts are called.
+
+A family names its transformers class, its modalities, and its components by module-name prefix:
+`vision` (encoder), `audio` (encoder), `projector` (vision/audio -> LM bridge), `decoder` (the
+language model) and `lm_head`. Adapters, freezing, the trainable-parameter table, the doctor and the
+planner all read components from here, so one table decides what "LoRA on the decoder" means for
+every family (failure mode 10: LoRA on the vision tower by accident).
+
+Prefixes are matched against names of the unwrapped model *before* any peft/DDP wrapping; code that
+selects parameters does it once, by identity, before wrapping (failure mode 12).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
+DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_types: tuple[str, ...]  # config.model_type values that map to this family
+    model_class: str  # attribute of `transformers`
+    modalities: tuple[str, ...]  # subset of ("text", "image", "video", "audio")
+    # component -> module-name prefixes. The first matching component wins, in this order:
+    # projector, audio, vision, lm_head, decoder (so a projector nested in the vision tower is a projector).
+    components: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    tiny: str | None = None  # name of the tiny random twin in models.tiny
+    processor_class: str | None = None
+
+    def component_of(self, param_name: str) -> str:
+        for comp in ("projector", "audio", "vision", "lm_head", "decoder"):
+            for prefix in self.components.get(comp, ()):
+                if param_name.startswith(prefix):
+                    return comp
+        return "other"
+
+    def decoder_lora_regex(self, targets: tuple[str, ...] | list[str] = DECODER_LINEARS) -> str:
+        """A peft `target_modules` regex that selects the given linear layers inside the decoder only."""
+        prefixes = "|".join(p.rstrip(".").replace(".", r"\.") for p in self.components["decoder"])
+        names = "|".join(targets)
+        return rf"^(?:{prefixes})\..*\.(?:{names})$"
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+    FAMILIES[family.name] = family
+    return family
+
+
+register(Family(
+    name="qwen2",
+    model_types=("qwen2", "qwen2_5", "qwen3", "llama", "mistral"),
+    model_class="AutoModelForCausalLM",
+    modalities=("text",),
+    components={"decoder": ("model.",), "lm_head": ("lm_head.",)},
+    tiny="tiny/qwen2",
+))
+
+register(Family(
+    name="qwen2_vl",
+    model_types=("qwen2_vl",),
+    model_class="Qwen2VLForConditionalGeneration",
+    processor_class="Qwen2VLProcessor",
+    modalities=("text", "image", "video"),
+    components={
+        "projector": ("model.visual.merger.",),
+        "vision": ("model.visual.",),
+        "decoder": ("model.language_model.",),
+        "lm_head": ("lm_head.",),
+    },
+    tiny="tiny/qwen2-vl",
+))
+
+
+def family_for_model_type(model_type: str) -> Family:
+    for fam in FAMILIES.values():
+        if model_type in fam.model_types:
+            return fam
+    from ..errors import ModelLoadError
+
+    known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+    raise ModelLoadError(
+        f"model_type {model_type!r} is not a family mmtune knows",
+        fix=f"use a model of a known type ({', '.join(known)}), or set model.family explicitly",
+    )
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        from ..errors import ModelLoadError
+
+        raise ModelLoadError(f"unknown model family {name!r}", where="model.family",
+                             fix=f"one of: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[name]
