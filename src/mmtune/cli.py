@@ -1,0 +1,39 @@
+"""The `mmtune` command. Thin: parse, call one function, print.
+
+Each sub-command lives beside the code it drives and registers itself here through `register(app)`,
+so this file stays a table of contents.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Fine-tune multimodal LMs; plan memory and catch failures before renting a GPU.")
+
+
+def _register_all() -> None:
+    from .commands import register_core
+
+    register_core(app)
+    for module in ("mmtune.plan.cli", "mmtune.doctor.cli", "mmtune.data.cli", "mmtune.models.cli"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name != module:  # a real missing dependency inside the module: surface it
+                raise
+            continue
+        mod.register(app)
+
+
+_register_all()
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())
