@@ -1,0 +1,1 @@
+"""Task metrics and generation-based evaluation."""

@@ -1,0 +1,89 @@
+"""Evaluation of a run: token-weighted eval loss, and task metrics on greedy-generated answers."""
+
+from __future__ import annotations
+
+
+def left_pad_collate(items: list[dict], pad_id: int, dtype) -> dict:
+    """Prompts for batched generation are padded on the left so every answer starts at the same column."""
+    import torch
+
+    n = max(x["input_ids"].shape[-1] for x in items)
+    batch: dict = {}
+    for key in items[0]:
+        vals = [x[key] for x in items]
+        if key in ("input_ids", "attention_mask", "mm_token_type_ids", "labels") or (
+                vals[0].dim() == 1 and vals[0].shape[0] == items[0]["input_ids"].shape[-1]):
+            fill = pad_id if key == "input_ids" else (-100 if key == "labels" else 0)
+            batch[key] = torch.stack([torch.cat([torch.full((n - v.shape[-1],), fill, dtype=v.dtype), v]) for v in vals])
+        else:
+            cat = torch.cat(vals, dim=0)
+            batch[key] = cat.to(dtype) if cat.is_floating_point() else cat
+    return batch
+
+
+def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
+                     max_new_tokens: int, autocast) -> list[str]:
+    import torch
+
+    tok = getattr(encoder.processor, "tokenizer", encoder.processor)
+    answers: list[str] = []
+    model.eval()
+    for start in range(0, len(records), batch_size):
+        chunk = records[start:start + batch_size]
+        batch = left_pad_collate([encoder.encode_prompt(r) for r in chunk], pad_id, dtype)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.no_grad(), autocast():
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                 pad_token_id=pad_id, eos_token_id=tok.eos_token_id)
+        new = out[:, batch["input_ids"].shape[1]:]
+        answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
+    return answers
+
+
+def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast) -> float:
+    import torch
+
+    from ..train.step import loss_sum, to_device
+
+    model.eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(records), batch_size):
+            batch = collator([encoder.encode(r) for r in records[start:start + batch_size]])
+            with autocast():
+                s, n = loss_sum(model, to_device(batch, device))
+            total += float(s)
+            tokens += int(n)
+    return total / max(tokens, 1)
+
+
+def references(encoder, record) -> list[str]:
+    """Accepted answers: the record's own list (e.g. InfoVQA's several answers), else its answer."""
+    refs = getattr(record, "references", None)
+    return [str(x) for x in refs] if refs else [encoder.answer_text(record)]
+
+
+def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict, list[dict]]:
+    """(metrics, per-record predictions) on `records` with the run's current weights."""
+    from . import metrics as M
+
+    cfg = run.cfg
+    model = run.unwrapped_model()
+    was_training = model.training
+    device = run.accelerator.device
+    out = {"eval_loss": eval_loss(model, run.encoder, run.collator, records, device=device,
+                                  batch_size=cfg.eval.batch_size, autocast=run.accelerator.autocast)}
+    preds: list[dict] = []
+    gen = cfg.eval.generate if with_generation is None else with_generation
+    if gen and cfg.eval.metrics:
+        from ..build import _pad_token_id
+
+        answers = generate_answers(model, run.encoder, records, device=device, dtype=run.precision.compute_dtype,
+                                   pad_id=_pad_token_id(run.processor), batch_size=cfg.eval.batch_size,
+                                   max_new_tokens=cfg.eval.max_new_tokens, autocast=run.accelerator.autocast)
+        refs = [references(run.encoder, r) for r in records]
+        out.update(M.compute(cfg.eval.metrics, answers, refs))
+        preds = [{"id": r.id, "prediction": a, "references": rs} for r, a, rs in zip(records, answers, refs)]
+    if was_training:
+        model.train()
+    return out, preds

@@ -1,0 +1,138 @@
+"""Checkpoints: save, find the latest, resume with identical continuation, keep best + last K.
+
+A checkpoint folder `checkpoint-<step>/` holds:
+- `adapter/` (PEFT format, `PeftModel.from_pretrained` loads it) or `model/` (full fine-tuning:
+  `from_pretrained`-loadable), plus the processor;
+- `trainable.safetensors`: every trainable tensor by parameter name, the exact resume source;
+- `state.pt`: optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda), step,
+  data position (epoch, batch index within the epoch), best-metric bookkeeping;
+- `meta.json`: step, metrics at save time.
+Written to a temporary folder and renamed, so a kill mid-save never leaves a half checkpoint that
+resume would pick up.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import shutil
+from pathlib import Path
+
+CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    d = Path(output_dir)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name))
+             and (p / "state.pt").is_file()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = list_checkpoints(output_dir)
+    return ckpts[-1] if ckpts else None
+
+
+def rng_state() -> dict:
+    import numpy as np
+    import torch
+
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_state(model) -> dict:
+    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = None) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    out = Path(run.cfg.output_dir)
+    final = out / f"checkpoint-{step}"
+    tmp = out / f".tmp-checkpoint-{step}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    model = run.unwrapped_model()
+    export_weights(model, run, tmp)
+    save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
+    torch.save({
+        "optimizer": run.optimizer.state_dict(),
+        "scheduler": run.scheduler.state_dict(),
+        "scaler": run.scaler_state(),
+        "rng": rng_state(),
+        "train_state": train_state,
+    }, tmp / "state.pt")
+    (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    return final
+
+
+def export_weights(model, run, folder: Path) -> None:
+    """The loadable part: a PEFT adapter folder, or a full model folder; plus the processor."""
+    if run.cfg.adapter.method in ("lora", "qlora"):
+        model.save_pretrained(str(folder / "adapter"))
+        target = folder / "adapter"
+    else:
+        model.save_pretrained(str(folder / "model"), safe_serialization=True)
+        target = folder / "model"
+    if run.processor is not None and hasattr(run.processor, "save_pretrained"):
+        run.processor.save_pretrained(str(target))
+
+
+def load_checkpoint(run, ckpt: Path) -> dict:
+    """Restore trainable tensors, optimizer, scheduler, scaler and RNG; return the saved train_state."""
+    import torch
+    from safetensors.torch import load_file
+
+    model = run.unwrapped_model()
+    saved = load_file(str(ckpt / "trainable.safetensors"))
+    params = dict(model.named_parameters())
+    missing = [n for n, p in params.items() if p.requires_grad and n not in saved]
+    unexpected = [n for n in saved if n not in params]
+    if missing or unexpected:
+        from ..errors import MMTuneError
+
+        raise MMTuneError(
+            f"checkpoint {ckpt} does not match this run's trainable parameters "
+            f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {(missing or unexpected)[0]})",
+            where=str(ckpt),
+            fix="resume with the config that wrote it, or start fresh with train.resume=false or a new output_dir",
+        )
+    with torch.no_grad():
+        for n, t in saved.items():
+            params[n].copy_(t.to(params[n].device, params[n].dtype))
+    state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.scheduler.load_state_dict(state["scheduler"])
+    run.load_scaler_state(state["scaler"])
+    set_rng_state(state["rng"])
+    return state["train_state"]
+
+
+def prune_checkpoints(output_dir: str | Path, keep_last: int, keep: set[Path] = frozenset()) -> None:
+    """Delete all but the newest `keep_last` checkpoints, never deleting those in `keep` (the best)."""
+    ckpts = list_checkpoints(output_dir)
+    for p in ckpts[:-keep_last] if keep_last > 0 else ckpts:
+        if p.resolve() not in {k.resolve() for k in keep}:
+            shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,239 @@
+"""The training loop, top to bottom.
+
+    build the run -> write the resolved config -> resume if a checkpoint exists ->
+    for each optimizer step: take grad_accum micro-batches, forward/backward (token-normalised),
+    clip, step, log -> every eval.every steps: eval loss + task metrics, checkpoint, keep best + last K
+    -> final eval, final checkpoint, summary.json
+
+Everything the step does lives in train/step.py (shared with the planner); checkpoints in
+train/checkpoint.py; evaluation in evaluate/run_eval.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from ..console import console
+from ..errors import MMTuneError
+from .batches import BatchStream
+from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
+
+
+class EncodedDataset:
+    """Records encoded on demand (in DataLoader workers when train.num_workers > 0)."""
+
+    def __init__(self, records, encoder):
+        self.records, self.encoder = records, encoder
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, i):
+        return self.encoder.encode(self.records[i])
+
+
+class _FromStream:
+    """A batch sampler that reads a *copy* of the stream, so the loader may prefetch ahead."""
+
+    def __init__(self, stream_args: dict):
+        self.args = stream_args
+
+    def __iter__(self):
+        s = BatchStream(**self.args)
+        while True:
+            yield s.next()
+
+
+def _micro_batch_loader(run, stream_args: dict):
+    import torch
+
+    workers = run.cfg.train.num_workers
+    return iter(torch.utils.data.DataLoader(
+        EncodedDataset(run.train_set.records, run.encoder),
+        batch_sampler=_FromStream(stream_args),
+        collate_fn=run.collator,
+        num_workers=workers,
+        # Workers are spawned, never forked: a forked worker cannot touch CUDA (failure mode 20), and
+        # the collator keeps everything on the CPU anyway.
+        multiprocessing_context="spawn" if workers > 0 else None,
+        persistent_workers=workers > 0,
+    ))
+
+
+def train(run, *, plan_bytes: int | None = None) -> dict:
+    import torch
+
+    cfg, acc = run.cfg, run.accelerator
+    out = Path(cfg.output_dir)
+    main = acc.is_main_process
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        from ..config import dump_config
+
+        (out / "config.resolved.yaml").write_text(dump_config(cfg))  # failure mode 23: the config in force
+    sinks = _sinks(cfg, out, main)
+
+    # ---- resume -------------------------------------------------------------------------------
+    step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
+    ckpt = latest_checkpoint(out) if cfg.train.resume else None
+    if ckpt is not None:
+        state = load_checkpoint(run, ckpt)
+        step, position, best = state["step"], state["position"], state["best"]
+        console.print(f"[bold]resumed[/] from {ckpt} at step {step}")
+    stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
+                       rank=acc.process_index, world_size=acc.num_processes, **position)
+    cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
+    loader = _micro_batch_loader(run, stream_args)
+
+    def world_sum(x):
+        if acc.num_processes == 1:
+            return x
+        t = torch.tensor(float(x), device=acc.device, dtype=torch.float64)
+        return type(x)(acc.reduce(t, reduction="sum").item())
+
+    # ---- the loop -----------------------------------------------------------------------------
+    from .progress import Progress
+    from .step import optimizer_step
+
+    run.model.train()
+    t_start = time.perf_counter()
+    tokens_seen, train_time = 0, 0.0
+    eval_metrics: dict = {}
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    with Progress(total=cfg.train.max_steps, start=step, enabled=main) as bar:
+        while step < cfg.train.max_steps:
+            t0 = time.perf_counter()
+            ids, micro = [], []
+            for _ in range(cfg.train.grad_accum):
+                ids.append(cursor.next())
+                micro.append(next(loader))
+            res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
+                                 max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
+                                 world_tokens=world_sum)
+            step += 1
+            if cfg.train.nan_guard and not math.isfinite(res.loss):
+                bad = [run.train_set.records[i].id for b in ids for i in b]
+                raise MMTuneError(
+                    f"loss became {res.loss} at step {step}",
+                    where=f"records {bad[:8]}",
+                    fix=("fp16 overflows easily; use train.precision=bf16 on a GPU that has it, or lower train.lr"
+                         if run.precision.precision == "fp16" else "lower train.lr or check these records"))
+            dt = time.perf_counter() - t0
+            train_time += dt
+            tokens_seen += res.input_tokens
+            lr = run.optimizer.param_groups[0]["lr"]
+            row = {"loss": res.loss, "lr": lr, "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
+                   "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
+                   "epoch": cursor.epoch, "skipped_update": res.skipped}
+            if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
+                sinks.log(step, row)
+            bar.update(step, loss=res.loss, lr=lr, tokens_per_s=row["tokens_per_s"])
+
+            at_eval = cfg.eval.every and step % cfg.eval.every == 0
+            at_save = cfg.train.save_every and step % cfg.train.save_every == 0
+            last = step == cfg.train.max_steps
+            if (at_eval or last) and run.eval_set is not None:
+                eval_metrics = _evaluate(run, step, sinks, bar)
+                _track_best(cfg, best, eval_metrics, step)
+            if at_eval or at_save or last:
+                _checkpoint(run, step, cursor.position(), best, eval_metrics)
+
+    wall = time.perf_counter() - t_start
+    summary = {
+        "steps": step,
+        "eval": eval_metrics,
+        "best": best,
+        "peak_memory_bytes": _peak_memory_bytes(),
+        "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
+        "predicted_peak_bytes": plan_bytes,
+        "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
+        "wall_s": wall,
+        "train_records": len(run.train_set.records),
+        "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
+        "decisions": run.decisions,
+    }
+    if run.eval_set is not None and main:
+        summary["baseline"] = _baseline(run)
+    if main:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    sinks.close()
+    return summary
+
+
+# ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def _sinks(cfg, out, main):
+    from .logging_sinks import Sinks
+
+    return Sinks(cfg, out, enabled=main)
+
+
+def _evaluate(run, step, sinks, bar):
+    from ..evaluate.run_eval import evaluate
+
+    acc = run.accelerator
+    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
+    metrics = {}
+    if acc.is_main_process:
+        metrics, preds = evaluate(run, records)
+        sinks.log(step, metrics, kind="eval")
+        with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
+            for p in preds:
+                f.write(json.dumps({"step": step, **p}) + "\n")
+        bar.note("eval " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
+    acc.wait_for_everyone()
+    return metrics
+
+
+def _track_best(cfg, best, metrics, step) -> None:
+    from ..evaluate.metrics import greater_is_better
+
+    name = cfg.eval.best_metric
+    if name not in metrics:
+        return
+    higher = cfg.eval.greater_is_better if cfg.eval.greater_is_better is not None else greater_is_better(name)
+    v = metrics[name]
+    if best["value"] is None or (v > best["value"] if higher else v < best["value"]):
+        best.update(value=v, step=step, path=str(Path(cfg.output_dir) / f"checkpoint-{step}"), metric=name)
+
+
+def _checkpoint(run, step, position, best, metrics) -> None:
+    acc = run.accelerator
+    if acc.is_main_process:
+        save_checkpoint(run, step, {"step": step, "position": position, "best": best}, metrics)
+        keep = {Path(best["path"])} if best.get("path") else set()
+        prune_checkpoints(run.cfg.output_dir, run.cfg.train.keep_last, keep=keep)
+        if best.get("path") and Path(best["path"]).is_dir():
+            (Path(run.cfg.output_dir) / "best").unlink(missing_ok=True)
+            (Path(run.cfg.output_dir) / "best").symlink_to(Path(best["path"]).name)
+    acc.wait_for_everyone()
+
+
+def _peak_memory_bytes() -> int:
+    import resource
+
+    import torch
+
+    if torch.cuda.is_available():
+        return int(torch.cuda.max_memory_allocated())
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+def _baseline(run) -> dict:
+    from ..evaluate.metrics import best_constant_baseline
+    from ..evaluate.run_eval import references
+
+    names = [m for m in run.cfg.eval.metrics]
+    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
+    train_answers = [run.encoder.answer_text(r) for r in run.train_set.records]
+    try:
+        return best_constant_baseline(names, train_answers, [references(run.encoder, r) for r in records])
+    except ValueError as e:  # e.g. mae on non-numeric answers: say so instead of a number
+        return {"error": str(e)}
+
+
+__all__ = ["train", "list_checkpoints"]

@@ -1,0 +1,121 @@
+"""The one optimizer step, shared by the loop (real tensors) and the planner (fake tensors).
+
+Loss normalisation: every micro-batch contributes its *sum* of answer-token cross entropies, and the
+sum is divided by the number of answer tokens in the whole accumulated step (across ranks in DDP).
+So the logged loss is the true token-weighted mean of the step, whatever the accumulation or padding,
+and it is computed from detached fp32 values before any gradient scaling (failure mode 22).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+IGNORE_INDEX = -100
+
+
+def extract_logits(output):
+    """Logits from any output form: ModelOutput / dict (`logits`) or tuple (first tensor with vocab dim).
+
+    Custom models return tuples, dicts with extra fields, or dataclasses (failure mode 21); the loop
+    never calls `.loss` on them, it computes the loss itself from the logits.
+    """
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return output
+    if hasattr(output, "logits") and output.logits is not None:
+        return output.logits
+    if isinstance(output, dict) and output.get("logits") is not None:
+        return output["logits"]
+    if isinstance(output, (tuple, list)):
+        for item in output:
+            if isinstance(item, torch.Tensor) and item.dim() == 3:
+                return item
+    raise TypeError(
+        f"cannot find logits in the model output of type {type(output).__name__}; the model must return "
+        "`logits` (ModelOutput/dict) or a tuple whose first 3-D tensor is (batch, seq, vocab)"
+    )
+
+
+def count_answer_tokens(labels) -> int:
+    """Answer tokens that contribute to the loss (labels shifted by one, as in causal LM training)."""
+    return int((labels[:, 1:] != IGNORE_INDEX).sum())
+
+
+def loss_sum(model, batch: dict):
+    """(sum of answer-token cross entropies in fp32, number of answer tokens) for one micro-batch.
+
+    Labels are not passed to the model, so it never computes (and upcasts) a loss of its own.
+    """
+    import torch.nn.functional as F
+
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    labels = batch["labels"]
+    logits = extract_logits(model(**inputs, use_cache=False))
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:].to(shift_logits.device)
+    total = F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
+                            ignore_index=IGNORE_INDEX, reduction="sum")
+    return total, (shift_labels != IGNORE_INDEX).sum()
+
+
+@dataclass
+class StepResult:
+    loss: float  # token-weighted mean over the accumulated step (all ranks)
+    answer_tokens: int  # answer tokens in the step (all ranks)
+    input_tokens: int  # all non-pad tokens processed by this rank
+    grad_norm: float | None
+    skipped: bool = False  # fp16 overflow: the scaler skipped the update
+
+
+def to_device(batch: dict, device) -> dict:
+    return {k: (v.to(device, non_blocking=True) if hasattr(v, "to") else v) for k, v in batch.items()}
+
+
+def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
+                   trainable_params, world_tokens=None) -> StepResult:
+    """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
+
+    `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
+    over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
+    """
+    import torch
+
+    device = accelerator.device
+    local_tokens = sum(count_answer_tokens(mb["labels"]) for mb in micro_batches)
+    global_tokens = world_tokens(local_tokens) if world_tokens else local_tokens
+    if global_tokens == 0:
+        raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
+    scale = accelerator.num_processes / global_tokens
+    loss_acc = torch.zeros((), dtype=torch.float64)
+    input_tokens = 0
+    for i, mb in enumerate(micro_batches):
+        mb = to_device(mb, device)
+        input_tokens += int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
+        last = i == len(micro_batches) - 1
+        # Gradients are synchronised across ranks only on the last micro-batch of the step.
+        ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else _nullcontext()
+        with ctx, accelerator.autocast():
+            total, _ = loss_sum(model, mb)
+            accelerator.backward(total * scale)
+        loss_acc += total.detach().double().cpu()
+    grad_norm = None
+    if max_grad_norm is not None:
+        norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
+        grad_norm = float(norm) if norm is not None else None
+    optimizer.step()
+    skipped = bool(getattr(optimizer, "step_was_skipped", False))
+    if not skipped:
+        scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    loss_global = world_tokens(float(loss_acc)) if world_tokens else float(loss_acc)
+    return StepResult(loss=loss_global / global_tokens, answer_tokens=int(global_tokens),
+                      input_tokens=input_tokens, grad_norm=grad_norm, skipped=skipped)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
