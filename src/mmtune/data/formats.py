@@ -1,0 +1,220 @@
+"""Per-dataset formats: one raw row (a dict) -> one or more Records.
+
+Public VQA sets name their fields differently (ChartQA `query`/`label`, InfoVQA `query`/`answers`,
+OCR-VQA `questions`/`answers` lists per image); a format knows its names, `data.columns` renames
+(ours -> theirs), and a missing field is an error naming the record and the fields that do exist
+(failure mode 14) instead of a KeyError deep in a training loop.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from ..errors import DataError
+from .records import MEDIA_TYPES, Record
+
+# Our field name -> the names tried in a row, in order (the first is the documented one).
+FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "messages": {"messages": ("messages", "conversations"), "images": ("images", "image"),
+                 "videos": ("videos", "video"), "audios": ("audios", "audio"), "id": ("id",)},
+    "vqa": {"image": ("image", "images"), "question": ("question",), "answer": ("answer", "answers"),
+            "id": ("id", "question_id")},
+    "chartqa": {"image": ("image", "imgname"), "question": ("query",), "answer": ("label",), "id": ("id",)},
+    "infovqa": {"image": ("image",), "question": ("query", "question"), "answer": ("answers",),
+                "id": ("id", "questionId", "question_id")},
+    "ocrvqa": {"image": ("image",), "question": ("questions",), "answer": ("answers",), "id": ("id", "image_id")},
+}
+OPTIONAL = {"id", "images", "videos", "audios"}
+PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "bot": "assistant", "model": "assistant"}
+
+
+class BadRecord(DataError):
+    """A record that cannot be used; `reason` is the short key skips are counted under."""
+
+    def __init__(self, reason: str, what: str, where: str, fix: str | None = None):
+        self.reason = reason
+        super().__init__(what, where, fix)
+
+
+def known_formats() -> list[str]:
+    return sorted(FORMAT_FIELDS)
+
+
+def check_format(fmt: str, columns: dict[str, str]) -> None:
+    """Reject an unknown format or a column mapping for a field the format does not have (typos)."""
+    import difflib
+
+    from ..errors import ConfigError
+
+    if fmt not in FORMAT_FIELDS:
+        close = difflib.get_close_matches(fmt, known_formats(), n=1)
+        raise ConfigError(f"unknown data.format {fmt!r}", where="data.format",
+                          fix=(f"did you mean {close[0]!r}? " if close else "") + f"one of: {', '.join(known_formats())}")
+    fields = FORMAT_FIELDS[fmt]
+    for ours in columns:
+        if ours not in fields:
+            close = difflib.get_close_matches(ours, list(fields), n=1)
+            raise ConfigError(f"data.columns names {ours!r}, which format {fmt!r} does not have",
+                              where=f"data.columns.{ours}",
+                              fix=(f"did you mean {close[0]!r}? " if close else "")
+                              + f"the fields of {fmt!r} are: {', '.join(fields)} (mapping is ours: theirs)")
+
+
+def _get(row: dict, fmt: str, name: str, columns: dict[str, str], where: str):
+    """Value of our field `name` in `row`, or a BadRecord naming the fields the row has."""
+    names = (columns[name],) if name in columns else FORMAT_FIELDS[fmt][name]
+    for n in names:
+        if n in row and row[n] is not None:
+            return row[n]
+    if name in OPTIONAL:
+        return None
+    have = ", ".join(sorted(map(str, row))) or "(none)"
+    tried = " or ".join(repr(n) for n in names)
+    reason = "no answer" if name == "answer" else "missing field"
+    raise BadRecord(reason, f"record has no field {tried} (format {fmt!r} needs it as its {name!r})", where,
+                    f"the record's fields are: {have}. Map yours with data.columns, e.g. "
+                    f"data.columns.{name}=<field>, or pick another data.format ({', '.join(known_formats())})")
+
+
+def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str) -> dict:
+    """A media value from a row: a path, an HF-datasets dict {bytes, path}, or an in-memory object."""
+    if isinstance(value, str):
+        return {"type": kind, "path": resolve(value, where)}
+    if isinstance(value, dict) and ("bytes" in value or "path" in value):
+        if value.get("bytes") is not None:
+            return {"type": kind, "bytes": value["bytes"], "name": value.get("path") or f"<{kind} bytes>"}
+        if value.get("path"):
+            return {"type": kind, "path": resolve(value["path"], where)}
+    if isinstance(value, dict) and "type" in value:  # already a part
+        return dict(value)
+    if kind == "image" and hasattr(value, "convert"):  # a PIL image (datasets' decoded Image feature)
+        return {"type": "image", "image": value}
+    raise BadRecord("bad media", f"cannot read the {kind} field (a {type(value).__name__})", where,
+                    f"give the {kind} as a file path, relative to data.media_root or the data file's folder")
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
+
+
+def _answer_and_refs(value, where: str) -> tuple[str, list[str]]:
+    refs = [str(a) for a in _as_list(value) if a is not None and str(a).strip() != ""]
+    if not refs:
+        raise BadRecord("no answer", "record has an empty answer", where,
+                        "give every training/eval record a non-empty answer, or set data.on_bad_record=skip")
+    return refs[0], refs
+
+
+def _qa_record(rid: str, where: str, media: list[dict], question: str, answer: str, refs: list[str]) -> Record:
+    user = media + [{"type": "text", "text": str(question)}]
+    return Record(id=rid, source=where, references=refs, messages=[
+        {"role": "user", "content": user},
+        {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+    ])
+
+
+def _split_placeholders(text: str, queues: dict[str, list[dict]]) -> list[dict]:
+    """'<image>\\nWhat is it?' -> [image part, text part], taking media from the queues in order."""
+    pattern = "(" + "|".join(re.escape(p) for p in PLACEHOLDERS.values()) + ")"
+    parts = []
+    for piece in re.split(pattern, text):
+        kind = next((k for k, p in PLACEHOLDERS.items() if p == piece), None)
+        if kind is not None:
+            parts.append(queues[kind].pop(0) if queues[kind] else {"type": kind, "_missing": True})
+        elif piece:
+            parts.append({"type": "text", "text": piece})
+    return parts
+
+
+def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
+    raw = _get(row, "messages", "messages", columns, where)
+    if not isinstance(raw, list) or not raw:
+        raise BadRecord("missing field", "`messages` must be a non-empty list of {role, content}", where,
+                        'write e.g. {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}')
+    # Top-level media lists (LLaVA / ShareGPT style) fill `<image>`-style placeholders in the text, in order.
+    queues: dict[str, list[dict]] = {}
+    for kind, field in (("image", "images"), ("video", "videos"), ("audio", "audios")):
+        val = _get(row, "messages", field, columns, where)
+        queues[kind] = [_media_part(kind, v, resolve, where) for v in _as_list(val)] if val is not None else []
+    n_given = {k: len(q) for k, q in queues.items()}
+    messages = []
+    for i, m in enumerate(raw):
+        if not isinstance(m, dict):
+            raise BadRecord("missing field", f"message {i} is not an object", where, "each message is {role, content}")
+        role = m.get("role", m.get("from"))
+        content = m.get("content", m.get("value"))
+        role = SHAREGPT_ROLES.get(str(role), None) if role is not None else None
+        if role is None or content is None:
+            raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(m))})", where,
+                            "each message needs role (user/assistant/system) and content")
+        if isinstance(content, str):
+            parts = _split_placeholders(content, queues) if any(n_given.values()) else [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            parts = []
+            for p in content:
+                if not isinstance(p, dict) or p.get("type") not in ("text",) + MEDIA_TYPES:
+                    raise BadRecord("missing field", f"message {i} has a content part {p!r} that is not text/image/video/audio",
+                                    where, 'parts look like {"type": "text", "text": ...} or {"type": "image", "path": ...}')
+                if p["type"] == "text":
+                    parts.extend(_split_placeholders(str(p.get("text", "")), queues) if any(n_given.values()) else [p])
+                elif p.get("path") is not None or p.get("url") is not None:
+                    q = dict(p)
+                    q["path"] = resolve(str(q.pop("url", None) or q["path"]), where)
+                    parts.append(q)
+                elif p.get(p["type"]) is not None or p.get("bytes") is not None:
+                    parts.append(dict(p))
+                elif queues[p["type"]]:  # {"type": "image"} with the file in the top-level list
+                    parts.append(queues[p["type"]].pop(0))
+                else:
+                    raise BadRecord("placeholder mismatch", f"message {i} has a {p['type']} part without a path",
+                                    where, f'give it a path: {{"type": "{p["type"]}", "path": "file"}}')
+        else:
+            raise BadRecord("missing field", f"message {i} content is a {type(content).__name__}", where,
+                            "content is a string or a list of parts")
+        messages.append({"role": role, "content": parts})
+    missing = [p["type"] for m in messages for p in m["content"] if p.get("_missing")]
+    left = {k: len(q) for k, q in queues.items() if q}
+    if missing or left:
+        used = {k: n_given[k] - len(queues[k]) for k in n_given}
+        detail = "; ".join(f"{n_given[k]} {k}(s) given, {used[k] + missing.count(k)} {PLACEHOLDERS[k]} placeholder(s) in the text"
+                           for k in n_given if n_given[k] or k in missing)
+        raise BadRecord("placeholder mismatch", f"media and placeholders do not match: {detail}", where,
+                        "put exactly one <image>/<video>/<audio> in the text per file listed in images/videos/audios")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise BadRecord("no answer", "record has no assistant turn (nothing to learn or score)", where,
+                        "end the conversation with an assistant message holding the answer, or set data.on_bad_record=skip")
+    return [Record(id=rid, source=where, messages=messages)]
+
+
+def row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
+                   resolve: Callable[[str, str], str]) -> list[Record]:
+    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one."""
+    if not isinstance(row, dict):
+        raise BadRecord("missing field", f"record is a {type(row).__name__}, not an object", where,
+                        "each record is a JSON object (one per line in JSONL)")
+    rid = _get(row, fmt, "id", columns, where)
+    rid = str(rid) if rid is not None else str(index)
+    if fmt == "messages":
+        return _messages_records(row, columns, where, rid, resolve)
+    img = _get(row, fmt, "image", columns, where)
+    media = [_media_part("image", v, resolve, where) for v in _as_list(img)]
+    question = _get(row, fmt, "question", columns, where)
+    answer = _get(row, fmt, "answer", columns, where)
+    if fmt == "ocrvqa":
+        qs, ans = _as_list(question), _as_list(answer)
+        if len(qs) != len(ans):
+            raise BadRecord("missing field", f"{len(qs)} questions but {len(ans)} answers", where,
+                            "OCR-VQA rows pair questions[i] with answers[i]; fix the row or skip it")
+        out = []
+        for k, (q, a) in enumerate(zip(qs, ans)):
+            target, refs = _answer_and_refs(a, f"{where} (QA {k})")
+            out.append(_qa_record(f"{rid}#{k}", where, [dict(m) for m in media], q, target, refs))
+        return out
+    target, refs = _answer_and_refs(answer, where)
+    if isinstance(question, (list, tuple)):
+        raise BadRecord("missing field", f"question is a list ({len(question)} items) in format {fmt!r}", where,
+                        "use data.format=ocrvqa for rows with several questions per image")
+    return [_qa_record(rid, where, media, question, target, refs)]

@@ -1,0 +1,108 @@
+"""The one record shape every source and format produces, and small helpers to read it.
+
+A `Record` is a conversation: `messages` is a list of `{"role", "content": [parts]}` where a part is
+`{"type": "text", "text": ...}` or a media part `{"type": "image"|"video"|"audio", "path": ...}`
+(path already resolved) or an in-memory object under the key named by its type
+(`{"type": "image", "image": <PIL.Image>}`). A video part may carry `"use_audio": true` to feed its
+own audio track too. The answer is the last assistant turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MEDIA_TYPES = ("image", "video", "audio")
+
+
+@dataclass
+class Record:
+    id: str
+    source: str  # "file:line" (or "file:record N"), where a user finds it
+    messages: list[dict]
+    # Extra reference answers kept for metrics (e.g. all InfoVQA answers); the target is the last turn.
+    references: list[str] = field(default_factory=list)
+
+    def media_parts(self) -> list[dict]:
+        return media_parts(self.messages)
+
+    def answer_text(self) -> str:
+        return answer_text(self)
+
+    def where(self) -> str:
+        return f"{self.source} (record {self.id})"
+
+
+@dataclass
+class RecordSet:
+    """Records that loaded, plus what was skipped (counted by reason, never silently) and why."""
+
+    records: list[Record] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (source, reason), first few per reason
+    notes: list[str] = field(default_factory=list)  # decisions taken while loading (e.g. split alias used)
+
+    MAX_PROBLEMS_PER_REASON = 20
+
+    def skip(self, source: str, reason: str, detail: str) -> None:
+        n = self.skipped.get(reason, 0)
+        self.skipped[reason] = n + 1
+        if n < self.MAX_PROBLEMS_PER_REASON:
+            self.problems.append((source, detail))
+
+    @property
+    def n_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __getitem__(self, i):
+        return self.records[i]
+
+    def summary(self) -> str:
+        s = f"{len(self.records)} records"
+        if self.skipped:
+            s += ", skipped " + ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
+        return s
+
+
+def content_parts(content) -> list[dict]:
+    """A message's content as a list of parts (a plain string becomes one text part)."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content)
+
+
+def part_text(parts: list[dict]) -> str:
+    return "".join(p.get("text", "") for p in parts if p.get("type") == "text")
+
+
+def media_parts(messages: list[dict]) -> list[dict]:
+    return [p for m in messages for p in content_parts(m.get("content")) if p.get("type") in MEDIA_TYPES]
+
+
+def last_assistant_index(messages: list[dict]) -> int | None:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return i
+    return None
+
+
+def answer_text(record: Record) -> str:
+    """The target: the text of the last assistant turn."""
+    i = last_assistant_index(record.messages)
+    if i is None:
+        return ""
+    return part_text(content_parts(record.messages[i]["content"]))
+
+
+def media_label(part: dict) -> str:
+    """How a media part is named in messages: its path, or `<in-memory image>`."""
+    if part.get("path") is not None:
+        return str(part["path"])
+    return f"<in-memory {part.get('type')}>"

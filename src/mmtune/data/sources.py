@@ -1,0 +1,184 @@
+"""Where records come from: JSONL, JSON, parquet, a `datasets` folder (save_to_disk), or synthetic:NAME.
+
+`load_records(spec, data_cfg, split)` reads rows, turns each into Records through the configured
+format, resolves and checks media paths, and applies `data.on_bad_record`: "error" raises at the first
+bad record with file:line and the fix; "skip" skips it and counts it by reason (never silently).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import DataError
+from .formats import BadRecord, check_format, row_to_records
+from .records import RecordSet
+
+# Split names as datasets spell them (failure mode 15: a `val` split where `validation` was expected).
+SPLIT_ALIASES = {
+    "train": ("train", "training"),
+    "eval": ("validation", "val", "valid", "dev", "eval", "test"),
+    "test": ("test", "testing"),
+}
+SPLIT_ALIASES["validation"] = SPLIT_ALIASES["eval"]
+SPLIT_ALIASES["val"] = SPLIT_ALIASES["eval"]
+SPLIT_ALIASES["dev"] = SPLIT_ALIASES["eval"]
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+
+def split_candidates(split: str) -> tuple[str, ...]:
+    return SPLIT_ALIASES.get(split, (split,))
+
+
+def pick_split(available: list[str], split: str, where: str) -> str:
+    for name in split_candidates(split):
+        if name in available:
+            return name
+    raise DataError(f"{where} has no {split!r} split", where=where,
+                    fix=f"splits found: {', '.join(available) or '(none)'}; point data.train/data.eval at one of "
+                        f"them or name the split explicitly as PATH::SPLIT")
+
+
+def _rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield where, BadRecord("bad json", f"line is not valid JSON ({e.msg} at column {e.colno})", where,
+                                       "fix the line; JSONL holds one JSON object per line")
+
+
+def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
+                        fix="fix the syntax, or use JSONL (one record per line)") from None
+    if isinstance(data, dict):  # {"data": [...]} or {"train": [...], ...} are common wrappers
+        lists = {k: v for k, v in data.items() if isinstance(v, list)}
+        if len(lists) == 1:
+            data = next(iter(lists.values()))
+        else:
+            raise DataError(f"{path} holds an object, not a list of records", where=str(path),
+                            fix=f"make the top level a list of records (keys found: {', '.join(sorted(data))})")
+    for n, row in enumerate(data):
+        yield f"{path}:record {n}", row
+
+
+def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    for n, row in enumerate(table.to_pylist()):
+        yield f"{path}:row {n}", row
+
+
+def _rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"{folder} is not a dataset saved with save_to_disk ({e})", where=str(folder),
+                        fix="give a JSONL/JSON/parquet file, or a folder written by Dataset.save_to_disk") from None
+    if isinstance(ds, datasets.DatasetDict):
+        name = pick_split(list(ds.keys()), split, str(folder))
+        ds, label = ds[name], f"{folder}[{name}]"
+    else:
+        label = str(folder)
+    # Media columns come back as {bytes, path} dicts: decoding audio/video in `datasets` needs
+    # torchcodec, and our own media loader handles both forms the same way.
+    for col, feat in ds.features.items():
+        if type(feat).__name__ in ("Image", "Audio", "Video") and getattr(feat, "decode", False):
+            ds = ds.cast_column(col, type(feat)(decode=False))
+    for n, row in enumerate(ds):
+        yield f"{label}:row {n}", row
+
+
+def _split_file_in_folder(folder: Path, split: str) -> Path | None:
+    files = {p.stem: p for p in folder.iterdir() if p.suffix in FILE_SUFFIXES}
+    for name in split_candidates(split):
+        if name in files:
+            return files[name]
+    return None
+
+
+def iter_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
+    """(base folder for relative media, rows as (where, row-or-BadRecord))."""
+    path_s, _, explicit = spec.partition("::")
+    path = Path(path_s).expanduser()
+    if explicit:
+        split = explicit
+    if not path.exists():
+        raise DataError(f"data source {str(path)!r} does not exist", where=spec,
+                        fix="give a JSONL/JSON/parquet file, a dataset folder, or synthetic:counting")
+    if path.is_dir():
+        if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            return path, _rows_datasets(path, split)
+        f = _split_file_in_folder(path, split)
+        if f is None:
+            found = sorted(p.name for p in path.iterdir() if p.suffix in FILE_SUFFIXES)
+            raise DataError(f"{path} has no {split!r} split", where=str(path),
+                            fix=f"files found: {', '.join(found) or '(none)'}; name one ({'/'.join(split_candidates(split))}"
+                                f" + .jsonl/.json/.parquet) or point at the file itself")
+        path = f
+    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet}
+    if path.suffix not in readers:
+        raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
+                        fix="use .jsonl (one record per line), .json (a list), .parquet, or a save_to_disk folder")
+    return path.parent, readers[path.suffix](path)
+
+
+def make_resolver(base: Path, media_root: str | None):
+    root = Path(media_root).expanduser() if media_root else base
+
+    def resolve(p: str, where: str) -> str:
+        if "://" in p:
+            raise BadRecord("missing media", f"media {p!r} is a URL; mmtune reads local files only", where,
+                            "download the files and give local paths (relative to data.media_root)")
+        q = Path(p).expanduser()
+        full = q if q.is_absolute() else root / q
+        if not full.exists():
+            raise BadRecord("missing media", f"media file not found: {full}", where,
+                            f"check the path; relative paths resolve against "
+                            f"{'data.media_root' if media_root else 'the data file folder'} ({root}). "
+                            "Set data.media_root, or data.on_bad_record=skip to skip such records")
+        return str(full)
+
+    return resolve
+
+
+def load_records(spec: str, data_cfg, split: str = "train") -> RecordSet:
+    """Records of one split. `spec` is a path (optionally PATH::SPLIT) or `synthetic:NAME`."""
+    if spec.startswith("synthetic:"):
+        from .synthetic import load_synthetic
+
+        rs = load_synthetic(spec.split(":", 1)[1], data_cfg, split)
+    else:
+        check_format(data_cfg.format, dict(data_cfg.columns))
+        base, rows = iter_rows(spec, split)
+        resolve = make_resolver(base, data_cfg.media_root)
+        rs = RecordSet()
+        for index, (where, row) in enumerate(rows):
+            try:
+                if isinstance(row, BadRecord):
+                    raise row
+                rs.records.extend(row_to_records(row, data_cfg.format, dict(data_cfg.columns), where, index, resolve))
+            except BadRecord as e:
+                if data_cfg.on_bad_record == "error":
+                    raise DataError(e.what, e.where, (e.fix + "; or " if e.fix else "")
+                                    + "set data.on_bad_record=skip to skip bad records (they are counted)") from None
+                rs.skip(where, e.reason, e.what)
+        if not rs.records:
+            raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
+                            fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
+    if split != "train" and data_cfg.eval_max_samples and len(rs.records) > data_cfg.eval_max_samples:
+        rs.notes.append(f"kept the first {data_cfg.eval_max_samples} of {len(rs.records)} records (data.eval_max_samples)")
+        rs.records = rs.records[: data_cfg.eval_max_samples]
+    return rs
+
