@@ -1,0 +1,182 @@
+"""Config checks: schema problems with did-you-mean, files that do not exist, inconsistent settings.
+
+All are fast (no model, no data scan): `mmtune train` runs them before starting.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from ..findings import error, info, warning
+from ..registry import check
+
+# Keys that would spread the model over devices or offload it to CPU: wrong for training
+# (failure mode 7). Handled by MM007 with its own explanation, so MM019 does not repeat them.
+PLACEMENT_KEYS = {"device_map", "offload_folder", "offload_state_dict", "max_memory", "llm_int8_enable_fp32_cpu_offload"}
+
+
+@check("MM019", "config validates: no unknown keys, right types, required keys present", needs=(),
+       fast=True, failure_mode=19)
+def config_schema(ctx):
+    ctx.has("cfg")  # builds the tree and validates it; a failure is stored on ctx.config_error
+    err = ctx.config_error
+    if err is None:
+        return
+    problems = getattr(err, "problems", None) or []
+    if not problems:  # unreadable file, bad YAML, unknown profile: one problem
+        yield error(err.what, err.where, err.fix)
+        return
+    for p in problems:
+        if p["key"].split(".")[-1] in PLACEMENT_KEYS:
+            continue
+        yield error(p["message"], p["where"], p["fix"])
+
+
+def _walk(tree, prefix=""):
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            key = f"{prefix}{k}"
+            yield key, v
+            yield from _walk(v, key + ".")
+
+
+@check("MM007", "no device_map / CPU offload for training", needs=("tree",), fast=True, failure_mode=7)
+def no_offload(ctx):
+    for key, value in _walk(ctx.need("tree")):
+        leaf = key.split(".")[-1]
+        if leaf in PLACEMENT_KEYS and value not in (None, False):
+            yield error(
+                f"{key}={value!r}: spreading or offloading the model across devices breaks training "
+                "(gradient checkpointing recomputes on `meta` -> 'expected device meta but got cuda:0')",
+                where=key,
+                fix=f"remove {key}; mmtune places the whole model on each process's GPU. If it does not fit, "
+                    "use adapter.method=qlora or a larger GPU (see `mmtune plan`)")
+
+
+def _did_you_mean_file(p: Path) -> str | None:
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        return None
+    names = [c.name for c in parent.iterdir()]
+    close = difflib.get_close_matches(p.name, names, n=1, cutoff=0.6)
+    return str(parent / close[0]) if close else None
+
+
+# Split names datasets publish under, and the names users type (seed 002: ChartQA's `val`).
+SPLIT_ALIASES = {
+    "validation": ("val", "valid", "dev", "eval"),
+    "val": ("validation", "valid", "dev", "eval"),
+    "valid": ("validation", "val", "dev"),
+    "dev": ("validation", "val", "valid"),
+    "eval": ("validation", "val", "valid", "dev"),
+    "test": ("testing", "eval"),
+    "train": ("training",),
+    "training": ("train",),
+}
+
+
+def split_alias_of(p: Path) -> Path | None:
+    """An existing sibling whose name differs only by a split alias (val <-> validation, ...)."""
+    suffix = p.suffix if p.suffix in (".jsonl", ".json", ".parquet", ".arrow") else ""
+    stem = p.name[: len(p.name) - len(suffix)]
+    for name, aliases in SPLIT_ALIASES.items():
+        if stem == name or stem.endswith(("_" + name, "-" + name, "." + name)):
+            head = stem[: len(stem) - len(name)]
+            for alias in aliases:
+                cand = p.with_name(head + alias + suffix)
+                if cand.exists():
+                    return cand
+    return None
+
+
+def _data_paths(tree: dict):
+    """Data paths from the raw tree, so they are checked even when another key fails validation."""
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    for key in ("train", "eval"):
+        spec = data.get(key)
+        if isinstance(spec, str) and spec and not spec.startswith("synthetic:"):
+            yield f"data.{key}", Path(spec)
+
+
+@check("MM026", "data files and media_root exist", needs=("tree",), fast=True)
+def data_files_exist(ctx):
+    tree = ctx.need("tree")
+    for key, p in _data_paths(tree):
+        if p.exists() or split_alias_of(p) is not None:  # a split alias is MM015's finding
+            continue
+        close = _did_you_mean_file(p)
+        yield error(f"{key}: {str(p)!r} does not exist", where=key,
+                    fix=f"{key}={close}" if close else f"point {key} at a JSONL/JSON/parquet file or dataset folder")
+    data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+    root = data.get("media_root")
+    if isinstance(root, str) and root and not Path(root).is_dir():
+        close = _did_you_mean_file(Path(root))
+        yield error(f"data.media_root: {root!r} is not a folder", where="data.media_root",
+                    fix=f"data.media_root={close}" if close else "point data.media_root at the folder of the media files")
+    if not data.get("train"):
+        yield error("data.train is not set: there is nothing to train on", where="data.train",
+                    fix="data.train=PATH (JSONL/JSON/parquet/dataset folder) or data.train=synthetic:counting")
+
+
+@check("MM015", "split names: val vs validation", needs=("tree",), fast=True, failure_mode=15)
+def split_names(ctx):
+    for key, p in _data_paths(ctx.need("tree")):
+        if p.exists():
+            if p.is_dir() and (p / "dataset_dict.json").is_file():
+                import json
+
+                splits = json.loads((p / "dataset_dict.json").read_text()).get("splits", [])
+                yield info(f"{key}: dataset folder with splits {splits}; mmtune reads the "
+                           f"{'train' if key == 'data.train' else 'validation/val/eval'} split", where=key)
+            continue
+        alias = split_alias_of(p)
+        if alias is not None:
+            yield error(f"{key}: {str(p)!r} does not exist, but {str(alias)!r} does (the split is named "
+                        f"{alias.name!r} here)", where=key, fix=f"{key}={alias}")
+
+
+@check("MM028", "eval settings are consistent", fast=True)
+def eval_settings(ctx):
+    cfg = ctx.need("cfg")
+    if cfg.eval.every is not None and cfg.data.eval is None:
+        yield warning("eval.every is set but data.eval is not: no evaluation will run", where="eval.every",
+                      fix="data.eval=PATH (or remove eval.every)")
+    known = set(cfg.eval.metrics) | {"eval_loss"}
+    if cfg.eval.best_metric not in known:
+        yield error(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (metrics: {sorted(known)})",
+                    where="eval.best_metric",
+                    fix=f"eval.best_metric=eval_loss, or add it to eval.metrics")
+    if cfg.eval.every is not None and cfg.eval.every > cfg.train.max_steps:
+        yield warning(f"eval.every={cfg.eval.every} > train.max_steps={cfg.train.max_steps}: only the final "
+                      "evaluation will run", where="eval.every", fix=f"eval.every={max(1, cfg.train.max_steps // 4)}")
+
+
+@check("MM029", "adapter settings are consistent", fast=True)
+def adapter_settings(ctx):
+    cfg = ctx.need("cfg")
+    a = cfg.adapter
+    both = sorted(set(a.train_components) & set(a.freeze_components))
+    if both:
+        yield error(f"components {both} are both in adapter.train_components and adapter.freeze_components",
+                    where="adapter.train_components", fix="list each component in only one of them")
+    frozen = set(a.freeze_components)
+    for comp, mult in a.lr_multipliers.items():
+        trained = comp in a.train_components or (comp == "lora" and a.method != "full") or (
+            a.method == "full" and comp not in frozen)
+        if not trained:
+            yield warning(f"adapter.lr_multipliers.{comp}={mult} has no effect: {comp} is not trained",
+                          where=f"adapter.lr_multipliers.{comp}",
+                          fix=f"adapter.train_components=[{comp}] to train it, or remove the multiplier")
+    if a.method == "full" and (a.use_dora or a.target_modules not in ("auto",)):
+        yield warning("adapter.method=full trains every weight; LoRA settings (target_modules/use_dora) are ignored",
+                      where="adapter.method", fix="adapter.method=lora to use them")
+
+
+@check("MM032", "learning rate fits the method", fast=True)
+def lr_fits_method(ctx):
+    cfg = ctx.need("cfg")
+    if cfg.adapter.method == "full" and cfg.train.lr >= 1e-4:
+        yield warning(f"train.lr={cfg.train.lr:g} with full fine-tuning: LoRA-sized rates usually diverge or "
+                      "destroy the pretrained weights when every weight is trained", where="train.lr",
+                      fix="train.lr=1e-5")

@@ -1,0 +1,67 @@
+"""`mmtune doctor CONFIG.yaml [key=value ...] [--gpu NAME] [--json] [--write-clean PATH]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import List, Optional
+
+import typer
+
+
+def render(report, console) -> None:
+    """Findings grouped by severity, then the data table and the checks that did not run."""
+    from rich.table import Table
+
+    styles = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    for sev in ("error", "warning", "info"):
+        items = [f for f in report.findings if f.severity == sev]
+        if not items:
+            continue
+        table = Table(title=f"{sev}s ({len(items)})", title_style=styles[sev], show_lines=True, expand=True)
+        table.add_column("code", no_wrap=True)
+        table.add_column("what", ratio=3, overflow="fold")
+        table.add_column("where", ratio=2, overflow="fold")
+        table.add_column("fix", ratio=2, overflow="fold")
+        for f in items:
+            table.add_row(f.code, f.message, f.where or "", f.fix or "")
+        console.print(table)
+    scan = report.tables.get("data")
+    if scan is not None:
+        table = Table(title="data", expand=False)
+        for col in ("split", "records", "ok", "bad", "reason"):
+            table.add_column(col)
+        for row in scan.table_rows():
+            table.add_row(*[str(x) for x in row])
+        console.print(table)
+    if report.not_run:
+        console.print(f"[dim]{len(report.not_run)} check(s) not run:[/]")
+        for code, title, reason in report.not_run:
+            console.print(f"[dim]  {code} {title}: {reason}[/]")
+    n_err, n_warn = len(report.errors), sum(f.severity == "warning" for f in report.findings)
+    colour = "red" if n_err else ("yellow" if n_warn else "green")
+    console.print(f"[{colour}]{n_err} error(s), {n_warn} warning(s)[/] in {report.total_seconds:.1f} s")
+
+
+def doctor_command(
+    config: str = typer.Argument(..., help="the run's YAML config"),
+    overrides: Optional[List[str]] = typer.Argument(None, help="dotted.key=value overrides"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="target GPU id, e.g. t4, a100-80gb"),
+    as_json: bool = typer.Option(False, "--json", help='print {"findings": [...]} instead of tables'),
+    write_clean: Optional[str] = typer.Option(None, "--write-clean", help="write the records that pass to PATH"),
+    fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
+) -> None:
+    """Check a config, its data, model and target GPU on CPU; exit 1 on any error."""
+    from ..console import console
+    from .runner import run_doctor
+
+    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean)
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        render(report, console)
+    raise typer.Exit(1 if report.errors else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("doctor")(doctor_command)

@@ -1,0 +1,146 @@
+"""The pieces checks inspect, each built once and only when a check asks for it.
+
+Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig),
+`gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny twins, on `meta`
+for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass over the
+dataset), `plan` (the planner's prediction). A piece that cannot be built raises NotAvailable with
+the reason; the runner reports the checks that needed it as not run. A piece that fails because of
+the user's setup (a ModelLoadError, a DataError) also becomes a finding once, under `build_errors`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class NotAvailable(Exception):
+    """A piece a check needs cannot be built here; the reason is shown instead of a guess."""
+
+
+@dataclass
+class BuildError:
+    piece: str
+    what: str
+    where: str | None
+    fix: str | None
+
+
+@dataclass
+class DoctorContext:
+    config_path: str | None
+    overrides: dict[str, str] = field(default_factory=dict)
+    gpu_name: str | None = None
+    fast: bool = False
+    write_clean: str | None = None
+    max_records: int | None = None  # None = the whole dataset
+    _cache: dict[str, Any] = field(default_factory=dict)
+    _failed: dict[str, str] = field(default_factory=dict)
+    build_errors: list[BuildError] = field(default_factory=list)
+    config_error: Any = None  # the ConfigError when the config did not validate
+
+    # -- access ---------------------------------------------------------------------------------
+    def need(self, piece: str):
+        if piece in self._cache:
+            return self._cache[piece]
+        if piece in self._failed:
+            raise NotAvailable(self._failed[piece])
+        builder = getattr(self, f"_build_{piece}", None)
+        if builder is None:
+            raise KeyError(f"unknown doctor piece {piece!r}")
+        from ..errors import MMTuneError
+
+        try:
+            value = builder()
+        except NotAvailable as e:
+            self._failed[piece] = str(e)
+            raise
+        except MMTuneError as e:
+            # The user's setup is at fault: say it once, as a finding, and skip what depends on it.
+            self.build_errors.append(BuildError(piece, e.what, e.where, e.fix))
+            self._failed[piece] = f"{piece} could not be built: {e.what}"
+            raise NotAvailable(self._failed[piece]) from None
+        self._cache[piece] = value
+        return value
+
+    def has(self, piece: str) -> bool:
+        try:
+            self.need(piece)
+            return True
+        except NotAvailable:
+            return False
+
+    def put(self, piece: str, value) -> None:
+        """Supply a piece directly (tests build broken setups this way)."""
+        self._cache[piece] = value
+
+    # -- builders -------------------------------------------------------------------------------
+    def _build_tree(self) -> dict:
+        from ..config.loader import deep_merge, load_profile, parse_value, read_yaml, set_dotted
+        from ..errors import ConfigError
+
+        ov = dict(self.overrides)
+        try:
+            tree = read_yaml(self.config_path) if self.config_path is not None else {}
+            profile = ov.pop("profile", None) or tree.pop("profile", None)
+            if isinstance(profile, str) and profile:
+                tree = deep_merge(load_profile(profile), tree)
+        except ConfigError as e:
+            self.config_error = e
+            raise NotAvailable(f"the config could not be read: {e.what}") from None
+        for k, v in ov.items():
+            set_dotted(tree, k, parse_value(v))
+        return tree
+
+    def _build_cfg(self):
+        from ..config.loader import validate
+        from ..errors import ConfigError
+
+        tree = self.need("tree")
+        ov = {k: v for k, v in self.overrides.items() if k != "profile"}
+        try:
+            return validate(tree, path=self.config_path, overrides=ov)
+        except ConfigError as e:
+            self.config_error = e
+            raise NotAvailable("the config is invalid (see MM019)") from None
+
+    def _build_gpu(self):
+        cfg = self.need("cfg") if self.has("cfg") else None
+        name = self.gpu_name or (cfg.train.gpu if cfg is not None else None)
+        if not name:
+            raise NotAvailable("no target GPU given (--gpu NAME or train.gpu)")
+        from .gpu import lookup_gpu
+
+        return lookup_gpu(name)
+
+    def _build_loaded(self):
+        from .pieces import build_loaded
+
+        if self.fast:
+            raise NotAvailable("model checks are not part of the fast pre-train subset")
+        return build_loaded(self.need("cfg"))
+
+    def _build_adapted(self):
+        from .pieces import build_adapted
+
+        return build_adapted(self.need("cfg"), self.need("loaded"))
+
+    def _build_scan(self):
+        from .datascan import scan_dataset
+
+        if self.fast:
+            raise NotAvailable("the data scan is not part of the fast pre-train subset")
+        cfg = self.need("cfg")
+        return scan_dataset(cfg, self.need("processor_info"), limit=self.max_records,
+                            write_clean=Path(self.write_clean) if self.write_clean else None)
+
+    def _build_processor_info(self):
+        from .pieces import build_processor_info
+
+        return build_processor_info(self.need("cfg"), self._cache.get("loaded"))
+
+    def _build_plan(self):
+        from .pieces import build_plan
+
+        return build_plan(self.need("cfg"), self.need("gpu"))
