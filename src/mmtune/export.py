@@ -1,0 +1,76 @@
+"""`mmtune export`: a folder that transformers or peft loads.
+
+- adapter runs, no --merge: the PEFT adapter folder (+ processor) -> `PeftModel.from_pretrained(base, DIR)`.
+- adapter runs, --merge: base model with LoRA merged in, saved in the run's compute dtype
+  -> `<ModelClass>.from_pretrained(DIR)`.
+- full runs: the model folder as saved.
+The base model is rebuilt from the run's resolved config (config.resolved.yaml), so tiny random
+models, local folders and hub ids all export the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from .errors import MMTuneError
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    from .train.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if (path / "trainable.safetensors").is_file():
+        return path
+    best = path / "best"
+    if best.exists():
+        return best.resolve()
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise MMTuneError(f"{path} holds no checkpoint", where=str(path),
+                          fix="give runs/NAME/checkpoint-N or a run folder with checkpoints")
+    return latest
+
+
+def run_config_of(ckpt: Path):
+    from .config import load_config
+
+    for candidate in (ckpt / "config.resolved.yaml", ckpt.parent / "config.resolved.yaml"):
+        if candidate.is_file():
+            return load_config(candidate, [])
+    raise MMTuneError(f"no config.resolved.yaml beside {ckpt}", where=str(ckpt),
+                      fix="export from a folder written by mmtune train")
+
+
+def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) -> Path:
+    ckpt = resolve_checkpoint(Path(checkpoint))
+    out = Path(out) if out else ckpt / ("export-merged" if merge else "export")
+    if out.exists():
+        shutil.rmtree(out)
+    if (ckpt / "model").is_dir():
+        shutil.copytree(ckpt / "model", out)
+        return out
+    if not merge:
+        shutil.copytree(ckpt / "adapter", out)
+        return out
+    import torch
+    from peft import PeftModel
+
+    from .models.loading import load_model
+    from .precision import resolve_precision
+
+    cfg = run_config_of(ckpt)
+    if cfg.adapter.method == "qlora":
+        # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
+        cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
+    dtype = resolve_precision("cpu", cfg.train.precision).compute_dtype
+    if cfg.train.precision == "bf16":
+        dtype = torch.bfloat16
+    loaded = load_model(cfg, device="cpu", dtype=dtype)
+    model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
+    merged = model.merge_and_unload()
+    merged.to(dtype)
+    merged.save_pretrained(str(out), safe_serialization=True)
+    if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
+        loaded.processor.save_pretrained(str(out))
+    return out

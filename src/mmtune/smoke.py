@@ -1,0 +1,42 @@
+"""`--smoke`: run a recipe end to end through a tiny random twin of its own architecture.
+
+Same data pipeline, adapters, loss, eval and checkpointing; only the model's dimensions shrink and the
+run is cut to a few steps on the CPU. This is how a recipe is tested on a laptop before a GPU is rented.
+"""
+
+from __future__ import annotations
+
+from .config.schema import RunConfig
+
+
+def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
+    from .models.tiny import is_tiny
+
+    notes = []
+    data = cfg.model_dump()
+    if not is_tiny(cfg.model.name):
+        from .models.smoke_twin import smoke_twin
+
+        twin = smoke_twin(cfg.model.name, family=cfg.model.family)
+        notes.append(f"model {cfg.model.name} -> tiny twin {twin} (same model class, shrunk dimensions)")
+        data["model"]["name"] = twin
+    data["output_dir"] = cfg.output_dir.rstrip("/") + "-smoke"
+    t = data["train"]
+    t.update(max_steps=min(t["max_steps"], steps), micro_batch_size=min(t["micro_batch_size"], 2),
+             grad_accum=min(t["grad_accum"], 2), device="cpu", num_workers=0, resume=False,
+             warmup_steps=min(t["warmup_steps"], 1), save_every=None, gpu=None)
+    if t["precision"] != "fp32":
+        notes.append(f"precision {t['precision']} -> fp32 (CPU)")
+        t["precision"] = "fp32"
+    if t["optimizer"] == "adamw_8bit":
+        t["optimizer"] = "adamw"
+        notes.append("adamw_8bit -> adamw (CPU)")
+    e = data["eval"]
+    e.update(every=None, max_new_tokens=min(e["max_new_tokens"], 8), batch_size=min(e["batch_size"], 2))
+    data["data"]["eval_max_samples"] = min(data["data"]["eval_max_samples"] or 4, 4)
+    data["data"]["synthetic_train_size"] = min(data["data"]["synthetic_train_size"], 16)
+    data["data"]["synthetic_eval_size"] = min(data["data"]["synthetic_eval_size"], 4)
+    data["logging"].update(wandb=False, mlflow=False)
+    data["model"]["attn_implementation"] = "sdpa" if data["model"]["attn_implementation"] == "flash_attention_2" \
+        else data["model"]["attn_implementation"]
+    return RunConfig.model_validate(data), notes

@@ -1,0 +1,142 @@
+"""What `mmtune train` and `mmtune eval` do around the loop: load config, preflight, build, report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..console import console
+from ..errors import MMTuneError
+
+
+def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
+    from ..config import load_config
+    from ..smoke import smoke_config
+
+    cfg = load_config(config_path, overrides)
+    notes: list[str] = []
+    if smoke:
+        cfg, notes = smoke_config(cfg)
+    return cfg, notes
+
+
+def preflight(cfg, config_path, overrides, *, skip_checks: bool) -> int | None:
+    """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit).
+
+    Returns the predicted peak bytes when a GPU plan was made.
+    """
+    if not skip_checks:
+        try:
+            from ..doctor.runner import run_doctor_on_config
+        except ImportError:
+            run_doctor_on_config = None
+        if run_doctor_on_config is not None:
+            findings = run_doctor_on_config(cfg, fast=True)
+            errors = [f for f in findings if f.severity == "error"]
+            for f in findings:
+                if f.severity in ("error", "warning"):
+                    console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
+                                  f"{f.message}" + (f"  [dim]({f.where})[/]" if f.where else "")
+                                  + (f"\n    fix: {f.fix}" if f.fix else ""))
+            if errors:
+                raise MMTuneError(f"mmtune doctor found {len(errors)} error(s); the run was not started",
+                                  fix="fix them (see above), or pass --skip-checks to start anyway")
+    import torch
+
+    if not (torch.cuda.is_available() and cfg.train.device != "cpu") and not cfg.train.gpu:
+        return None
+    try:
+        from ..plan import predict
+    except ImportError:
+        return None
+    plan = predict(cfg, gpu=cfg.train.gpu)
+    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB on {plan.gpu_name}, "
+                  f"{'fits' if plan.fits else 'does NOT fit'}")
+    if not plan.fits and not cfg.train.ignore_plan:
+        raise MMTuneError(
+            f"the planner predicts this run needs {plan.peak_reserved_bytes / 2**30:.2f} GiB, more than "
+            f"{plan.gpu_name} offers", where="train / model / data settings",
+            fix="run `mmtune plan CONFIG --search --gpu NAME` for a config that fits, or train.ignore_plan=true")
+    return int(plan.peak_reserved_bytes)
+
+
+def print_start_summary(run, notes) -> None:
+    from rich.table import Table
+
+    cfg = run.cfg
+    t = Table(title=f"mmtune run -> {cfg.output_dir}", show_header=False, box=None)
+    t.add_row("model", f"{cfg.model.name} ({run.family.name}, {type(run.unwrapped_model()).__name__})")
+    t.add_row("method", f"{cfg.adapter.method}" + (f" r={cfg.adapter.r} alpha={cfg.adapter.lora_alpha}"
+                                                   if cfg.adapter.method != "full" else ""))
+    t.add_row("precision", f"{run.precision.precision} on {run.precision.device}")
+    t.add_row("data", f"train {len(run.train_set.records)} records"
+              + (f", eval {len(run.eval_set.records)}" if run.eval_set is not None else ", no eval set")
+              + (f", skipped {dict(run.train_set.skipped)}" if getattr(run.train_set, 'skipped', None) else ""))
+    t.add_row("steps", f"{cfg.train.max_steps} x (micro-batch {cfg.train.micro_batch_size} x accumulation "
+              f"{cfg.train.grad_accum} x {run.accelerator.num_processes} process(es))")
+    t.add_row("optimizer", f"{cfg.train.optimizer} lr {cfg.train.lr} {cfg.train.scheduler}, warmup {cfg.train.warmup_steps}")
+    t.add_row("eval", f"every {cfg.eval.every or 'end'}: eval_loss + {', '.join(cfg.eval.metrics)}; "
+              f"best by {cfg.eval.best_metric}")
+    for note in list(notes) + list(run.decisions):
+        t.add_row("decision", note)
+    console.print(t)
+    table = run.adapter_table
+    if table is not None:
+        console.print(table if not hasattr(table, "to_rich") else table.to_rich())
+
+
+def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
+    from ..build import build_run
+    from .loop import train
+
+    cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
+    plan_bytes = preflight(cfg, config_path, overrides, skip_checks=skip_checks)
+    run = build_run(cfg)
+    if run.accelerator.is_main_process:
+        print_start_summary(run, notes)
+    return train(run, plan_bytes=plan_bytes)
+
+
+def run_eval(config_path, overrides: list[str]) -> dict:
+    """Evaluate checkpoint=DIR on the config's eval set; writes DIR/eval.json."""
+    import json
+
+    from ..build import build_run
+    from ..evaluate.run_eval import evaluate
+    from .checkpoint import latest_checkpoint
+
+    ov = list(overrides)
+    ckpt = None
+    for o in list(ov):
+        if o.startswith("checkpoint="):
+            ckpt = Path(o.split("=", 1)[1])
+            ov.remove(o)
+    cfg, _ = prepare_config(config_path, ov)
+    if ckpt is None:
+        ckpt = latest_checkpoint(cfg.output_dir)
+        if ckpt is None:
+            raise MMTuneError("no checkpoint given and none found in output_dir", where=cfg.output_dir,
+                              fix="mmtune eval CONFIG checkpoint=runs/.../checkpoint-N")
+    if ckpt.is_dir() and not (ckpt / "trainable.safetensors").is_file():
+        inner = (ckpt / "best") if (ckpt / "best").exists() else latest_checkpoint(ckpt)
+        if inner is None:
+            raise MMTuneError(f"{ckpt} is not a checkpoint folder", where="checkpoint=",
+                              fix="point at runs/NAME/checkpoint-N or a run folder that holds checkpoints")
+        ckpt = inner
+    if cfg.data.eval is None:
+        raise MMTuneError("the config has no eval set", where="data.eval", fix="data.eval=path/to/eval.jsonl")
+    run = build_run(cfg, with_optimizer=False)
+    from safetensors.torch import load_file
+    import torch
+
+    saved = load_file(str(ckpt / "trainable.safetensors"))
+    params = dict(run.unwrapped_model().named_parameters())
+    unknown = [n for n in saved if n not in params]
+    if unknown:
+        raise MMTuneError(f"checkpoint {ckpt} does not match this config ({len(unknown)} unknown tensors, "
+                          f"e.g. {unknown[0]})", where=str(ckpt), fix="evaluate with the config that trained it")
+    with torch.no_grad():
+        for n, t in saved.items():
+            params[n].copy_(t.to(params[n].device, params[n].dtype))
+    metrics, preds = evaluate(run, run.eval_set.records[: cfg.data.eval_max_samples or None])
+    (ckpt / "eval.json").write_text(json.dumps({"metrics": metrics, "predictions": preds}, indent=2))
+    return metrics
