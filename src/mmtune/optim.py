@@ -4,23 +4,15 @@ from __future__ import annotations
 
 
 def make_optimizer(param_groups: list[dict], train_cfg):
-    """`param_groups`: [{"params": [...], "lr_mult": float, "name": str}], as apply_adapters returns."""
+    """`param_groups` as apply_adapters returns them: torch groups with `params`, `lr`, `weight_decay`
+    and `component` (per-component LR multipliers and no decay on 1-D tensors already applied)."""
     import torch
 
     groups = []
     for g in param_groups:
         params = [p for p in g["params"] if p.requires_grad]
-        if not params:
-            continue
-        # No weight decay on biases and norms (1-D tensors), the usual AdamW practice.
-        decay = [p for p in params if p.dim() >= 2]
-        no_decay = [p for p in params if p.dim() < 2]
-        lr = train_cfg.lr * g.get("lr_mult", 1.0)
-        name = g.get("name", "params")
-        if decay:
-            groups.append({"params": decay, "lr": lr, "weight_decay": train_cfg.weight_decay, "name": name})
-        if no_decay:
-            groups.append({"params": no_decay, "lr": lr, "weight_decay": 0.0, "name": name + ".no_decay"})
+        if params:
+            groups.append({**g, "params": params})
     if not groups:
         from .errors import ConfigError
 
