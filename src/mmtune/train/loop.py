@@ -63,7 +63,9 @@ def _micro_batch_loader(run, stream_args: dict):
     ))
 
 
-def train(run, *, plan_bytes: int | None = None) -> dict:
+def train(run, *, plan_bytes: int | None = None, stop_after: int | None = None) -> dict | None:
+    """Run the loop; returns the summary. `stop_after=N` ends the process's work right after step N
+    (and its checkpoint, if one is due) without a summary, the way a kill would: tests use it."""
     import torch
 
     cfg, acc = run.cfg, run.accelerator
@@ -141,6 +143,9 @@ def train(run, *, plan_bytes: int | None = None) -> dict:
                 _track_best(cfg, best, eval_metrics, step)
             if at_eval or at_save or last:
                 _checkpoint(run, step, cursor.position(), best, eval_metrics)
+            if stop_after is not None and step >= stop_after and not last:
+                sinks.close()
+                return None
 
     wall = time.perf_counter() - t_start
     summary = {
