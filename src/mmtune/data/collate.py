@@ -1,0 +1,92 @@
+"""Encoded records -> a batch, on the CPU only (failure mode 20: no CUDA in DataLoader workers).
+
+Per-token keys (`input_ids`, `labels`, `attention_mask`, `mm_token_type_ids`, and any other 1-D
+tensor as long as the record's `input_ids`) are right-padded to the longest record: `input_ids` with
+the pad id, `labels` with -100 (ignored by the loss), everything else with 0. Media tensors
+(`pixel_values`, `image_grid_thw`, `input_features`, ...) index items or patches on dim 0 and are
+concatenated, which is how the processors batch them themselves. Floating tensors are cast to the
+compute dtype here so the model never sees fp32 pixels next to bf16 weights (failure mode 4).
+"""
+
+from __future__ import annotations
+
+from ..train.batches import epoch_order  # one definition of the shuffle order, shared with resume
+
+__all__ = ["Collator", "epoch_order", "make_dataloader", "EpochSampler"]
+
+PAD_VALUES = {"labels": -100}
+
+
+class Collator:
+    def __init__(self, pad_token_id: int, compute_dtype=None):
+        self.pad_token_id = int(pad_token_id)
+        self.compute_dtype = compute_dtype
+
+    def _fill(self, key: str) -> int:
+        if key == "input_ids":
+            return self.pad_token_id
+        return PAD_VALUES.get(key, 0)
+
+    def __call__(self, items: list[dict]) -> dict:
+        import torch
+
+        if not items:
+            raise ValueError("cannot collate an empty batch")
+        keys = list(items[0])
+        for it in items[1:]:
+            if set(it) != set(keys):
+                # e.g. an image record next to a text-only one: a mixed batch. Media keys of the records
+                # that have them are concatenated; a key missing from a record contributes nothing.
+                keys += [k for k in it if k not in keys]
+        longest = max(int(it["input_ids"].shape[-1]) for it in items)
+        batch = {}
+        for key in keys:
+            vals = [it[key] for it in items if key in it]
+            per_token = all(v.dim() == 1 and v.shape[0] == it["input_ids"].shape[-1]
+                            for it in items if key in it for v in [it[key]])
+            if per_token and len(vals) == len(items):
+                fill = self._fill(key)
+                out = torch.full((len(items), longest), fill, dtype=vals[0].dtype)
+                for row, v in enumerate(vals):
+                    out[row, : v.shape[0]] = v
+                batch[key] = out
+            else:
+                cat = torch.cat([v if v.dim() else v.reshape(1) for v in vals], dim=0)
+                if cat.is_floating_point() and self.compute_dtype is not None:
+                    cat = cat.to(self.compute_dtype)
+                batch[key] = cat
+        return batch
+
+
+class EpochSampler:
+    """Batches of indices in `epoch_order(n, seed, epoch)`, starting after `skip_batches` (resume)."""
+
+    def __init__(self, n: int, batch_size: int, seed: int, epoch: int = 0, shuffle: bool = True,
+                 skip_batches: int = 0, drop_last: bool = False):
+        self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, epoch
+        self.shuffle, self.skip_batches, self.drop_last = shuffle, skip_batches, drop_last
+
+    def _batches(self) -> list[list[int]]:
+        order = epoch_order(self.n, self.seed, self.epoch) if self.shuffle else list(range(self.n))
+        stop = (self.n // self.batch_size) * self.batch_size if self.drop_last else self.n
+        return [order[i:i + self.batch_size] for i in range(0, stop, self.batch_size)]
+
+    def __iter__(self):
+        return iter(self._batches()[self.skip_batches:])
+
+    def __len__(self) -> int:
+        return max(0, len(self._batches()) - self.skip_batches)
+
+
+def make_dataloader(dataset, collator, batch_size: int, shuffle: bool = True, seed: int = 0,
+                    num_workers: int = 0, epoch: int = 0, skip_batches: int = 0, drop_last: bool = False):
+    """A DataLoader whose order is a function of (seed, epoch) only, so resume reproduces it by
+    skipping the batches already consumed. Workers are spawned, never forked (failure mode 20)."""
+    import torch
+
+    sampler = EpochSampler(len(dataset), batch_size, seed, epoch, shuffle, skip_batches, drop_last)
+    return torch.utils.data.DataLoader(
+        dataset, batch_sampler=sampler, collate_fn=collator, num_workers=num_workers,
+        multiprocessing_context="spawn" if num_workers > 0 else None,
+        persistent_workers=False,
+    )

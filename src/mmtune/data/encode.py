@@ -1,0 +1,336 @@
+"""A Record -> model inputs, through the model's own processor and chat template, with a label mask.
+
+How the answer tokens are found, for any processor: the conversation is rendered once with the
+processor's chat template; the character span of each assistant answer (plus the end-of-turn token
+that follows it) is located by rendering the prefix up to that turn. The rendered text is tokenized
+by the tokenizer alone (with offsets, so each token knows its characters) and by the processor (which
+expands each media placeholder into its run of media tokens). The two id sequences agree except inside
+those runs, so walking them side by side carries each token's label across. Nothing family-specific
+is assumed beyond "the processor expands placeholders into runs of special tokens".
+
+Checks, each a BadRecord (a DataError with a `reason` that skip policies count under):
+- placeholders in the rendered text vs media parts, per record (failure mode 16);
+- the encoded length against `data.max_length`; a record is never truncated, since that could cut
+  media tokens (failure mode 17);
+- media files that are missing or undecodable (failure mode 18), via mmtune.data.media.
+"""
+
+from __future__ import annotations
+
+from ..errors import DataError
+from .formats import BadRecord
+from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
+from .records import answer_text as _answer_text
+
+TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+
+
+def apply_media_caps(processor, model_cfg) -> list[str]:
+    """Set model.max_pixels / min_pixels on the image and video processors (Qwen-style `size` dicts
+    with shortest_edge/longest_edge in pixels, or min_pixels/max_pixels attributes). Returns what was
+    changed, for the log."""
+    changed = []
+    for name in ("image_processor", "video_processor"):
+        sub = getattr(processor, name, None)
+        if sub is None:
+            continue
+        for key, value, edge in (("max_pixels", model_cfg.max_pixels, "longest_edge"),
+                                 ("min_pixels", model_cfg.min_pixels, "shortest_edge")):
+            if value is None:
+                continue
+            done = False
+            size = getattr(sub, "size", None)
+            if size is not None and getattr(size, edge, None) is not None if not isinstance(size, dict) else edge in size:
+                if isinstance(size, dict):
+                    size = dict(size)
+                    size[edge] = value
+                    sub.size = size
+                else:
+                    setattr(size, edge, value)
+                done = True
+            if hasattr(sub, key):
+                setattr(sub, key, value)
+                done = True
+            if done:
+                changed.append(f"{name}.{key}={value}")
+    return changed
+
+
+class Encoder:
+    def __init__(self, processor, family, cfg):
+        self.processor = processor
+        self.family = family
+        self.cfg = cfg
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.max_length = cfg.data.max_length
+        self.system_prompt = cfg.data.system_prompt
+        self.text_only = self.tokenizer is processor
+        self.modalities = {"text"}
+        if getattr(processor, "image_processor", None) is not None:
+            self.modalities.add("image")
+        if getattr(processor, "video_processor", None) is not None:
+            self.modalities.add("video")
+        if getattr(processor, "feature_extractor", None) is not None:
+            self.modalities.add("audio")
+        self.decisions = apply_media_caps(processor, cfg.model)
+        # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
+        self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
+        self.media_token_id = {}
+        for k in MEDIA_TYPES:
+            tid = getattr(processor, f"{k}_token_id", None)
+            if tid is None and self.placeholder[k]:
+                tid = self.tokenizer.convert_tokens_to_ids(self.placeholder[k])
+            if tid is not None and tid != self.tokenizer.unk_token_id:
+                self.media_token_id[k] = int(tid)
+        fe = getattr(processor, "feature_extractor", None)
+        self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
+        self.special_ids = set(self.tokenizer.all_special_ids) | {
+            i for i, t in getattr(self.tokenizer, "added_tokens_decoder", {}).items() if getattr(t, "special", False)}
+        self.special_strings = sorted(
+            {t for t in self.tokenizer.all_special_tokens}
+            | {t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", False)},
+            key=len, reverse=True)
+
+    # ------------------------------------------------------------------ rendering
+    def _template_messages(self, messages: list[dict]) -> list[dict]:
+        """Messages as the chat template wants them: media parts reduced to {"type": kind}; plain
+        strings for text-only tokenizers (their templates expect `content` to be a string)."""
+        out = []
+        if self.system_prompt and not (messages and messages[0]["role"] == "system"):
+            out.append({"role": "system", "content": self._content([{"type": "text", "text": self.system_prompt}])})
+        for m in messages:
+            out.append({"role": m["role"], "content": self._content(content_parts(m["content"]))})
+        return out
+
+    def _content(self, parts):
+        if self.text_only:
+            return part_text(parts)
+        return [{"type": "text", "text": p.get("text", "")} if p["type"] == "text" else {"type": p["type"]}
+                for p in parts]
+
+    def render(self, tmessages: list[dict], add_generation_prompt: bool = False) -> str:
+        return self.processor.apply_chat_template(tmessages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def _answer_spans(self, tmessages: list[dict], full: str, record: Record) -> list[tuple[int, int]]:
+        """Character spans [start, end) in `full` of every assistant answer + its end-of-turn token."""
+        spans = []
+        for i, m in enumerate(tmessages):
+            if m["role"] != "assistant":
+                continue
+            answer = m["content"] if isinstance(m["content"], str) else part_text(m["content"])
+            answer = answer.strip()
+            upto = self.render(tmessages[: i + 1])
+            prompt = self.render(tmessages[:i], add_generation_prompt=True)
+            before = self.render(tmessages[:i]) if i else ""
+            if not full.startswith(upto):
+                raise DataError("the chat template renders a conversation differently from its own prefix",
+                                where=record.where(),
+                                fix="use a chat template whose rendering of a conversation starts with the rendering "
+                                    "of its first turns (report this model to mmtune)")
+            if upto.startswith(prompt) and upto.find(answer, len(prompt)) >= 0:
+                start = upto.find(answer, len(prompt))
+            else:  # templates whose generation prompt differs from an assistant turn's header
+                start = upto.rfind(answer, len(before))
+            if not answer or start < 0:
+                raise BadRecord("no answer", f"assistant turn {i} has no answer text the template renders", record.where(),
+                                "give every assistant turn a non-empty text answer")
+            end = start + len(answer)
+            tail = upto[end:]
+            stripped = tail.lstrip(" ")
+            for s in self.special_strings:  # the end-of-turn token, if the template puts one right after
+                if stripped.startswith(s):
+                    end += len(tail) - len(stripped) + len(s)
+                    break
+            spans.append((start, end))
+        return spans
+
+    # ------------------------------------------------------------------ media
+    def _check_media(self, record: Record, tmessages, full: str) -> None:
+        parts = record.media_parts()
+        for kind in MEDIA_TYPES:
+            n = sum(1 for p in parts if p["type"] == kind)
+            if n and kind not in self.modalities:
+                raise BadRecord("unsupported media", f"record has {n} {kind} part(s) but this model takes "
+                                f"{'/'.join(sorted(self.modalities))} only", record.where(),
+                                f"use a model that accepts {kind}, or remove those parts")
+            ph = self.placeholder.get(kind)
+            if ph and kind in self.modalities:
+                found = full.count(ph)
+                if found != n:
+                    raise BadRecord("placeholder mismatch",
+                                    f"{n} {kind} part(s) but {found} {ph!r} placeholder(s) in the rendered prompt",
+                                    record.where(),
+                                    f"remove literal {ph!r} from the record's text: mmtune inserts one placeholder "
+                                    f"per {kind} part itself")
+
+    def _load_media(self, record: Record) -> dict:
+        from . import media
+
+        where = record.where()
+        mc = self.cfg.model
+        images, videos, audio, audio_from_video = [], [], [], []
+        for p in record.media_parts():
+            if p["type"] == "image":
+                images.append(media.load_image(p, where))
+            elif p["type"] == "video":
+                clip = media.load_video(p, where, n_frames=mc.video_frames, fps=mc.video_fps, max_pixels=mc.max_pixels)
+                videos.append(clip.as_array())
+                if p.get("use_audio"):
+                    audio.append(self._checked_audio(media.load_audio(p, where, self.sampling_rate), p, record))
+                    audio_from_video.append(len(videos) - 1)
+            elif p["type"] == "audio":
+                audio.append(self._checked_audio(media.load_audio(p, where, self.sampling_rate), p, record))
+                audio_from_video.append(None)
+        kwargs: dict = {}
+        if images:
+            kwargs["images"] = images
+        if videos:
+            kwargs["videos"] = videos
+        if audio:
+            kwargs["audio"] = audio
+            kwargs["sampling_rate"] = self.sampling_rate
+        if any(i is not None for i in audio_from_video):
+            from transformers.processing_utils import OmniModalProcessorMixin
+
+            if not isinstance(self.processor, OmniModalProcessorMixin):
+                raise BadRecord("unsupported media", "a video part asks for its audio track (use_audio) but this "
+                                "model's processor cannot interleave a video's audio", where,
+                                "drop use_audio, or use an omni model (e.g. Qwen2.5-Omni)")
+            kwargs["load_audio_from_video"] = True
+            kwargs["audio_from_video_indices"] = audio_from_video
+        return kwargs
+
+    def _checked_audio(self, wave, part, record):
+        seconds = len(wave) / self.sampling_rate
+        cap = self.cfg.model.audio_max_seconds
+        if seconds > cap:
+            raise BadRecord("too long", f"audio {part.get('path', '<in-memory>')} lasts {seconds:.1f} s, over "
+                            f"model.audio_max_seconds={cap:g}", record.where(),
+                            "trim the clip, or raise model.audio_max_seconds if the model takes longer audio")
+        return wave
+
+    # ------------------------------------------------------------------ tokens
+    def _add_special(self, text: str) -> bool:
+        # Chat templates usually write BOS themselves; adding it again doubles it (same rule as
+        # transformers' own apply_chat_template(tokenize=True)).
+        bos = self.tokenizer.bos_token
+        return not (bos is not None and text.startswith(bos))
+
+    def _run(self, text: str, record: Record, media_kwargs: dict) -> dict:
+        add = self._add_special(text)
+        if self.text_only:
+            out = self.tokenizer(text, add_special_tokens=add, return_tensors="pt")
+        else:
+            try:
+                out = self.processor(text=[text], add_special_tokens=add, return_tensors="pt", **media_kwargs)
+            except (ValueError, TypeError, RuntimeError) as e:
+                raise BadRecord("processor error", f"the processor rejected the record: {e}", record.where(),
+                                "check the record's media (sizes, frame counts) against the model's processor") from None
+        return dict(out)
+
+    def _aligned_labels(self, text: str, spans, expanded_ids: list[int], record: Record) -> list[int]:
+        """Labels over `expanded_ids`: answer tokens keep their id, everything else is -100."""
+        enc = self.tokenizer(text, add_special_tokens=self._add_special(text), return_offsets_mapping=True)
+        ids, offsets = enc["input_ids"], enc["offset_mapping"]
+        in_answer = [end > start and any(a0 < end and start < a1 for a0, a1 in spans) for start, end in offsets]
+        media_ids = set(self.media_token_id.values())
+        labels = [-100] * len(expanded_ids)
+        j, i = 0, 0  # positions in expanded_ids and in ids
+        while i < len(ids):
+            tid = ids[i]
+            if tid in media_ids:
+                # A placeholder (or several identical ones back to back) becomes a run of special tokens
+                # in the processor's output: media pads, and for omni models audio/vision boundaries.
+                while i + 1 < len(ids) and ids[i + 1] == tid:
+                    i += 1
+                nxt = ids[i + 1] if i + 1 < len(ids) else None
+                start_j = j
+                while j < len(expanded_ids) and expanded_ids[j] in self.special_ids and (
+                        expanded_ids[j] != nxt or j == start_j):
+                    j += 1
+                if j == start_j:
+                    break  # no run where one was expected: reported below
+                i += 1
+                continue
+            if j >= len(expanded_ids) or expanded_ids[j] != tid:
+                raise DataError("cannot line up the processor's tokens with the tokenizer's (label mask)",
+                                where=record.where(),
+                                fix="this processor changes text beyond expanding media placeholders; "
+                                    "report the model to mmtune")
+            if in_answer[i]:
+                labels[j] = tid
+            i += 1
+            j += 1
+        if j != len(expanded_ids):
+            raise DataError(f"label alignment ended at token {j} of {len(expanded_ids)}", where=record.where(),
+                            fix="this processor changes text beyond expanding media placeholders; report the model to mmtune")
+        return labels
+
+    def _finish(self, out: dict, record: Record) -> dict:
+        n = out["input_ids"].shape[-1]
+        res = {}
+        for k, v in out.items():
+            if not hasattr(v, "shape"):
+                import torch
+
+                v = torch.as_tensor(v)
+            if k in TOKEN_KEYS or (v.dim() == 2 and v.shape[0] == 1 and v.shape[1] == n and k not in
+                                   ("feature_attention_mask",)):
+                res[k] = v.reshape(-1)
+            else:
+                res[k] = v
+        return res
+
+    def _check_length(self, n: int, record: Record) -> None:
+        if n > self.max_length:
+            media = ", ".join(f"{sum(1 for p in record.media_parts() if p['type'] == k)} {k}" for k in MEDIA_TYPES
+                              if any(p["type"] == k for p in record.media_parts()))
+            raise BadRecord("too long", f"record is {n} tokens{' (with ' + media + ')' if media else ''}, over "
+                            f"data.max_length={self.max_length}; it is not truncated, which could cut media tokens",
+                            record.where(),
+                            f"raise data.max_length to at least {n}, lower model.max_pixels / model.video_frames, "
+                            "or set data.on_bad_record=skip to drop such records (they are counted)")
+
+    def encode(self, record: Record, *, check_length: bool = True) -> dict:
+        import torch
+
+        if last_assistant_index(record.messages) is None:
+            raise BadRecord("no answer", "record has no assistant turn", record.where(),
+                            "end the conversation with an assistant message holding the answer")
+        tmessages = self._template_messages(record.messages)
+        full = self.render(tmessages)
+        self._check_media(record, tmessages, full)
+        spans = self._answer_spans(tmessages, full, record)
+        out = self._run(full, record, self._load_media(record))
+        ids = out["input_ids"][0].tolist()
+        if check_length:
+            self._check_length(len(ids), record)
+        labels = self._aligned_labels(full, spans, ids, record)
+        res = self._finish(out, record)
+        res["labels"] = torch.tensor(labels, dtype=torch.long)
+        return res
+
+    def encode_prompt(self, record: Record) -> dict:
+        """The prompt only (everything before the last assistant turn), with the generation prompt."""
+        i = last_assistant_index(record.messages)
+        msgs = record.messages[:i] if i is not None else record.messages
+        tmessages = self._template_messages(msgs)
+        text = self.render(tmessages, add_generation_prompt=True)
+        prompt_record = Record(record.id, record.source, msgs)
+        self._check_media(prompt_record, tmessages, text)
+        out = self._run(text, record, self._load_media(prompt_record))
+        return self._finish(out, record)
+
+    def answer_text(self, record: Record) -> str:
+        return _answer_text(record)
+
+    def token_counts(self, record: Record) -> dict:
+        """Tokens of each kind in the encoded record, counted from the placeholder ids in input_ids."""
+        ids = self.encode(record, check_length=False)["input_ids"]
+        counts = {k: int((ids == self.media_token_id[k]).sum()) if k in self.media_token_id else 0
+                  for k in MEDIA_TYPES}
+        total = int(ids.numel())
+        return {"text": total - sum(counts.values()), **counts, "total": total}
+
+    def rendered(self, record: Record) -> str:
+        return self.render(self._template_messages(record.messages))

@@ -1,0 +1,257 @@
+"""Media decoding: images (PIL), videos (a folder of frames or a file via PyAV), audio (soundfile or PyAV).
+
+Every failure is a DataError naming the record and the file (failure mode 18). Videos are sampled to
+`model.video_frames` frames uniformly, or by `model.video_fps`, and frames are capped to
+`model.max_pixels` (aspect kept) so a 4K clip does not explode the token count (failure mode 2).
+Audio comes out mono float32 at the processor's sampling rate: other rates are resampled with
+libswresample (through PyAV), not rejected.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError
+from .records import media_label
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
+SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif"}
+
+
+def _bad(what: str, part: dict, where: str, fix: str) -> DataError:
+    return DataError(f"{what}: {media_label(part)}", where=where, fix=fix)
+
+
+# ----------------------------------------------------------------------------------------------- images
+def load_image(part: dict, where: str = "", max_pixels: int | None = None):
+    """A media part -> RGB PIL image (from an in-memory image, bytes, or a path)."""
+    from PIL import Image, UnidentifiedImageError
+
+    img = part.get("image")
+    if img is None:
+        src = io.BytesIO(part["bytes"]) if part.get("bytes") is not None else part.get("path")
+        if src is None:
+            raise _bad("image part has no path", part, where, 'give {"type": "image", "path": "file.png"}')
+        try:
+            with Image.open(src) as im:
+                im.load()
+                img = im.convert("RGB")
+        except FileNotFoundError:
+            raise _bad("image file not found", part, where,
+                       "check the path and data.media_root, or set data.on_bad_record=skip") from None
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+            raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
+                       "replace or remove the file, or set data.on_bad_record=skip") from None
+    elif img.mode != "RGB":
+        img = img.convert("RGB")
+    return cap_pixels(img, max_pixels)
+
+
+def cap_pixels(img, max_pixels: int | None):
+    """Downscale (aspect kept) so width*height <= max_pixels; smaller images are left alone."""
+    if not max_pixels or img.width * img.height <= max_pixels:
+        return img
+    from PIL import Image
+
+    scale = math.sqrt(max_pixels / (img.width * img.height))
+    size = (max(1, int(img.width * scale)), max(1, int(img.height * scale)))
+    return img.resize(size, Image.BICUBIC)
+
+
+# ----------------------------------------------------------------------------------------------- videos
+@dataclass
+class VideoClip:
+    frames: list  # PIL RGB images, the sampled frames
+    source_frames: int  # how many frames the source had (decodable)
+    source_fps: float | None
+    indices: list[int] = field(default_factory=list)  # which source frames were taken
+
+    def as_array(self):
+        import numpy as np
+
+        return np.stack([np.asarray(f) for f in self.frames])
+
+
+def sample_indices(n_source: int, n_frames: int, fps: float | None = None, source_fps: float | None = None) -> list[int]:
+    """Frame indices to keep: every 1/fps seconds when fps and the source rate are known, else
+    `n_frames` spread uniformly (centres of equal segments). Never more frames than the source has."""
+    if n_source <= 0:
+        return []
+    if fps and source_fps:
+        step = source_fps / fps
+        count = max(1, int(n_source / step))
+        return sorted({min(n_source - 1, int(i * step)) for i in range(count)})
+    k = min(n_frames, n_source)
+    return [min(n_source - 1, int((i + 0.5) * n_source / k)) for i in range(k)]
+
+
+def _frames_folder(folder: Path, part, where, n_frames, fps, max_pixels) -> VideoClip:
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise _bad("video frames folder holds no image files", part, where,
+                   f"put the frames as images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the folder")
+    # A folder has no frame rate; fps sampling needs one, so frames are taken uniformly.
+    idx = sample_indices(len(files), n_frames)
+    frames = [load_image({"type": "image", "path": str(files[i])}, where, max_pixels) for i in idx]
+    return VideoClip(frames, len(files), None, idx)
+
+
+def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoClip:
+    import av
+
+    try:
+        container = av.open(str(path))
+    except (av.error.FFmpegError, OSError) as e:
+        raise _bad(f"video cannot be opened ({e})", part, where, "replace the file, or set data.on_bad_record=skip") from None
+    with container:
+        if not container.streams.video:
+            raise _bad("file has no video stream", part, where, "give a video file, or an audio part for audio-only files")
+        stream = container.streams.video[0]
+        source_fps = float(stream.average_rate) if stream.average_rate else None
+        known = stream.frames or 0
+        wanted = set(sample_indices(known, n_frames, fps, source_fps)) if known else None
+        kept: dict[int, object] = {}
+        n = 0
+        try:
+            for frame in container.decode(stream):
+                if wanted is None or n in wanted:
+                    kept[n] = cap_pixels(frame.to_image().convert("RGB"), max_pixels)
+                n += 1
+        except av.error.FFmpegError as e:
+            if n == 0:
+                raise _bad(f"video cannot be decoded ({e})", part, where,
+                           "replace the file, or set data.on_bad_record=skip") from None
+            # A truncated tail: keep the frames decoded so far (the count says how many).
+    if n == 0:
+        raise _bad("video has no decodable frames", part, where, "replace the file, or set data.on_bad_record=skip")
+    # The header's frame count can be wrong; re-sample over what was really decoded.
+    idx = sample_indices(n, n_frames, fps, source_fps)
+    if not all(i in kept for i in idx):
+        if wanted is not None:  # header promised more frames than there were: decode again, all of them
+            return _frames_file_all(path, part, where, n_frames, fps, max_pixels, source_fps)
+    return VideoClip([kept[i] for i in idx], n, source_fps, idx)
+
+
+def _frames_file_all(path, part, where, n_frames, fps, max_pixels, source_fps) -> VideoClip:
+    import av
+
+    with av.open(str(path)) as container:
+        frames = []
+        try:
+            for frame in container.decode(container.streams.video[0]):
+                frames.append(cap_pixels(frame.to_image().convert("RGB"), max_pixels))
+        except av.error.FFmpegError:
+            pass  # keep what decoded; zero is handled below
+    if not frames:
+        raise _bad("video has no decodable frames", part, where, "replace the file, or set data.on_bad_record=skip")
+    idx = sample_indices(len(frames), n_frames, fps, source_fps)
+    return VideoClip([frames[i] for i in idx], len(frames), source_fps, idx)
+
+
+def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None = None,
+               max_pixels: int | None = None) -> VideoClip:
+    """A video part -> sampled frames. In memory (list of PIL frames / array), a frames folder, or a file."""
+    from PIL import Image
+
+    obj = part.get("video")
+    if obj is not None:
+        frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
+        idx = sample_indices(len(frames), n_frames)
+        return VideoClip([cap_pixels(frames[i].convert("RGB"), max_pixels) for i in idx], len(frames), None, idx)
+    if part.get("path") is None:
+        raise _bad("video part has no path", part, where, 'give {"type": "video", "path": "clip.mp4 or frames/"}')
+    path = Path(part["path"])
+    if not path.exists():
+        raise _bad("video file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
+    if path.is_dir():
+        return _frames_folder(path, part, where, n_frames, fps, max_pixels)
+    return _frames_file(path, part, where, n_frames, fps, max_pixels)
+
+
+# ----------------------------------------------------------------------------------------------- audio
+def resample(wave, sr: int, target_sr: int):
+    """Mono float32 `wave` at `sr` -> `target_sr`, with libswresample (band-limited, not naive)."""
+    import av
+    import numpy as np
+
+    wave = np.ascontiguousarray(wave, dtype=np.float32)
+    if sr == target_sr or wave.size == 0:
+        return wave
+    frame = av.AudioFrame.from_ndarray(wave[None, :], format="fltp", layout="mono")
+    frame.sample_rate = sr
+    rs = av.AudioResampler(format="flt", layout="mono", rate=target_sr)
+    chunks = [f.to_ndarray().reshape(-1) for f in rs.resample(frame)]
+    chunks += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
+    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
+def _decode_audio_av(path: str, part, where: str, target_sr: int, from_video: bool):
+    import av
+    import numpy as np
+
+    try:
+        container = av.open(path)
+    except (av.error.FFmpegError, OSError) as e:
+        raise _bad(f"audio cannot be opened ({e})", part, where, "replace the file, or set data.on_bad_record=skip") from None
+    with container:
+        if not container.streams.audio:
+            what = "video has no audio track" if from_video else "file has no audio stream"
+            raise _bad(what, part, where, "drop use_audio for this video" if from_video else "give an audio file")
+        rs = av.AudioResampler(format="flt", layout="mono", rate=target_sr)
+        chunks = []
+        try:
+            for frame in container.decode(container.streams.audio[0]):
+                frame.pts = None  # let the resampler run on sample counts, not container timestamps
+                chunks += [f.to_ndarray().reshape(-1) for f in rs.resample(frame)]
+            chunks += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
+        except av.error.FFmpegError as e:
+            if not chunks:
+                raise _bad(f"audio cannot be decoded ({e})", part, where,
+                           "replace the file, or set data.on_bad_record=skip") from None
+    if not chunks:
+        raise _bad("audio has no decodable samples", part, where, "replace the file, or set data.on_bad_record=skip")
+    return np.concatenate(chunks).astype(np.float32)
+
+
+def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
+    """An audio part (or a video part with use_audio) -> mono float32 numpy array at `sampling_rate`.
+
+    In memory: `{"type": "audio", "audio": array, "sampling_rate": sr}` (or a (array, sr) tuple)."""
+    import numpy as np
+
+    obj = part.get("audio")
+    if obj is not None:
+        if isinstance(obj, tuple):
+            obj, sr = obj
+        else:
+            sr = part.get("sampling_rate", sampling_rate)
+        wave = np.asarray(obj, dtype=np.float32)
+        if wave.ndim == 2:
+            wave = wave.mean(axis=1 if wave.shape[1] < wave.shape[0] else 0)
+        return resample(wave, int(sr), sampling_rate)
+    from_video = part.get("type") == "video"
+    path = part.get("path")
+    if path is None and part.get("bytes") is None:
+        raise _bad("audio part has no path", part, where, 'give {"type": "audio", "path": "clip.wav"}')
+    if path is not None and not Path(path).exists():
+        raise _bad("audio file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
+    if path is not None and not from_video and Path(path).suffix.lower() in SOUNDFILE_SUFFIXES:
+        import soundfile as sf
+
+        try:
+            wave, sr = sf.read(path, dtype="float32", always_2d=True)
+        except (sf.LibsndfileError, RuntimeError) as e:
+            raise _bad(f"audio cannot be decoded ({e})", part, where,
+                       "replace the file, or set data.on_bad_record=skip") from None
+        return resample(wave.mean(axis=1), sr, sampling_rate)
+    if path is None:  # bytes from a datasets Audio column
+        import tempfile
+
+        with tempfile.NamedTemporaryFile(suffix=Path(part.get("name", "a.wav")).suffix or ".wav") as tmp:
+            tmp.write(part["bytes"])
+            tmp.flush()
+            return _decode_audio_av(tmp.name, part, where, sampling_rate, False)
+    return _decode_audio_av(str(path), part, where, sampling_rate, from_video)
