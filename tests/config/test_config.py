@@ -73,3 +73,10 @@ def test_override_without_equals_is_an_error(tmp_path):
 def test_unknown_component_rejected(tmp_path):
     with pytest.raises(ConfigError, match="projecter"):
         load_config(write(tmp_path, BASE), ["adapter.train_components=[projecter]"])
+
+
+def test_config_reference_is_up_to_date():
+    from mmtune.config.reference import render
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "config.md"
+    assert doc.read_text() == render(), "run: python -m mmtune.config.reference > docs/config.md"
