@@ -14,12 +14,10 @@ def _rows(model_cls, prefix=""):
         if isinstance(ann, type) and hasattr(ann, "model_fields"):
             yield from _rows(ann, prefix + name + ".")
             continue
-        default = f.default_factory() if f.default_factory is not None else f.default
-        if default is ...:
-            default = None
+        if f.is_required():
             shown = "(required)"
         else:
-            shown = repr(default)
+            shown = repr(f.default_factory() if f.default_factory is not None else f.default)
         typ = str(ann).replace("typing.", "").replace("<class '", "").replace("'>", "")
         yield f"| `{prefix}{name}` | `{typ}` | `{shown}` | {f.description or ''} |"
 
