@@ -1,0 +1,43 @@
+"""Public configs of real models, embedded so `mmtune plan` works at real size with no download.
+
+Each JSON file holds `name`, `hub_id` (and `aliases`), the model's `config` (as in its config.json on the
+hub) and `processor` facts (patch sizes, pixel caps, audio feature settings). `embedded(name)` finds
+one by hub id, alias or short name, case-insensitively.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+@lru_cache(maxsize=None)
+def _all() -> dict[str, dict]:
+    out = {}
+    for f in sorted(HERE.glob("*.json")):
+        spec = json.loads(f.read_text())
+        for key in [spec["name"], spec["hub_id"], *spec.get("aliases", [])]:
+            out[key.lower()] = spec
+            out[key.lower().split("/")[-1]] = spec
+    return out
+
+
+def embedded(name: str) -> dict | None:
+    """The embedded spec for a hub id / alias / short name, or None."""
+    return _all().get(name.lower()) or _all().get(name.lower().split("/")[-1])
+
+
+def embedded_names() -> list[str]:
+    return sorted({s["hub_id"] for s in _all().values()})
+
+
+def hf_config(spec: dict):
+    """The transformers config object of an embedded spec."""
+    from transformers import AutoConfig
+
+    cfg = dict(spec["config"])
+    model_type = cfg.pop("model_type")
+    return AutoConfig.for_model(model_type, **cfg)

@@ -1,0 +1,130 @@
+"""Track every tensor storage a step allocates and frees, on fake tensors, in order.
+
+A TorchDispatchMode sees each aten op; every output storage not seen before gets a serial number and
+an allocation event, and a `weakref.finalize` on the storage logs its free. Nothing is allocated for
+real (the storages are fake), so a 7B step costs seconds. The event list is the input of the CUDA
+allocator model (`allocator.py`), and replaying it up to the peak gives the live set at the peak,
+classified afterwards by identity (weights, trainable, gradients, optimizer state) or by the phase that
+created it (activations, logits/loss, temporaries).
+
+torch's own MemTracker registers gradient hooks on every parameter and fails on frozen ones (LoRA);
+this tracker needs no hook on parameters at all.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+# Phases a step goes through, in order; `eval_generation` when eval is planned.
+PHASES = ("setup", "forward", "loss", "backward", "optimizer", "eval_generation")
+
+
+@dataclass
+class Event:
+    serial: int
+    nbytes: int  # > 0: allocation, < 0: free
+    phase: str
+    tag: str  # "" or "logits" (created inside the output head or the loss)
+
+
+@dataclass
+class Storage:
+    serial: int
+    nbytes: int
+    phase: str
+    tag: str
+
+
+@dataclass
+class Trace:
+    events: list[Event] = field(default_factory=list)
+    storages: dict[int, Storage] = field(default_factory=dict)
+    peak_bytes: int = 0
+    peak_index: int = -1  # index in `events` of the allocation that set the peak
+    peak_phase: str = "setup"
+    live_bytes: int = 0
+
+    def live_at(self, index: int) -> set[int]:
+        live: set[int] = set()
+        for ev in self.events[: index + 1]:
+            if ev.nbytes > 0:
+                live.add(ev.serial)
+            else:
+                live.discard(ev.serial)
+        return live
+
+
+class StorageTracker(TorchDispatchMode):
+    """Logs allocation/free events of tensor storages created under it (and of ones registered)."""
+
+    def __init__(self):
+        super().__init__()
+        self.trace = Trace()
+        self._serial_of: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._next = 0
+        self.phase = "setup"
+        self.tag = ""
+
+    # -- identity --------------------------------------------------------------------------------
+    def serial(self, t: torch.Tensor) -> int | None:
+        """Serial of a tensor's storage, or None if it was never seen."""
+        try:
+            return self._serial_of.get(t.untyped_storage())
+        except (RuntimeError, NotImplementedError, TypeError):
+            return None
+
+    def register(self, t: torch.Tensor, phase: str | None = None, tag: str = "") -> int | None:
+        """Count a tensor that exists already (weights, buffers, inputs) as allocated now."""
+        return self._see(t, phase or self.phase, tag)
+
+    # -- events ----------------------------------------------------------------------------------
+    def _see(self, t: torch.Tensor, phase: str, tag: str) -> int | None:
+        if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+            return None
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None
+        known = self._serial_of.get(st)
+        if known is not None:
+            return known
+        nbytes = st.nbytes()
+        serial = self._next
+        self._next += 1
+        self._serial_of[st] = serial
+        tr = self.trace
+        tr.storages[serial] = Storage(serial, nbytes, phase, tag)
+        tr.events.append(Event(serial, nbytes, phase, tag))
+        tr.live_bytes += nbytes
+        if tr.live_bytes > tr.peak_bytes:
+            tr.peak_bytes = tr.live_bytes
+            tr.peak_index = len(tr.events) - 1
+            tr.peak_phase = phase
+        weakref.finalize(st, self._freed, serial, nbytes, tr)
+        return serial
+
+    def _freed(self, serial: int, nbytes: int, tr: Trace) -> None:
+        if tr is not self.trace:
+            return
+        tr.events.append(Event(serial, -nbytes, self.phase, ""))
+        tr.live_bytes -= nbytes
+
+    def _current_phase(self) -> str:
+        # The autograd engine runs backward ops with a graph task id; that is the backward phase,
+        # including recomputation under checkpointing, whatever the caller's phase says.
+        if torch._C._current_graph_task_id() != -1:
+            return "backward"
+        return self.phase
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        phase = self._current_phase()
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                self._see(t, phase, self.tag if phase != "backward" else "")
+        return out
