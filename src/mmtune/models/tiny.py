@@ -114,7 +114,7 @@ def tiny_config_and_processor(name: str, **config_overrides):
     return spec.make_config(tok, **config_overrides), spec.make_processor(tok)
 
 
-def build_tiny(name: str, seed: int = 0, **config_overrides):
+def build_tiny(name: str, seed: int = 0, attn_implementation: str | None = None, **config_overrides):
     """(model, processor) of the named tiny twin, weights random but reproducible from `seed`."""
     import torch
     import transformers
@@ -126,5 +126,6 @@ def build_tiny(name: str, seed: int = 0, **config_overrides):
     cls = getattr(transformers, family.model_class)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = cls.from_config(config) if hasattr(cls, "from_config") else cls(config)
+        kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
+        model = cls.from_config(config, **kw) if hasattr(cls, "from_config") else cls._from_config(config, **kw)
     return model, processor

@@ -1,0 +1,296 @@
+"""Adapters: LoRA / DoRA / QLoRA on the decoder, components trained in full or frozen, per-component LR.
+
+`apply_adapters(model, family, adapter_cfg, train_cfg)` returns the (possibly peft-wrapped) model,
+optimizer parameter groups and a table of trainable parameters per component.
+
+Rules (failure modes 10-12):
+- LoRA goes on the decoder's linear layers only. `adapter.target_modules` may be "auto" (the
+  standard attention + MLP projections), "all-linear" (every nn.Linear of the decoder), or a list of
+  names. A plain name ("q_proj") is matched inside the decoder only; reaching another component needs
+  an explicit "component:name" ("vision:qkv") or a dotted module path ("model.visual.blocks.0.attn.qkv").
+- Components in `adapter.train_components` are trained in full through peft `modules_to_save`, so
+  `save_pretrained` / `PeftModel.from_pretrained` carry them with the adapter.
+- Parameter groups are built here, from parameter objects, before any DDP wrapping; the trainer hands
+  them to the optimizer as they are (never re-selects by name after wrapping).
+- Nothing trainable, or targets matching nothing, is an error listing what exists; a component the
+  user meant frozen that ends up trainable is a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError
+from .models.families import DECODER_LINEARS, Family
+
+log = logging.getLogger("mmtune.adapters")
+
+COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
+# How peft decorates the names of the base model's parameters.
+_PEFT_PREFIX = "base_model.model."
+_PEFT_INFIX = re.compile(r"\.modules_to_save\.[^.]+(?=\.)|\.original_module(?=\.)|\.base_layer(?=\.)")
+_LORA = re.compile(r"\.lora_(?:A|B|embedding_A|embedding_B|magnitude_vector)\b")
+
+
+@dataclass
+class ComponentRow:
+    component: str
+    total: int
+    trainable: int
+
+
+@dataclass
+class TrainableTable:
+    rows: list[ComponentRow]
+    lora_params: int
+    lora_by_component: dict[str, int] = field(default_factory=dict)
+    method: str = "lora"
+
+    @property
+    def total(self) -> int:
+        return sum(r.total for r in self.rows) + self.lora_params
+
+    @property
+    def trainable(self) -> int:
+        return sum(r.trainable for r in self.rows) + self.lora_params
+
+    def trainable_of(self, component: str) -> int:
+        if component == "lora":
+            return self.lora_params
+        return next((r.trainable for r in self.rows if r.component == component), 0)
+
+    def render(self):
+        """A rich Table: per component, parameters, trainable and percentage."""
+        from rich.table import Table
+
+        t = Table(title=f"trainable parameters ({self.method})")
+        for col in ("component", "parameters", "trainable", "% of component", "% of all trainable"):
+            t.add_column(col, justify="left" if col == "component" else "right")
+        tot_tr = max(self.trainable, 1)
+        for r in self.rows:
+            t.add_row(r.component, f"{r.total:,}", f"{r.trainable:,}",
+                      f"{100 * r.trainable / max(r.total, 1):.2f}", f"{100 * r.trainable / tot_tr:.2f}")
+        if self.lora_params:
+            where = ", ".join(f"{c} {n:,}" for c, n in self.lora_by_component.items())
+            t.add_row(f"lora ({where})", f"{self.lora_params:,}", f"{self.lora_params:,}", "100.00",
+                      f"{100 * self.lora_params / tot_tr:.2f}")
+        t.add_row("total", f"{self.total:,}", f"{self.trainable:,}",
+                  f"{100 * self.trainable / max(self.total, 1):.3f}", "100.00")
+        return t
+
+    def __str__(self) -> str:
+        from rich.console import Console
+
+        c = Console(width=120, record=True, file=open("/dev/null", "w"))  # noqa: SIM115 - render only
+        c.print(self.render())
+        return c.export_text()
+
+
+@dataclass
+class AdapterResult:
+    model: Any
+    param_groups: list[dict]  # torch optimizer groups: params, lr, weight_decay, component
+    table: TrainableTable
+    warnings: list[str] = field(default_factory=list)
+    lora_targets: list[str] = field(default_factory=list)  # module names that got LoRA
+
+
+def base_name(name: str) -> str:
+    """The unwrapped model's parameter name for a name of a peft-wrapped model."""
+    if name.startswith(_PEFT_PREFIX):
+        name = name[len(_PEFT_PREFIX):]
+    return _PEFT_INFIX.sub("", name)
+
+
+def is_lora_param(name: str) -> bool:
+    return bool(_LORA.search(name))
+
+
+def component_of(family: Family, name: str) -> str:
+    """Component of a (possibly peft-decorated) parameter name; LoRA weights count as 'lora'."""
+    if is_lora_param(name):
+        return "lora"
+    return family.component_of(base_name(name))
+
+
+def _linear_modules(model) -> list[str]:
+    from torch import nn
+
+    try:
+        import bitsandbytes as bnb
+
+        kinds: tuple = (nn.Linear, bnb.nn.Linear4bit)
+    except ImportError:
+        kinds = (nn.Linear,)
+    return [n for n, m in model.named_modules() if isinstance(m, kinds)]
+
+
+def n_params(p) -> int:
+    """Logical parameter count; a packed 4-bit weight holds two values per stored byte."""
+    qs = getattr(p, "quant_state", None)
+    if qs is not None and getattr(qs, "shape", None) is not None:
+        import math
+
+        return math.prod(qs.shape)
+    return p.numel()
+
+
+def _in_component(family: Family, module_name: str, component: str) -> bool:
+    return family.component_of(module_name + ".") == component
+
+
+def lora_target_names(model, family: Family, target_modules) -> list[str]:
+    """Full names of the linear modules that get LoRA (decoder only unless named explicitly)."""
+    linears = _linear_modules(model)
+    decoder = [n for n in linears if _in_component(family, n, "decoder")]
+    if target_modules in ("auto", "all-linear"):
+        if target_modules == "auto":
+            chosen = [n for n in decoder if n.rsplit(".", 1)[-1] in DECODER_LINEARS]
+            if chosen:
+                return chosen
+        return decoder  # all-linear, or auto on a decoder without the usual names
+    chosen: list[str] = []
+    unmatched: list[str] = []
+    for t in target_modules:
+        if ":" in t:  # component:leaf, e.g. vision:qkv
+            comp, leaf = t.split(":", 1)
+            if comp not in COMPONENTS:
+                raise ConfigError(f"adapter.target_modules: unknown component {comp!r} in {t!r}",
+                                  where="adapter.target_modules", fix=f"one of {', '.join(COMPONENTS)}")
+            hits = [n for n in linears if _in_component(family, n, comp) and n.rsplit(".", 1)[-1] == leaf]
+        elif "." in t:  # an explicit module path (or path prefix)
+            hits = [n for n in linears if n == t or n.startswith(t + ".")]
+        else:
+            hits = [n for n in decoder if n.rsplit(".", 1)[-1] == t]
+        if not hits:
+            unmatched.append(t)
+        chosen += [h for h in hits if h not in chosen]
+    if unmatched:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in decoder})
+        raise ConfigError(
+            f"adapter.target_modules {unmatched} match no linear layer of the decoder",
+            where="adapter.target_modules",
+            fix=f"decoder linear layers are named: {', '.join(leaves)}; use 'auto', 'all-linear', "
+                "'component:name' (e.g. vision:qkv) or a full module path")
+    return chosen
+
+
+def _component_module_names(model, family: Family, component: str) -> list[str]:
+    """Top-level module names of a component (for peft modules_to_save)."""
+    prefixes = [p.rstrip(".") for p in family.components.get(component, ())]
+    names = dict(model.named_modules())
+    out = []
+    for p in prefixes:
+        if p in names:
+            out.append(p)
+    return out
+
+
+def _freeze_input_grads(model) -> None:
+    """Frozen embeddings + gradient checkpointing: make the embedding output require grad (failure mode 11)."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    from .models.loading import is_checkpointing
+
+    if emb is not None and not any(p.requires_grad for p in emb.parameters()) and is_checkpointing(model):
+        model.enable_input_require_grads()
+
+
+def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> AdapterResult:
+    """Apply the adapter config to `model` (see module docstring)."""
+    if train_cfg is None:
+        from .config.schema import TrainConfig
+
+        train_cfg = TrainConfig()
+    method = adapter_cfg.method
+    train_c, freeze_c = list(adapter_cfg.train_components), list(adapter_cfg.freeze_components)
+    both = sorted(set(train_c) & set(freeze_c))
+    if both:
+        raise ConfigError(f"component(s) {both} are both in adapter.train_components and adapter.freeze_components",
+                          where="adapter", fix="keep each component in one of the two lists")
+    present = {family.component_of(n) for n, _ in model.named_parameters()}
+    for c in train_c + freeze_c + [c for c in adapter_cfg.lr_multipliers if c != "lora"]:
+        if c not in present:
+            raise ConfigError(f"component {c!r} does not exist in this {family.name} model",
+                              where="adapter", fix=f"components of this model: {', '.join(sorted(present - {'other'}))}")
+
+    warnings: list[str] = []
+    targets: list[str] = []
+    if method == "full":
+        for n, p in model.named_parameters():
+            p.requires_grad_(family.component_of(n) not in freeze_c)
+        if adapter_cfg.train_components:
+            log.info("method=full trains every component not frozen; train_components is implied")
+    else:
+        from peft import LoraConfig, get_peft_model
+
+        for p in model.parameters():
+            p.requires_grad_(False)
+        targets = lora_target_names(model, family, adapter_cfg.target_modules)
+        to_save = [m for c in train_c for m in _component_module_names(model, family, c)]
+        lcfg = LoraConfig(
+            r=adapter_cfg.r, lora_alpha=adapter_cfg.lora_alpha, lora_dropout=adapter_cfg.dropout,
+            use_dora=adapter_cfg.use_dora, bias="none",
+            # exact names, anchored: the regex cannot reach a component by accident
+            target_modules="^(?:" + "|".join(re.escape(t) for t in targets) + ")$",
+            modules_to_save=to_save or None,
+        )
+        _freeze_input_grads(model)
+        model = get_peft_model(model, lcfg)
+        # lm_head/embeddings in train_components that peft could not wrap: none expected, checked below.
+
+    # Build groups and the table from the model as it is now (peft-wrapped, not yet DDP-wrapped).
+    totals = {c: 0 for c in COMPONENTS}
+    trainable = {c: 0 for c in COMPONENTS}
+    lora_by: dict[str, int] = {}
+    lora_n = 0
+    groups: dict[tuple[str, bool], list] = {}
+    seen: set[int] = set()
+    for n, p in model.named_parameters():
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        comp = component_of(family, n)
+        if comp == "lora":
+            host = family.component_of(base_name(_LORA.split(n)[0]) + ".")
+            lora_by[host] = lora_by.get(host, 0) + n_params(p)
+            lora_n += n_params(p)
+        else:
+            # peft keeps the original of a modules_to_save module beside the trained copy: count once.
+            if ".original_module." in n:
+                continue
+            totals.setdefault(comp, 0)
+            trainable.setdefault(comp, 0)
+            totals[comp] += n_params(p)
+            if p.requires_grad:
+                trainable[comp] += n_params(p)
+        if p.requires_grad:
+            decay = p.ndim >= 2  # no weight decay on biases and norms
+            groups.setdefault((comp, decay), []).append(p)
+
+    if not groups:
+        raise ConfigError("no parameter is trainable", where="adapter",
+                          fix="use adapter.method lora/qlora (LoRA on the decoder) or full, or list components "
+                              "in adapter.train_components")
+    for c in COMPONENTS:
+        intended = (method == "full" and c not in freeze_c) or c in train_c or (c == "decoder" and method == "full")
+        if trainable.get(c, 0) and not intended:
+            warnings.append(f"component {c!r} is meant frozen but has {trainable[c]:,} trainable parameters")
+        if lora_by.get(c) and c in freeze_c:
+            warnings.append(f"component {c!r} is in adapter.freeze_components but has LoRA weights "
+                            f"({lora_by[c]:,} parameters) from adapter.target_modules")
+    for w in warnings:
+        log.warning(w)
+
+    param_groups = []
+    for (comp, decay), params in sorted(groups.items()):
+        mult = adapter_cfg.lr_multipliers.get(comp, 1.0)
+        param_groups.append({"params": params, "lr": train_cfg.lr * mult,
+                             "weight_decay": train_cfg.weight_decay if decay else 0.0,
+                             "component": comp})
+    rows = [ComponentRow(c, totals[c], trainable[c]) for c in list(totals) if totals[c]]
+    table = TrainableTable(rows=rows, lora_params=lora_n, lora_by_component=lora_by, method=method)
+    return AdapterResult(model=model, param_groups=param_groups, table=table, warnings=warnings,
+                         lora_targets=targets)

@@ -1,0 +1,425 @@
+"""Load a model for training: one compute dtype, one device, an explicit attention choice.
+
+`load_model(cfg, device=..., dtype=...)` is the only way mmtune builds a model, for `train`, `plan`
+(`meta=True`) and `doctor` alike. What it guarantees, and the failure mode each guards against:
+
+- one compute dtype for every floating parameter, audited after load, offenders named (4, 9);
+- the whole model on the process's device, never `device_map` offload while training (7);
+- no parameter left on `meta` before training (8);
+- non-reentrant gradient checkpointing, so LoRA + DDP + checkpointing work together (11, 13);
+- an offline model that is not cached fails with the missing files and the command that fetches
+  them, instead of a hub traceback (24);
+- QLoRA quantizes only the decoder's linear layers; vision tower and projector stay in the compute
+  dtype, never uint8 (4).
+
+Every automatic decision is logged with its reason and kept in `LoadedModel.decisions`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, ModelLoadError
+from .families import Family, family_for_model_type, get_family
+from .tiny import is_tiny, tiny_spec
+
+log = logging.getLogger("mmtune.models")
+
+_DTYPES = {"fp32": "float32", "float32": "float32", "bf16": "bfloat16", "bfloat16": "bfloat16",
+           "fp16": "float16", "float16": "float16"}
+
+
+@dataclass
+class LoadedModel:
+    model: Any  # transformers PreTrainedModel
+    processor: Any  # processor (multimodal) or tokenizer (text)
+    family: Family
+    config: Any  # the model's transformers config
+    attn_implementation: str = "sdpa"
+    quantized: bool = False
+    decisions: list[str] = field(default_factory=list)  # "what was chosen: why", in order
+
+
+def as_torch_dtype(dtype):
+    """torch.dtype from a torch.dtype or a name ('bf16', 'bfloat16', ...)."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return getattr(torch, _DTYPES[dtype])
+    raise ConfigError(f"unknown dtype {dtype!r}", fix=f"one of: {', '.join(sorted(_DTYPES))}")
+
+
+def _decide(decisions: list[str], text: str) -> None:
+    log.info(text)
+    decisions.append(text)
+
+
+# --------------------------------------------------------------------------- family resolution
+
+def resolve_family(cfg) -> Family:
+    """The family from `model.family`, the tiny twin's spec, or the model's config `model_type`."""
+    if cfg.model.family:
+        return get_family(cfg.model.family)
+    if is_tiny(cfg.model.name):
+        return get_family(tiny_spec(cfg.model.name).family)
+    config = load_hf_config(cfg.model.name, cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+    return family_for_model_type(config.model_type)
+
+
+def _offline() -> bool:
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
+    return env.upper() in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
+
+
+def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """The local snapshot folder of a hub model, or None when nothing of it is cached."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def missing_files(folder: Path, family: Family | None = None) -> list[str]:
+    """Files a loadable model folder needs and this one lacks (config, weights, tokenizer/processor)."""
+    import json
+
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("config.json")
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        missing += [s for s in shards if not (folder / s).is_file()]
+    elif not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
+        missing.append("model weights (*.safetensors)")
+    if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+            or (folder / "vocab.json").is_file()):
+        missing.append("tokenizer (tokenizer.json / tokenizer_config.json)")
+    if family is not None and set(family.modalities) - {"text"}:
+        if not any((folder / f).is_file() for f in ("preprocessor_config.json", "processor_config.json")):
+            missing.append("preprocessor_config.json")
+    return missing
+
+
+def model_folder(name: str, revision: str | None = None, family: Family | None = None) -> Path | str:
+    """A local folder holding the model, or the hub id when it may still be downloaded.
+
+    Offline (HF_HUB_OFFLINE=1 or no network) a model that is not complete on disk is a
+    ModelLoadError naming the missing files and the `mmtune download` command.
+    """
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        if not path.is_dir():
+            raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
+                                 fix="point model.name at a folder saved with save_pretrained, or use a hub id")
+        miss = missing_files(path, family)
+        if miss:
+            have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
+            raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
+                                 where="model.name", fix="save the model with save_pretrained into this folder")
+        return path
+    snap = _cached_snapshot(name, revision)
+    if snap is not None:
+        miss = missing_files(snap, family)
+        if not miss:
+            return snap
+        if _offline():
+            raise ModelLoadError(f"model {name} is only partly in the local cache ({snap}); missing: {', '.join(miss)}",
+                                 where="model.name", fix=f"mmtune download {name}   (on a machine with network)")
+        return name
+    if _offline():
+        need = ["config.json", "model weights (*.safetensors)", "tokenizer (tokenizer.json / tokenizer_config.json)"]
+        if family is not None and set(family.modalities) - {"text"}:
+            need.append("preprocessor_config.json")
+        from huggingface_hub import constants
+
+        raise ModelLoadError(
+            f"model {name} is not in the local cache ({constants.HF_HUB_CACHE}) and downloads are off "
+            f"(HF_HUB_OFFLINE); missing: {', '.join(need)}",
+            where="model.name", fix=f"mmtune download {name}   (then run again; or point model.name at a local folder)")
+    return name
+
+
+def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The transformers config of a hub id or local folder (cache first), or the tiny twin's config."""
+    if is_tiny(name):
+        from .tiny import tiny_config_and_processor
+
+        return tiny_config_and_processor(name)[0]
+    from transformers import AutoConfig
+
+    src = model_folder(name, revision)
+    try:
+        return AutoConfig.from_pretrained(str(src), revision=revision, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
+                             fix=f"mmtune download {name}") from None
+
+
+# --------------------------------------------------------------------------- decisions
+
+def resolve_attention(requested: str, device, dtype, decisions: list[str]) -> str:
+    """'sdpa' unless FlashAttention-2 is asked for (or 'auto' and usable: flash_attn + CUDA sm80+ + 16-bit)."""
+    import importlib.util
+
+    import torch
+
+    device = torch.device(device)
+    have_fa = importlib.util.find_spec("flash_attn") is not None
+    sm = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    half = dtype in (torch.bfloat16, torch.float16)
+    why_not = None
+    if not have_fa:
+        why_not = "flash_attn is not installed (pip install 'mmtune[gpu]')"
+    elif sm is None:
+        why_not = f"device is {device.type}, FlashAttention-2 needs CUDA"
+    elif sm < (8, 0):
+        why_not = f"GPU is sm_{sm[0]}{sm[1]}, FlashAttention-2 needs sm80+ (Ampere or newer) (failure mode 5)"
+    elif not half:
+        why_not = f"compute dtype is {dtype}, FlashAttention-2 needs fp16/bf16"
+    if requested == "flash_attention_2":
+        if why_not:
+            raise ConfigError(f"model.attn_implementation=flash_attention_2 cannot be used: {why_not}",
+                              where="model.attn_implementation", fix="set model.attn_implementation: sdpa (or auto)")
+        _decide(decisions, "attention: flash_attention_2 (requested)")
+        return "flash_attention_2"
+    if requested == "auto":
+        if why_not is None:
+            _decide(decisions, f"attention: flash_attention_2 (auto: flash_attn installed, sm_{sm[0]}{sm[1]}, {dtype})")
+            return "flash_attention_2"
+        _decide(decisions, f"attention: sdpa (auto: {why_not})")
+        return "sdpa"
+    _decide(decisions, f"attention: {requested} (requested)")
+    return requested
+
+
+def refuse_device_map(cfg) -> None:
+    """Training never offloads layers with `device_map` (failure mode 7)."""
+    dm = getattr(cfg.model, "device_map", None)
+    if dm not in (None, "", "none"):
+        raise ConfigError(
+            f"model.device_map={dm!r}: device_map placement/offload is not supported for training "
+            "(offloaded layers + gradient checkpointing fail with 'expected device meta but got cuda:0')",
+            where="model.device_map",
+            fix="remove model.device_map; mmtune puts the whole model on each process's device. If it does not "
+                "fit, use adapter.method=qlora, a smaller model, or more GPUs (mmtune plan suggests one)")
+
+
+# --------------------------------------------------------------------------- audits
+
+def dtype_audit(model, dtype, skip=lambda name: False) -> dict[str, str]:
+    """Modules whose floating parameters are not in `dtype`: {module_name: dtype} (failure modes 4, 9).
+
+    Quantized 4-bit weights (uint8 storage) are not floating and are ignored; `skip(name)` leaves out
+    parameters kept in another dtype on purpose (e.g. fp32 LoRA weights).
+    """
+    bad: dict[str, str] = {}
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and p.dtype != dtype and not skip(name):
+            bad.setdefault(name.rsplit(".", 1)[0], str(p.dtype).replace("torch.", ""))
+    return bad
+
+
+def check_dtypes(model, dtype, skip=lambda name: False) -> None:
+    bad = dtype_audit(model, dtype, skip)
+    if bad:
+        listed = ", ".join(f"{m} ({d})" for m, d in list(bad.items())[:10])
+        more = f" and {len(bad) - 10} more" if len(bad) > 10 else ""
+        raise ModelLoadError(f"{len(bad)} module(s) are not in the compute dtype {dtype}: {listed}{more}",
+                             fix="cast the model with model.to(dtype) or re-export the checkpoint in one dtype")
+
+
+def meta_parameters(model) -> list[str]:
+    return [n for n, p in model.named_parameters() if p.device.type == "meta"] + \
+           [n for n, b in model.named_buffers() if b.device.type == "meta"]
+
+
+def check_no_meta(model) -> None:
+    """No parameter or buffer on `meta` before training (failure mode 8)."""
+    bad = meta_parameters(model)
+    if bad:
+        raise ModelLoadError(
+            f"{len(bad)} parameter(s)/buffer(s) are on the meta device (never materialised): {', '.join(bad[:10])}",
+            fix="create new modules (projectors, heads) on a real device and initialise them; "
+                "load checkpoints without low_cpu_mem_usage/device_map tricks for new modules")
+
+
+# --------------------------------------------------------------------------- QLoRA
+
+def quantize_decoder_4bit(model, family: Family, compute_dtype, quant_type: str = "nf4",
+                          double_quant: bool = True) -> int:
+    """Replace the decoder's nn.Linear layers by bitsandbytes Linear4bit (NF4), in place.
+
+    Used for models built from a config (tiny twins): there are no pretrained weights to quantize
+    while loading, so the random weights are quantized here. The vision tower, audio encoder,
+    projector and lm_head are left in the compute dtype. Returns the number of layers replaced.
+    """
+    import bitsandbytes as bnb
+    import torch
+    from torch import nn
+
+    decoder = family.components.get("decoder", ())
+    others = tuple(p for c, ps in family.components.items() if c != "decoder" for p in ps)
+    targets = [(n, m) for n, m in model.named_modules()
+               if isinstance(m, nn.Linear) and n.startswith(decoder) and not (n + ".").startswith(others)]
+    for name, lin in targets:
+        q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
+                              compute_dtype=compute_dtype, compress_statistics=double_quant,
+                              quant_type=quant_type, device="meta")
+        q.weight = bnb.nn.Params4bit(lin.weight.data.to(compute_dtype).cpu(), requires_grad=False,
+                                     compress_statistics=double_quant, quant_type=quant_type)
+        if lin.bias is not None:
+            q.bias = nn.Parameter(lin.bias.data.to(compute_dtype), requires_grad=False)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, q)
+    device = next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
+    for _, m in model.named_modules():
+        if isinstance(m, bnb.nn.Linear4bit):
+            m.to(device)  # Params4bit quantizes on its first move to a device
+    model.is_loaded_in_4bit = True
+    return len(targets)
+
+
+def _bnb_config(cfg, family: Family, dtype):
+    from transformers import BitsAndBytesConfig
+
+    # Everything that is not the decoder stays unquantized, in the compute dtype (failure mode 4).
+    skip = [p.rstrip(".") for c, ps in family.components.items() if c != "decoder" for p in ps]
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.adapter.bnb_4bit_quant_type,
+                              bnb_4bit_use_double_quant=cfg.adapter.bnb_4bit_double_quant,
+                              bnb_4bit_compute_dtype=dtype, llm_int8_skip_modules=skip)
+
+
+# --------------------------------------------------------------------------- load
+
+def _model_class(family: Family):
+    import transformers
+
+    return getattr(transformers, family.model_class)
+
+
+def _build_from_config(family: Family, config, dtype, attn: str):
+    cls = _model_class(family)
+    if hasattr(cls, "from_config"):  # Auto classes
+        return cls.from_config(config, dtype=dtype, attn_implementation=attn)
+    return cls._from_config(config, dtype=dtype, attn_implementation=attn)
+
+
+def load_model(cfg, *, device="cpu", dtype="bf16", meta: bool = False) -> LoadedModel:
+    """Build the model and processor a RunConfig names, ready for adapters (see module docstring)."""
+    import torch
+
+    refuse_device_map(cfg)
+    dtype = as_torch_dtype(dtype)
+    device = torch.device("meta") if meta else torch.device(device)
+    decisions: list[str] = []
+    family = resolve_family(cfg)
+    attn = resolve_attention(cfg.model.attn_implementation, "cpu" if meta else device, dtype, decisions)
+    qlora = cfg.adapter.method == "qlora"
+    name = cfg.model.name
+
+    if is_tiny(name):
+        from .tiny import build_tiny, tiny_config_and_processor
+
+        if meta:
+            config, processor = tiny_config_and_processor(name)
+            with torch.device("meta"):
+                model = _build_from_config(family, config, dtype, attn)
+        else:
+            model, processor = build_tiny(name, seed=cfg.train.seed, attn_implementation=attn)
+            model.to(device=device, dtype=dtype)
+            config = model.config
+        _decide(decisions, f"model: {name} (tiny random twin of {family.model_class})")
+        if qlora and not meta:
+            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
+                                      cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+    else:
+        src = model_folder(name, cfg.model.revision, family)
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(str(src), revision=cfg.model.revision,
+                                                trust_remote_code=cfg.model.trust_remote_code)
+        except OSError as e:
+            raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
+                                 fix=f"mmtune download {name}") from None
+        if meta:
+            with torch.device("meta"):
+                model = _build_from_config(family, config, dtype, attn)
+            processor = None
+            _decide(decisions, f"model: {name} built on meta from its config (no weights)")
+        else:
+            kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
+                          trust_remote_code=cfg.model.trust_remote_code,
+                          # the whole model on this process's device: placement, never offload (failure mode 7)
+                          device_map={"": device})
+            if qlora:
+                kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
+                _decide(decisions, f"qlora: decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}, "
+                                   f"compute dtype {dtype}; vision/audio/projector/lm_head unquantized")
+            try:
+                model = _model_class(family).from_pretrained(str(src), **kwargs)
+                processor = _load_processor(str(src), family, cfg)
+            except OSError as e:
+                raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
+                                     fix=f"mmtune download {name}") from None
+            _decide(decisions, f"model: {name} from {src}")
+
+    if not meta:
+        # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for
+        # every non-quantized floating parameter is what FlashAttention and the optimizer expect.
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        check_dtypes(model, dtype)
+        check_no_meta(model)
+    if cfg.model.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+        # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
+        enable_checkpointing(model)
+        model.config.use_cache = False
+        _decide(decisions, "gradient checkpointing: on (non-reentrant)")
+    _decide(decisions, f"dtype: {dtype} for every floating parameter; device: {device}")
+    return LoadedModel(model=model, processor=processor, family=family, config=config,
+                       attn_implementation=attn, quantized=qlora and not meta, decisions=decisions)
+
+
+def enable_checkpointing(model) -> None:
+    """Non-reentrant activation checkpointing (transformers 5 name first, the v4 name as fallback)."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def is_checkpointing(model) -> bool:
+    for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), attr) or hasattr(model, attr):
+            return bool(getattr(model, attr))
+    return False
+
+
+def _load_processor(src: str, family: Family, cfg):
+    if family.modalities == ("text",):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
+    from transformers import AutoProcessor
+
+    kwargs = {}
+    if cfg.model.max_pixels:
+        kwargs["max_pixels"] = cfg.model.max_pixels
+    if cfg.model.min_pixels:
+        kwargs["min_pixels"] = cfg.model.min_pixels
+    return AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code, **kwargs)
