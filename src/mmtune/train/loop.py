@@ -60,6 +60,9 @@ def _micro_batch_loader(run, stream_args: dict):
         # the collator keeps everything on the CPU anyway.
         multiprocessing_context="spawn" if workers > 0 else None,
         persistent_workers=workers > 0,
+        # Its own generator: creating the iterator draws a seed, which must not consume the global
+        # RNG that resume restores (dropout would then differ after a resume).
+        generator=torch.Generator().manual_seed(run.cfg.train.seed),
     ))
 
 
