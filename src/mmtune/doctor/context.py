@@ -25,6 +25,8 @@ class BuildError:
     what: str
     where: str | None
     fix: str | None
+    kind: str = ""  # the error class: ConfigError, ModelLoadError, DataError
+    claimed: bool = False  # reported by a check that claims the piece
 
 
 @dataclass
@@ -58,7 +60,7 @@ class DoctorContext:
             raise
         except MMTuneError as e:
             # The user's setup is at fault: say it once, as a finding, and skip what depends on it.
-            self.build_errors.append(BuildError(piece, e.what, e.where, e.fix))
+            self.build_errors.append(BuildError(piece, e.what, e.where, e.fix, type(e).__name__))
             self._failed[piece] = f"{piece} could not be built: {e.what}"
             raise NotAvailable(self._failed[piece]) from None
         self._cache[piece] = value
@@ -124,7 +126,19 @@ class DoctorContext:
     def _build_adapted(self):
         from .pieces import build_adapted
 
-        return build_adapted(self.need("cfg"), self.need("loaded"))
+        if self.fast:
+            raise NotAvailable("model checks are not part of the fast pre-train subset")
+        return build_adapted(self.need("cfg"))
+
+    def _build_grad_model(self):
+        """A real model with adapters for a real backward: the config's own model when it is a tiny
+        twin, else the family's tiny twin with the same adapter config (gradient flow depends on the
+        module graph and the adapter placement, which the twin shares, not on the widths)."""
+        from .pieces import build_grad_model
+
+        if self.fast:
+            raise NotAvailable("model checks are not part of the fast pre-train subset")
+        return build_grad_model(self.need("cfg"))
 
     def _build_scan(self):
         from .datascan import scan_dataset

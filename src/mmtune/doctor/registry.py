@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-AREAS = ("config", "hardware")
+AREAS = ("config", "hardware", "loading", "adapters", "data", "runtime", "memory")
 CHECK_MODULES = tuple(f"mmtune.doctor.checks.{a}" for a in AREAS)
 
 
@@ -25,18 +25,19 @@ class Check:
     fast: bool
     area: str
     failure_mode: int | None  # entry of FAILURE_MODES.md it covers, None for checks found elsewhere
+    claims: tuple[str, ...] = ()  # pieces whose build errors are this check's findings
 
 
 CHECKS: dict[str, Check] = {}
 
 
 def check(code: str, title: str, *, needs: tuple[str, ...] = ("cfg",), fast: bool = False,
-          failure_mode: int | None = None):
+          failure_mode: int | None = None, claims: tuple[str, ...] = ()):
     def deco(fn):
         if code in CHECKS:
             raise ValueError(f"check code {code} registered twice ({CHECKS[code].fn.__qualname__}, {fn.__qualname__})")
         area = fn.__module__.rsplit(".", 1)[-1]
-        CHECKS[code] = Check(code, title, fn, tuple(needs), fast, area, failure_mode)
+        CHECKS[code] = Check(code, title, fn, tuple(needs), fast, area, failure_mode, tuple(claims))
         return fn
 
     return deco

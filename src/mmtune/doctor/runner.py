@@ -54,8 +54,12 @@ def run_checks(ctx: DoctorContext, checks: list[Check]) -> DoctorReport:
                 ctx.need(piece)
             produced = list(chk.fn(ctx) or ())
         except NotAvailable as e:
-            report.not_run.append((chk.code, chk.title, str(e)))
-            produced = []
+            mine = [b for b in ctx.build_errors if not b.claimed and _claims(chk, b)]
+            produced = [Finding(chk.code, "error", b.what, b.where, b.fix) for b in mine]
+            for b in mine:
+                b.claimed = True
+            if not produced:
+                report.not_run.append((chk.code, chk.title, str(e)))
         except Exception as e:  # noqa: BLE001 - a crashing check must not hide the other findings
             produced = [Finding(INTERNAL_ERROR, "error",
                                 f"check {chk.code} ({chk.title}) crashed: {type(e).__name__}: {e}",
@@ -63,14 +67,22 @@ def run_checks(ctx: DoctorContext, checks: list[Check]) -> DoctorReport:
                                 fix="this is a bug in mmtune; please report it with this config")]
         report.findings.extend(f if f.code else f.with_code(chk.code) for f in produced)
         report.seconds[chk.code] = time.perf_counter() - t0
-    for b in ctx.build_errors:
-        report.findings.append(Finding(BUILD_ERROR, "error", f"{b.piece}: {b.what}", b.where, b.fix))
+    seen = {f.message for f in report.findings}
+    for b in ctx.build_errors:  # a setup error no check claimed; said once, unless a check said it already
+        if not b.claimed and b.what not in seen:
+            report.findings.append(Finding(BUILD_ERROR, "error", f"{b.piece}: {b.what}", b.where, b.fix))
+            seen.add(b.what)
     scan = ctx._cache.get("scan")
     if scan is not None:
         report.tables["data"] = scan
     report.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.code))
     report.total_seconds = time.perf_counter() - t_all
     return report
+
+
+def _claims(chk: Check, b) -> bool:
+    """A claim is 'piece' (any error building it) or 'piece:ErrorClass'."""
+    return b.piece in chk.claims or f"{b.piece}:{b.kind}" in chk.claims
 
 
 def make_context(config_path, overrides=None, gpu: str | None = None, *, fast: bool = False,

@@ -1,0 +1,170 @@
+"""Adapter and gradient checks (failure modes 10-13): what is trainable per component, whether every
+trainable parameter gets a gradient, selection by identity, and parameters that only some modalities reach."""
+
+from __future__ import annotations
+
+from ..findings import error, info, warning
+from ..registry import check
+
+_MEANT_FROZEN = ("vision", "audio", "projector")
+
+
+def trainable_by_component(model, family) -> dict[str, int]:
+    from ...adapters import component_of, n_params
+
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            comp = component_of(family, name)
+            out[comp] = out.get(comp, 0) + n_params(p)
+    return out
+
+
+def lora_components(model, family) -> dict[str, int]:
+    """LoRA weights per component of the layer they adapt."""
+    from ...adapters import base_name, is_lora_param
+
+    out: dict[str, int] = {}
+    for name, p in model.named_parameters():
+        if is_lora_param(name):
+            layer = base_name(name.split(".lora_")[0])
+            comp = family.component_of(layer + ".")
+            out[comp] = out.get(comp, 0) + p.numel()
+    return out
+
+
+# apply_adapters raises ConfigError for nothing trainable / targets matching nothing: those are
+# reported under MM010 (claims=), not as a generic build error.
+@check("MM010", "something is trainable, LoRA targets exist, frozen-by-intent components stay frozen",
+       needs=("cfg",), failure_mode=10, claims=("adapted:ConfigError",))
+def trainable_parts(ctx):
+    cfg = ctx.need("cfg")
+    adapted = ctx.need("adapted")
+    model, family = adapted.result.model, adapted.loaded.family
+    by_comp = trainable_by_component(model, family)
+    total = sum(by_comp.values())
+    if total == 0:
+        yield error("no parameter is trainable", where="adapter", fix="adapter.target_modules=auto")
+        return
+    summary = ", ".join(f"{c} {n:,}" for c, n in sorted(by_comp.items()))
+    yield info(f"trainable parameters: {total:,} ({summary})", where="adapter")
+    intended = set(cfg.adapter.train_components)
+    lora = lora_components(model, family)
+    for comp in _MEANT_FROZEN:
+        if comp in intended or comp not in family.components:
+            continue
+        if cfg.adapter.method == "full" and comp not in cfg.adapter.freeze_components:
+            continue  # full fine-tuning trains everything unless frozen explicitly
+        if lora.get(comp):
+            yield warning(f"LoRA reaches the {comp} component ({lora[comp]:,} LoRA parameters) although it is "
+                          "not in adapter.train_components (target_modules too broad?)",
+                          where="adapter.target_modules", fix="adapter.target_modules=auto (decoder only)")
+        elif by_comp.get(comp):
+            yield warning(f"component {comp} has {by_comp[comp]:,} trainable parameters but is not in "
+                          "adapter.train_components", where=f"adapter.freeze_components",
+                          fix=f"adapter.freeze_components=[{comp}]")
+
+
+@check("MM012", "optimizer groups hold exactly the trainable parameters (selected by identity)",
+       needs=("cfg", "adapted"), failure_mode=12)
+def selection_by_identity(ctx):
+    res = ctx.need("adapted").result
+    yield from identity_findings(res.model, res.param_groups)
+
+
+def identity_findings(model, param_groups):
+    grouped = {id(p) for g in param_groups for p in g["params"]}
+    names = {id(p): n for n, p in model.named_parameters()}
+    trainable = {id(p) for _, p in model.named_parameters() if p.requires_grad}
+    missing = [names[i] for i in trainable - grouped]
+    frozen = [names[i] for i in grouped - trainable if i in names]
+    strangers = len(grouped - set(names))
+    if missing:
+        yield error(f"{len(missing)} trainable parameter(s) are in no optimizer group and would never update: "
+                    f"{', '.join(missing[:5])}", where=missing[0],
+                    fix="select parameters by identity before wrapping (mmtune.adapters does); do not re-select "
+                        "by name after DDP/peft wrapping ('module.' prefixes)")
+    if frozen:
+        yield warning(f"{len(frozen)} frozen parameter(s) are in optimizer groups: {', '.join(frozen[:5])}",
+                      where=frozen[0], fix="build optimizer groups from parameters with requires_grad")
+    if strangers:
+        yield error(f"{strangers} optimizer parameter(s) are not parameters of the model being trained "
+                    "(selected from another copy of the model?)", where="optimizer",
+                    fix="build the optimizer from the model object that is trained, after adapters")
+
+
+def _record_signatures(ctx, family) -> list[str]:
+    """Kinds of batches the data holds, from the scan when it ran; else text + each modality."""
+    scan = ctx._cache.get("scan")
+    if scan is not None:
+        sigs = set()
+        for s in scan.splits:
+            sigs.update(s.signatures)
+        if sigs:
+            return sorted(sigs)
+    return ["text"] + [m for m in family.modalities if m != "text"]
+
+
+@check("MM011", "one backward reaches every trainable parameter", needs=("cfg", "grad_model"), failure_mode=11)
+def gradients_reach(ctx):
+    g = ctx.need("grad_model")
+    _, reached = _grad_sources(ctx)
+    yield from no_grad_findings(reached, g.where)
+
+
+def _grad_sources(ctx):
+    """(batch kinds, {param: kinds that reached it}), computed once for MM011 and MM013."""
+    from ..gradflow import example_batches, grad_sources
+    from ..pieces import compute_dtype
+
+    if "grad_sources" not in ctx._cache:
+        g = ctx.need("grad_model")
+        loaded = g.adapted.loaded
+        batches = example_batches(loaded.processor, loaded.family, _record_signatures(ctx, loaded.family))
+        _, reached = grad_sources(g.adapted.result.model, batches, compute_dtype(g.cfg, True))
+        ctx.put("grad_sources", (sorted(batches), reached))
+    return ctx._cache["grad_sources"]
+
+
+def no_grad_findings(reached: dict[str, set], where=lambda n: n):
+    dead = [n for n, srcs in reached.items() if not srcs]
+    if dead:
+        yield error(f"{len(dead)} trainable parameter(s) get no gradient from any batch: {', '.join(dead[:5])}",
+                    where=where(dead[0]),
+                    fix="with gradient checkpointing and frozen embeddings the inputs need requires_grad "
+                        "(enable_input_require_grads) and non-reentrant checkpointing; or freeze them")
+
+
+@check("MM013", "DDP-safe gradients: no modality-dependent unused parameters, non-reentrant checkpointing",
+       needs=("cfg", "grad_model"), failure_mode=13)
+def modality_dependent(ctx):
+    g = ctx.need("grad_model")
+    sigs, reached = _grad_sources(ctx)
+    yield from partial_grad_findings(sigs, reached, g.where)
+    yield from reentrant_findings(g.adapted.result.model)
+
+
+def partial_grad_findings(sigs, reached, where=lambda n: n):
+    partial = {n: s for n, s in reached.items() if s and len(s) < len(sigs)}
+    if partial:
+        name, srcs = next(iter(partial.items()))
+        missing = sorted(set(sigs) - srcs)
+        yield warning(f"{len(partial)} trainable parameter(s) get gradients only from some batch kinds (e.g. "
+                      f"{name}: only from {sorted(srcs)}, not {missing}); under DDP a rank with such a batch "
+                      "fails with 'Expected to mark a variable ready only once' / unused parameters",
+                      where=where(name),
+                      fix="mmtune sets find_unused_parameters for mixed-modality data; or keep the "
+                          "component frozen (adapter.train_components=[]), or keep one modality per dataset")
+
+
+def reentrant_findings(model):
+    for name, m in model.named_modules():
+        fn = getattr(m, "_gradient_checkpointing_func", None)
+        if fn is None or not getattr(m, "gradient_checkpointing", False):
+            continue
+        if getattr(fn, "keywords", {}).get("use_reentrant", True):
+            yield warning("gradient checkpointing is reentrant: with LoRA and DDP it marks parameters ready "
+                          "twice and frozen inputs block gradients", where=name or "model",
+                          fix="enable it with gradient_checkpointing_kwargs={'use_reentrant': False} "
+                              "(mmtune.models.loading.enable_checkpointing)")
+            return

@@ -1,0 +1,174 @@
+"""Loading and precision checks (failure modes 4, 8, 9, 24 and the model's own limits)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from ..findings import error, warning
+from ..registry import check
+
+
+@check("MM024", "the model is available offline (or will be downloaded)", needs=("cfg",), fast=True,
+       failure_mode=24, claims=("processor_info:ModelLoadError", "loaded:ModelLoadError"))
+def model_available(ctx):
+    from ...errors import ModelLoadError
+    from ...models.loading import model_folder
+    from ...models.tiny import is_tiny
+
+    cfg = ctx.need("cfg")
+    if is_tiny(cfg.model.name):
+        return
+    try:
+        model_folder(cfg.model.name, cfg.model.revision)
+    except ModelLoadError as e:
+        yield error(e.what, e.where or "model.name", e.fix)
+
+
+def safetensors_dtypes(folder: Path) -> dict[str, str]:
+    """{tensor name: dtype} from the headers of the folder's *.safetensors files (no tensor is read)."""
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        out.update({k: v["dtype"] for k, v in header.items() if k != "__metadata__"})
+    return out
+
+
+FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
+
+
+@check("MM009", "the checkpoint holds one floating dtype and no quantized weights", needs=("cfg",), fast=True,
+       failure_mode=9)
+def checkpoint_dtypes(ctx):
+    from ...errors import ModelLoadError
+    from ...models.loading import model_folder
+    from ...models.tiny import is_tiny
+
+    cfg = ctx.need("cfg")
+    if is_tiny(cfg.model.name):
+        return
+    try:
+        folder = model_folder(cfg.model.name, cfg.model.revision)
+    except ModelLoadError:
+        return  # MM024 reports it
+    if not isinstance(folder, Path):
+        return  # not on disk yet: nothing to read
+    dtypes = safetensors_dtypes(folder)
+    if not dtypes:
+        return
+    counts: dict[str, int] = {}
+    for d in dtypes.values():
+        counts[d] = counts.get(d, 0) + 1
+    floats = {d: n for d, n in counts.items() if d in FLOAT_DTYPES}
+    ints = [k for k, d in dtypes.items() if d in ("U8", "I8") and k.endswith("weight")]
+    if ints:
+        yield error(f"{len(ints)} weight(s) are stored as 8-bit integers (a merged/converted quantized "
+                    f"checkpoint?), e.g. {', '.join(ints[:3])}", where=ints[0].rsplit(".", 1)[0],
+                    fix="merge LoRA into a 16-bit base model, not a 4/8-bit one; re-export the checkpoint in bf16")
+    if len(floats) > 1:
+        main = max(floats, key=floats.get)
+        odd = [k for k, d in dtypes.items() if d in floats and d != main]
+        mods = sorted({k.rsplit(".", 1)[0] for k in odd})
+        yield warning(f"the checkpoint mixes dtypes {floats}: {len(odd)} tensor(s) are not {main}, in modules "
+                      f"{', '.join(mods[:5])}{' ...' if len(mods) > 5 else ''}; mmtune casts all to the compute dtype "
+                      f"({cfg.train.precision}) at load", where=mods[0] if mods else "model.name",
+                      fix="re-export the checkpoint in one dtype if these modules were saved by mistake")
+
+
+@check("MM004", "one compute dtype: no fp32/uint8 module left beside 4-bit weights", needs=("cfg", "adapted"),
+       failure_mode=4)
+def compute_dtype_audit(ctx):
+    from ..pieces import compute_dtype
+
+    cfg, adapted = ctx.need("cfg"), ctx.need("adapted")
+    if cfg.adapter.method == "qlora" and cfg.train.precision == "fp32":
+        yield error("adapter.method=qlora with train.precision=fp32: 4-bit layers then compute in fp32 and "
+                    "FlashAttention/bnb kernels expect fp16/bf16", where="train.precision",
+                    fix="train.precision=bf16 (fp16 on GPUs without bf16)")
+    if adapted.real:  # on meta, load_model casts and audits at real load time (check_dtypes)
+        yield from dtype_findings(adapted.result.model, adapted.loaded.family, compute_dtype(cfg, True),
+                                  cfg.adapter.method == "qlora")
+
+
+def dtype_findings(model, family, dtype, qlora: bool):
+    """Frozen floating parameters must be in `dtype` (trainable ones are fp32 on purpose); with QLoRA
+    only the decoder may hold 4-bit (uint8) weights."""
+    from ...adapters import component_of
+
+    odd: dict[str, str] = {}
+    quant_outside: list[str] = []
+    for name, p in model.named_parameters():
+        if p.is_floating_point():
+            if not p.requires_grad and p.dtype != dtype:
+                odd.setdefault(name.rsplit(".", 1)[0], str(p.dtype).replace("torch.", ""))
+        elif qlora and component_of(family, name) not in ("decoder",):
+            quant_outside.append(name)
+    if odd:
+        names = list(odd)
+        yield error(f"{len(odd)} frozen module(s) are not in the compute dtype {str(dtype).replace('torch.', '')}: "
+                    + ", ".join(f"{m} ({d})" for m, d in list(odd.items())[:5]),
+                    where=names[0], fix="load with one dtype for the whole model (mmtune.models.loading does)")
+    if quant_outside:
+        yield error(f"{len(quant_outside)} non-decoder parameter(s) are quantized (uint8) with QLoRA, e.g. "
+                    f"{quant_outside[0]}: vision/projector in 4-bit fails with 'only supports fp16/bf16'",
+                    where=quant_outside[0], fix="quantize only the decoder (llm_int8_skip_modules = other components)")
+
+
+@check("MM008", "no parameter left on the meta device", needs=("cfg", "adapted"), failure_mode=8)
+def no_meta(ctx):
+    from ...models.loading import meta_parameters
+
+    adapted = ctx.need("adapted")
+    if not adapted.real:
+        from ..context import NotAvailable
+
+        raise NotAvailable("the full-size model is built on meta here; load_model checks it at load time")
+    yield from meta_findings(meta_parameters(adapted.result.model))
+
+
+def meta_findings(names: list[str]):
+    if names:
+        yield error(f"{len(names)} parameter(s)/buffer(s) are on the meta device (never materialised): "
+                    f"{', '.join(names[:5])} -> 'Cannot copy out of meta tensor'", where=names[0],
+                    fix="create new modules (projectors, heads) on a real device and initialise them")
+
+
+@check("MM027", "data.max_length fits the model's context", needs=("cfg",), fast=True)
+def context_length(ctx):
+    from ...errors import ModelLoadError
+    from ...models.loading import load_hf_config
+
+    cfg = ctx.need("cfg")
+    try:
+        config = load_hf_config(cfg.model.name, cfg.model.revision)
+    except ModelLoadError:
+        return  # MM024 reports it
+    text = getattr(config, "text_config", None) or config
+    limit = getattr(text, "max_position_embeddings", None)
+    if limit and cfg.data.max_length > limit:
+        yield warning(f"data.max_length={cfg.data.max_length} exceeds the model's max_position_embeddings={limit}",
+                      where="data.max_length", fix=f"data.max_length={limit}")
+    need = cfg.data.max_length + cfg.eval.max_new_tokens
+    if limit and cfg.data.eval and need > limit >= cfg.data.max_length:
+        yield warning(f"data.max_length + eval.max_new_tokens = {need} exceeds max_position_embeddings={limit}",
+                      where="eval.max_new_tokens", fix=f"eval.max_new_tokens={max(1, limit - cfg.data.max_length)}")
+
+
+@check("MM030", "the tokenizer has a chat template and a pad token", needs=("cfg", "processor_info"))
+def chat_template(ctx):
+    pinfo = ctx.need("processor_info")
+    yield from template_findings(pinfo.processor)
+
+
+def template_findings(processor):
+    tok = getattr(processor, "tokenizer", processor)
+    if not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
+        yield error("the processor/tokenizer has no chat template: records cannot be rendered as conversations",
+                    where="model.name", fix="use the instruct/chat variant of the model, or a checkpoint "
+                                            "that ships chat_template.jinja")
+    if tok.pad_token_id is None and tok.eos_token_id is None:
+        yield error("the tokenizer has neither a pad nor an eos token: batches cannot be padded",
+                    where="model.name", fix="use a tokenizer with a pad or eos token")

@@ -1,0 +1,189 @@
+"""Runtime guarantees, verified on this config (failure modes 20-23): the loop makes these failures
+impossible by construction; each check exercises the construction on this config's own model and data."""
+
+from __future__ import annotations
+
+from ..findings import error, warning
+from ..registry import check
+
+
+def _first_records(ctx, n=2):
+    from ...data.sources import load_records
+
+    cfg = ctx.need("cfg")
+    if not cfg.data.train:
+        from ..context import NotAvailable
+
+        raise NotAvailable("no data.train")
+    scan = ctx.need("scan")  # load only after the scan passed enough records; it streams the file anyway
+    if not any(s.ok for s in scan.splits if s.split == "train"):
+        from ..context import NotAvailable
+
+        raise NotAvailable("no usable training record (see the data findings)")
+    data_cfg = cfg.data.model_copy(update={"on_bad_record": "skip"})
+    return load_records(cfg.data.train, data_cfg, split="train").records[:n]
+
+
+@check("MM020", "batches are built on the CPU and can cross into spawned DataLoader workers",
+       needs=("cfg", "processor_info"), failure_mode=20)
+def cpu_collate(ctx):
+    import pickle
+
+    import torch
+
+    from ...data.collate import Collator
+    from ...data.encode import Encoder
+    from ..pieces import compute_dtype
+
+    cfg, pinfo = ctx.need("cfg"), ctx.need("processor_info")
+    records = _first_records(ctx)
+    encoder = Encoder(pinfo.processor, pinfo.family, cfg)
+    tok = encoder.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    collator = Collator(pad, compute_dtype(cfg, False))
+    batch = collator([encoder.encode(r) for r in records])
+    yield from batch_device_findings(batch)
+    if cfg.train.num_workers > 0:
+        # Spawned workers receive the dataset and collator by pickling (fork is never used).
+        from ...train.loop import EncodedDataset
+
+        try:
+            pickle.dumps((EncodedDataset(records, encoder), collator))
+        except (pickle.PicklingError, TypeError, AttributeError) as e:
+            yield error(f"train.num_workers={cfg.train.num_workers} needs the dataset and collator to pickle "
+                        f"into spawned workers, and they do not: {type(e).__name__}: {e}",
+                        where="train.num_workers", fix="train.num_workers=0")
+    assert_no_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    if assert_no_cuda:
+        yield warning("CUDA was initialised while building a batch; forked workers would fail",
+                      where="mmtune.data.collate", fix="train.num_workers=0")
+
+
+def batch_device_findings(batch: dict):
+    bad = [k for k, v in batch.items() if hasattr(v, "device") and v.device.type != "cpu"]
+    if bad:
+        yield error(f"the collator returns tensors off the CPU ({', '.join(bad)}): DataLoader workers that "
+                    "touch CUDA fail in forked processes", where="mmtune.data.collate",
+                    fix="collate on the CPU; move batches to the GPU in the training step")
+
+
+@check("MM021", "the loss extractor handles this model's output form", needs=("cfg", "grad_model"),
+       failure_mode=21)
+def output_forms(ctx):
+    import torch
+
+    from ..gradflow import example_batches
+
+    g = ctx.need("grad_model")
+    loaded, model = g.adapted.loaded, g.adapted.result.model
+    sig = "+".join(m for m in loaded.family.modalities if m != "text")[:0] or "text"
+    batch = example_batches(loaded.processor, loaded.family, [sig])[sig]
+    with torch.no_grad():
+        out = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False)
+    yield from output_form_findings(out, batch["input_ids"].shape, g.where("model output"))
+
+
+def output_form_findings(out, input_shape, where="model output"):
+    from ...train.step import extract_logits
+
+    forms = {"as returned": out}
+    if hasattr(out, "to_tuple"):
+        forms["tuple"] = out.to_tuple()
+    if isinstance(out, dict):
+        forms["dict"] = dict(out)
+    for label, form in forms.items():
+        try:
+            logits = extract_logits(form)
+        except TypeError as e:
+            yield error(f"cannot extract logits from the model output ({label}): {e}", where=where,
+                        fix="make the model return `logits` (ModelOutput/dict) or a tuple with (batch, seq, vocab)")
+            continue
+        if tuple(logits.shape[:2]) != tuple(input_shape):
+            yield error(f"the logits found in the output ({label}) have shape {tuple(logits.shape)}, not "
+                        f"(batch, seq, vocab) for inputs {tuple(input_shape)}", where=where,
+                        fix="return logits first in tuple outputs")
+
+
+@check("MM022", "the logged loss is a finite, non-zero fp32 token mean", needs=("cfg", "grad_model"),
+       failure_mode=22)
+def loss_value(ctx):
+    import torch
+
+    from ...train.step import loss_sum
+    from ..gradflow import example_batches
+    from ..pieces import compute_dtype
+
+    g = ctx.need("grad_model")
+    loaded, model = g.adapted.loaded, g.adapted.result.model
+    batch = example_batches(loaded.processor, loaded.family, ["text"])["text"]
+    dtype = compute_dtype(g.cfg, True)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        total, n = loss_sum(model, batch)
+    yield from loss_findings(total, int(n), g.where("train.step.loss_sum"))
+
+
+def loss_findings(total, n: int, where="train.step.loss_sum"):
+    import math
+
+    import torch
+
+    if n == 0:
+        yield error("the batch has no answer tokens: every label is masked, the loss would be 0/0",
+                    where=where, fix="check the answer masking of the data (the last assistant turn)")
+        return
+    if total.dtype != torch.float32:
+        yield error(f"the loss is summed in {total.dtype}, not fp32: small per-token losses round to 0.0000 "
+                    "in fp16", where=where, fix="upcast logits to fp32 before cross entropy")
+    mean = float(total) / n
+    if not math.isfinite(mean) or mean <= 0:
+        yield error(f"the token-mean loss of a random-init forward is {mean}, expected a finite positive value "
+                    f"(about ln(vocab))", where=where, fix="train.precision=bf16 (fp16 overflows); check labels")
+
+
+@check("MM023", "the config in force is the one written, and resuming keeps it", needs=("cfg",), fast=True,
+       failure_mode=23)
+def config_in_force(ctx):
+    from pathlib import Path
+
+    import yaml
+
+    from ...config import dump_config
+    from ...config.loader import validate
+
+    cfg = ctx.need("cfg")
+    text = dump_config(cfg)
+    again = validate(yaml.safe_load(text))
+    if again != cfg:
+        yield error("the resolved config does not reload to the same settings; the written config would lie",
+                    where="config", fix="this is a bug in mmtune; please report it")
+    out = Path(cfg.output_dir)
+    old_file = out / "config.resolved.yaml"
+    if not cfg.train.resume or not old_file.is_file():
+        return
+    from ...train.checkpoint import latest_checkpoint
+
+    if latest_checkpoint(out) is None:
+        return
+    old = yaml.safe_load(old_file.read_text()) or {}
+    new = yaml.safe_load(text)
+    diffs = sorted(_diff(old, new))
+    # Keys that may change on resume without changing the run's meaning.
+    benign = ("train.max_steps", "train.resume", "train.save_every", "train.keep_last", "train.log_every",
+              "train.ignore_plan", "train.gpu", "eval.", "logging.")
+    real = [d for d in diffs if not d.startswith(benign)]
+    if real:
+        yield warning(f"{cfg.output_dir} holds a checkpoint of a run with a different config ({', '.join(real[:6])}"
+                      f"{' ...' if len(real) > 6 else ''}); train.resume=true would continue it under the new "
+                      "settings", where="output_dir",
+                      fix=f"output_dir={cfg.output_dir}-2 for a new run, or train.resume=false")
+
+
+def _diff(a, b, prefix=""):
+    keys = set(a) | set(b) if isinstance(a, dict) and isinstance(b, dict) else set()
+    if not keys:
+        if a != b:
+            yield prefix.rstrip(".")
+        return
+    for k in keys:
+        yield from _diff(a.get(k) if isinstance(a, dict) else None, b.get(k) if isinstance(b, dict) else None,
+                         f"{prefix}{k}.")

@@ -1,0 +1,109 @@
+"""Media checked by header only: size and length without decoding pixels or samples.
+
+PIL's `Image.open` reads the header (no `load()`), PyAV opens the container and reads stream
+metadata, soundfile reads the audio header. Each returns the numbers token counts need, or raises a
+DataError naming the file (missing, not decodable).
+"""
+
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+from pathlib import Path
+
+from ..data.media import IMAGE_SUFFIXES, SOUNDFILE_SUFFIXES
+from ..errors import DataError
+
+
+def _src(part: dict):
+    if part.get("bytes") is not None:
+        return io.BytesIO(part["bytes"])
+    return part.get("path")
+
+
+@lru_cache(maxsize=65536)  # VQA sets ask many questions about one image: read its header once
+def _image_size_of_path(path: str) -> tuple[int, int]:
+    return _image_size(path)
+
+
+def _image_size(src) -> tuple[int, int]:
+    """(height, width) from the header."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(src) as im:
+            w, h = im.size
+    except FileNotFoundError:
+        raise DataError("missing media", fix="check the path and data.media_root") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+        raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
+    return h, w
+
+
+def image_size(part: dict) -> tuple[int, int]:
+    if part.get("image") is not None:
+        w, h = part["image"].size
+        return h, w
+    if part.get("bytes") is not None:
+        return _image_size(io.BytesIO(part["bytes"]))
+    return _image_size_of_path(str(part["path"]))
+
+
+def video_shape(part: dict, n_frames: int, fps: float | None) -> tuple[int, int, int]:
+    """(frames sampled, height, width) of a video file or a folder of frames."""
+    path = part.get("path")
+    if path is not None and Path(path).is_dir():
+        frames = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not frames:
+            raise DataError("corrupt media (a video folder without image frames)", fix="put the frames (.jpg/.png) in the folder")
+        h, w = _image_size_of_path(str(frames[0]))
+        return min(n_frames, len(frames)), h, w
+    import av
+
+    try:
+        with av.open(_src(part)) as container:
+            if not container.streams.video:
+                raise DataError("corrupt media (no video stream)", fix="give a video file with a video stream")
+            stream = container.streams.video[0]
+            w, h = stream.codec_context.width, stream.codec_context.height
+            total = stream.frames or 0
+            if fps and stream.average_rate and stream.duration and stream.time_base:
+                seconds = float(stream.duration * stream.time_base)
+                n = max(1, int(seconds * fps))
+            else:
+                n = n_frames if total == 0 else min(n_frames, total)
+    except FileNotFoundError:
+        raise DataError("missing media", fix="check the path and data.media_root") from None
+    except av.error.FFmpegError as e:
+        raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
+    if not w or not h:
+        raise DataError("corrupt media (video without frame size)", fix="re-encode the video")
+    return n, h, w
+
+
+def audio_seconds(part: dict) -> float:
+    path = part.get("path")
+    suffix = Path(str(path or part.get("name", ""))).suffix.lower()
+    if suffix in SOUNDFILE_SUFFIXES:
+        import soundfile as sf
+
+        try:
+            return float(sf.info(_src(part)).duration)
+        except FileNotFoundError:
+            raise DataError("missing media", fix="check the path and data.media_root") from None
+        except (RuntimeError, sf.LibsndfileError) as e:
+            raise DataError(f"corrupt media ({e})", fix="replace or remove the file") from None
+    import av
+
+    try:
+        with av.open(_src(part)) as container:
+            if not container.streams.audio:
+                raise DataError("corrupt media (no audio stream)", fix="give a file with an audio track")
+            s = container.streams.audio[0]
+            if s.duration and s.time_base:
+                return float(s.duration * s.time_base)
+            return float(container.duration or 0) / 1e6
+    except FileNotFoundError:
+        raise DataError("missing media", fix="check the path and data.media_root") from None
+    except av.error.FFmpegError as e:
+        raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
