@@ -1,0 +1,63 @@
+"""GPU catalog: memory, compute capability, bf16 support, dense peak TFLOP/s and memory bandwidth.
+
+Figures from vendor spec sheets (see /work/shared/FACTS.md). `memory_bytes` is the card's nominal
+memory (GB as 2**30 bytes); what CUDA reports as usable is a little lower and the planner's CUDA
+overhead model accounts for the context on top. Created by the doctor engineer because the doctor's
+hardware checks needed it first; owned by the planner.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    id: str
+    name: str
+    memory_bytes: int
+    compute_capability: tuple[int, int]
+    bf16: bool
+    fp16_tflops: float  # dense tensor-core peak
+    bf16_tflops: float | None  # None where the GPU has no bf16
+    bandwidth_gbs: float  # GB/s
+
+    @property
+    def fa2(self) -> bool:
+        """FlashAttention-2 needs sm80+ (Ampere or newer)."""
+        return self.compute_capability >= (8, 0)
+
+
+GPUS: dict[str, GPUSpec] = {g.id: g for g in (
+    GPUSpec("t4", "T4", 16 * GiB, (7, 5), False, 65, None, 320),
+    GPUSpec("v100-16gb", "V100 16GB", 16 * GiB, (7, 0), False, 125, None, 900),
+    GPUSpec("v100-32gb", "V100 32GB", 32 * GiB, (7, 0), False, 125, None, 900),
+    GPUSpec("quadro-rtx-6000", "Quadro RTX 6000", 24 * GiB, (7, 5), False, 130, None, 672),
+    GPUSpec("rtx-3090", "RTX 3090", 24 * GiB, (8, 6), True, 71, 71, 936),
+    GPUSpec("rtx-4090", "RTX 4090", 24 * GiB, (8, 9), True, 165, 165, 1008),
+    GPUSpec("a10", "A10", 24 * GiB, (8, 6), True, 125, 125, 600),
+    GPUSpec("l4", "L4", 24 * GiB, (8, 9), True, 121, 121, 300),
+    GPUSpec("a100-40gb", "A100 40GB", 40 * GiB, (8, 0), True, 312, 312, 1555),
+    GPUSpec("a100-80gb", "A100 80GB", 80 * GiB, (8, 0), True, 312, 312, 2039),
+    GPUSpec("h100", "H100 SXM", 80 * GiB, (9, 0), True, 989, 989, 3350),
+    GPUSpec("h200", "H200", 141 * GiB, (9, 0), True, 989, 989, 4800),
+)}
+
+ALIASES = {"v100": "v100-16gb", "a100": "a100-80gb", "h100-80gb": "h100", "rtx6000": "quadro-rtx-6000",
+           "3090": "rtx-3090", "4090": "rtx-4090"}
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """The spec of a GPU id (case-insensitive, `_`/` ` read as `-`); ConfigError with a did-you-mean."""
+    key = name.strip().lower().replace("_", "-").replace(" ", "-")
+    key = ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    from ..errors import ConfigError
+
+    close = difflib.get_close_matches(key, list(GPUS) + list(ALIASES), n=1)
+    raise ConfigError(f"unknown GPU {name!r}", where="--gpu / train.gpu",
+                      fix=(f"did you mean {close[0]!r}? " if close else "") + f"known: {', '.join(GPUS)}")
