@@ -90,6 +90,9 @@ def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = No
 
 def export_weights(model, run, folder: Path) -> None:
     """The loadable part: a PEFT adapter folder, or a full model folder; plus the processor."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a shard-writing bar per checkpoint is noise in the run log
     if run.cfg.adapter.method in ("lora", "qlora"):
         model.save_pretrained(str(folder / "adapter"))
         target = folder / "adapter"

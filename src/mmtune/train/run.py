@@ -81,7 +81,7 @@ def print_start_summary(run, notes) -> None:
     console.print(t)
     table = run.adapter_table
     if table is not None:
-        console.print(table if not hasattr(table, "to_rich") else table.to_rich())
+        console.print(table.render() if hasattr(table, "render") else table)
 
 
 def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
