@@ -159,6 +159,7 @@ def test_missing_and_undecodable_image_name_record_and_file(vl, tmp_path):
         with pytest.raises(DataError) as e:
             enc.encode(r)
         assert words in str(e.value) and name in str(e.value) and "img-rec" in str(e.value)
+        assert e.value.reason == ("missing media" if name == "gone.png" else "corrupt media")
         assert e.value.fix
 
 
@@ -176,4 +177,4 @@ def test_media_for_text_only_model_is_reported(text_tok, tmp_path):
              {"role": "assistant", "content": "1"}])
     with pytest.raises(DataError) as e:
         enc.encode(r)
-    assert e.value.reason == "unsupported media" and "image" in str(e.value)
+    assert e.value.reason == "unsupported modality" and "image" in str(e.value)

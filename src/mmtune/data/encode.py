@@ -150,7 +150,7 @@ class Encoder:
         for kind in MEDIA_TYPES:
             n = sum(1 for p in parts if p["type"] == kind)
             if n and kind not in self.modalities:
-                raise BadRecord("unsupported media", f"record has {n} {kind} part(s) but this model takes "
+                raise BadRecord("unsupported modality", f"record has {n} {kind} part(s) but this model takes "
                                 f"{'/'.join(sorted(self.modalities))} only", record.where(),
                                 f"use a model that accepts {kind}, or remove those parts")
             ph = self.placeholder.get(kind)
@@ -193,7 +193,7 @@ class Encoder:
             from transformers.processing_utils import OmniModalProcessorMixin
 
             if not isinstance(self.processor, OmniModalProcessorMixin):
-                raise BadRecord("unsupported media", "a video part asks for its audio track (use_audio) but this "
+                raise BadRecord("unsupported modality", "a video part asks for its audio track (use_audio) but this "
                                 "model's processor cannot interleave a video's audio", where,
                                 "drop use_audio, or use an omni model (e.g. Qwen2.5-Omni)")
             kwargs["load_audio_from_video"] = True

@@ -38,6 +38,13 @@ class BadRecord(DataError):
         self.reason = reason
         super().__init__(what, where, fix)
 
+    def as_error(self) -> DataError:
+        """The error raised under data.on_bad_record=error: the same message, plus the skip option."""
+        fix = self.fix or ""
+        if "on_bad_record" not in fix:
+            fix = (fix + "; or " if fix else "") + "set data.on_bad_record=skip to skip such records (they are counted)"
+        return DataError(self.what, self.where, fix)
+
 
 def known_formats() -> list[str]:
     return sorted(FORMAT_FIELDS)

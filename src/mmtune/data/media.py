@@ -14,15 +14,17 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import DataError
+from .formats import BadRecord
 from .records import media_label
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif"}
 
 
-def _bad(what: str, part: dict, where: str, fix: str) -> DataError:
-    return DataError(f"{what}: {media_label(part)}", where=where, fix=fix)
+def _bad(what: str, part: dict, where: str, fix: str) -> BadRecord:
+    """A media failure: a DataError whose `reason` ("missing media" / "corrupt media") skips count under."""
+    reason = "missing media" if ("not found" in what or "no path" in what) else "corrupt media"
+    return BadRecord(reason, f"{what}: {media_label(part)}", where, fix)
 
 
 # ----------------------------------------------------------------------------------------------- images

@@ -171,8 +171,7 @@ def load_records(spec: str, data_cfg, split: str = "train") -> RecordSet:
                 rs.records.extend(row_to_records(row, data_cfg.format, dict(data_cfg.columns), where, index, resolve))
             except BadRecord as e:
                 if data_cfg.on_bad_record == "error":
-                    raise DataError(e.what, e.where, (e.fix + "; or " if e.fix else "")
-                                    + "set data.on_bad_record=skip to skip bad records (they are counted)") from None
+                    raise e.as_error() from None
                 rs.skip(where, e.reason, e.what)
         if not rs.records:
             raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,

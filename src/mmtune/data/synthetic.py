@@ -86,7 +86,7 @@ def make_counting(n: int, seed: int = 0, split: str = "train", train_size: int |
         img = _draw(shapes, bg, draw_rng)
         records.append(Record(
             id=f"counting-{split}-{i:05d}",
-            source=f"synthetic:counting[{split}]:{i}",
+            source=f"synthetic:counting/{split}:{i}",
             references=[str(count)],
             messages=[
                 {"role": "user", "content": [{"type": "image", "image": img},

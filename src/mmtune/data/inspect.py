@@ -1,0 +1,143 @@
+"""`mmtune data inspect`: encode every record the way training will and report what came out.
+
+Counts ok/bad by reason, the token length distribution split by text/image/video/audio tokens
+(failure modes 2 and 17: the worst case the planner must fit), and a few rendered examples with the
+label mask shown, so a wrong mask is seen before a GPU is rented. Only the processor is built.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import DataError, ModelLoadError
+from .formats import BadRecord
+from .records import MEDIA_TYPES, RecordSet
+
+KINDS = ("text",) + MEDIA_TYPES
+
+
+def load_processor(cfg):
+    """(processor, family) for the config's model without loading any weights."""
+    from ..models.tiny import is_tiny, tiny_config_and_processor, tiny_spec
+
+    if is_tiny(cfg.model.name):
+        from ..models.families import get_family
+
+        return tiny_config_and_processor(cfg.model.name)[1], get_family(tiny_spec(cfg.model.name).family)
+    from ..models.loading import resolve_family
+
+    family = resolve_family(cfg)
+    try:
+        if family.modalities == ("text",):
+            from transformers import AutoTokenizer
+
+            proc = AutoTokenizer.from_pretrained(cfg.model.name, revision=cfg.model.revision, local_files_only=True,
+                                                 trust_remote_code=cfg.model.trust_remote_code)
+        else:
+            from transformers import AutoProcessor
+
+            proc = AutoProcessor.from_pretrained(cfg.model.name, revision=cfg.model.revision, local_files_only=True,
+                                                 trust_remote_code=cfg.model.trust_remote_code)
+    except OSError as e:
+        raise ModelLoadError(f"the processor of {cfg.model.name} is not available locally ({e.__class__.__name__})",
+                             where="model.name", fix=f"mmtune download {cfg.model.name}   (then run again)") from None
+    return proc, family
+
+
+@dataclass
+class Scan:
+    """What encoding every record produced: kept records, counts by reason, token counts per record."""
+
+    records: RecordSet
+    lengths: list[dict] = field(default_factory=list)  # token_counts of each kept record
+    too_long: int = 0
+
+    def distribution(self) -> dict:
+        out = {}
+        for k in KINDS + ("total",):
+            vals = sorted(x[k] for x in self.lengths)
+            if not vals:
+                out[k] = {"max": 0, "p95": 0, "mean": 0.0}
+                continue
+            p95 = vals[min(len(vals) - 1, math.ceil(0.95 * len(vals)) - 1)]
+            out[k] = {"max": vals[-1], "p95": p95, "mean": round(sum(vals) / len(vals), 1)}
+        return out
+
+
+def scan_records(rs: RecordSet, encoder, on_bad: str = "error") -> Scan:
+    """Encode each record once: media decoded, placeholders counted, length checked against
+    data.max_length. Under "error" the first bad record raises; under "skip" it is counted and left
+    out of the returned RecordSet (which keeps the loading-time skips too)."""
+    kept = RecordSet(skipped=dict(rs.skipped), problems=list(rs.problems), notes=list(rs.notes))
+    scan = Scan(kept)
+    for r in rs.records:
+        try:
+            out = encoder.encode(r, check_length=False)
+            ids = out["input_ids"]
+            counts = {k: int((ids == encoder.media_token_id[k]).sum()) if k in encoder.media_token_id else 0
+                      for k in MEDIA_TYPES}
+            counts["total"] = int(ids.numel())
+            counts["text"] = counts["total"] - sum(counts[k] for k in MEDIA_TYPES)
+            encoder._check_length(counts["total"], r)
+        except BadRecord as e:
+            if on_bad == "error":
+                raise e.as_error() from None
+            kept.skip(r.source, e.reason, e.what)
+            continue
+        kept.records.append(r)
+        scan.lengths.append(counts)
+    return scan
+
+
+def show_mask(encoded: dict, tokenizer, media_ids: set[int]) -> str:
+    """The encoded text with answer tokens (the ones trained on) in [[...]], media runs collapsed."""
+    ids, labels = encoded["input_ids"].tolist(), encoded["labels"].tolist()
+    out, i = [], 0
+    while i < len(ids):
+        if ids[i] in media_ids:
+            j = i
+            while j < len(ids) and ids[j] == ids[i]:
+                j += 1
+            out.append(f"{tokenizer.convert_ids_to_tokens(ids[i])}x{j - i}")
+            i = j
+            continue
+        trained = labels[i] != -100
+        j = i
+        while j < len(ids) and ids[j] not in media_ids and (labels[j] != -100) == trained:
+            j += 1
+        text = tokenizer.decode(ids[i:j])
+        out.append(f"[[{text}]]" if trained else text)
+        i = j
+    return "".join(out)
+
+
+def inspect_data(cfg, split: str = "train", n_examples: int = 3) -> dict:
+    from .encode import Encoder
+    from .sources import load_records
+
+    spec = cfg.data.train if split == "train" else cfg.data.eval
+    if not spec:
+        from ..errors import ConfigError
+
+        key = "data.train" if split == "train" else "data.eval"
+        raise ConfigError(f"no data for split {split!r}", where=key, fix=f"set {key}=path/to/file.jsonl")
+    processor, family = load_processor(cfg)
+    encoder = Encoder(processor, family, cfg)
+    rs = load_records(spec, cfg.data, split)
+    scan = scan_records(rs, encoder, cfg.data.on_bad_record)
+    media_ids = set(encoder.media_token_id.values())
+    examples = []
+    for r in scan.records.records[:n_examples]:
+        enc = encoder.encode(r)
+        examples.append({"id": r.id, "source": r.source, "tokens": int(enc["input_ids"].numel()),
+                         "rendered": show_mask(enc, encoder.tokenizer, media_ids)})
+    return {
+        "spec": spec, "split": split, "model": cfg.model.name,
+        "ok": len(scan.records.records), "bad": dict(scan.records.skipped),
+        "problems": [{"where": w, "what": what} for w, what in scan.records.problems[:20]],
+        "notes": scan.records.notes + encoder.decisions,
+        "max_length": cfg.data.max_length,
+        "tokens": scan.distribution(),
+        "examples": examples,
+    }
