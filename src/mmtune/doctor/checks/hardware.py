@@ -9,7 +9,8 @@ from ..gpu import sm, supports_bf16, supports_fa2
 from ..registry import check
 
 
-@check("MM005", "bf16 is supported by the target GPU", needs=("cfg", "gpu"), fast=True, failure_mode=5)
+@check("MM005", "bf16 is supported by the target GPU", needs=("cfg", "gpu"), fast=True, failure_mode=5,
+       claims=("gpu",))
 def bf16_supported(ctx):
     cfg, gpu = ctx.need("cfg"), ctx.need("gpu")
     if cfg.train.precision == "bf16" and not supports_bf16(gpu):
