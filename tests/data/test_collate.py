@@ -53,7 +53,7 @@ def test_dataloader_order_and_resume_skip():
     col = Collator(0)
     full = [b["input_ids"][:, 0].tolist() for b in make_dataloader(_DS(), col, 3, seed=5, epoch=2)]
     order = [i + 1 for i in epoch_order(10, 5, 2)]
-    assert sum(full, []) == order
+    assert [x for b in full for x in b] == order
     resumed = [b["input_ids"][:, 0].tolist() for b in make_dataloader(_DS(), col, 3, seed=5, epoch=2, skip_batches=2)]
     assert resumed == full[2:]
     loader = make_dataloader(_DS(), col, 3, num_workers=1)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
-
 import typer
 
 from ..console import user_errors
@@ -16,7 +14,7 @@ data_app = typer.Typer(add_completion=False, no_args_is_help=True,
 @user_errors
 def inspect_cmd(
     config: str = typer.Argument(..., help="run config YAML"),
-    overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides"),
+    overrides: list[str] | None = typer.Argument(None, help="key=value overrides"),
     split: str = typer.Option("train", "--split", help="train or eval"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     examples: int = typer.Option(3, "--examples", help="rendered examples to show"),

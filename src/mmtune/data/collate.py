@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..train.batches import epoch_order  # one definition of the shuffle order, shared with resume
 
-__all__ = ["Collator", "epoch_order", "make_dataloader", "EpochSampler"]
+__all__ = ["Collator", "EpochSampler", "epoch_order", "make_dataloader"]
 
 PAD_VALUES = {"labels": -100}
 

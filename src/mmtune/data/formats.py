@@ -9,7 +9,7 @@ OCR-VQA `questions`/`answers` lists per image); a format knows its names, `data.
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import DataError
 from .records import MEDIA_TYPES, Record

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import DataError, ModelLoadError
+from ..errors import ModelLoadError
 from .formats import BadRecord
 from .records import MEDIA_TYPES, RecordSet
 

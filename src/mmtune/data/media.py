@@ -131,9 +131,9 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
         raise _bad("video has no decodable frames", part, where, "replace the file, or set data.on_bad_record=skip")
     # The header's frame count can be wrong; re-sample over what was really decoded.
     idx = sample_indices(n, n_frames, fps, source_fps)
-    if not all(i in kept for i in idx):
-        if wanted is not None:  # header promised more frames than there were: decode again, all of them
-            return _frames_file_all(path, part, where, n_frames, fps, max_pixels, source_fps)
+    if not all(i in kept for i in idx) and wanted is not None:
+        # The header promised more frames than there were: decode again, keeping all of them.
+        return _frames_file_all(path, part, where, n_frames, fps, max_pixels, source_fps)
     return VideoClip([kept[i] for i in idx], n, source_fps, idx)
 
 

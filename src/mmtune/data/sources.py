@@ -8,8 +8,8 @@ bad record with file:line and the fix; "skip" skips it and counts it by reason (
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..errors import DataError
 from .formats import BadRecord, check_format, row_to_records
