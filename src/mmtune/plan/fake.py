@@ -1,139 +1,175 @@
-"""Run code on fake tensors while the small integer tensors that steer control flow keep real values.
+"""Run a training step on fake tensors while the small tensors that steer control flow stay real.
 
-The one mechanism for every family (issue item 3). FakeTensorMode already carries a real "constant"
-beside a fake tensor, but only for single-element tensors (`CONSTANT_NUMEL_LIMIT = 1`), so
-`grid_thw.tolist()`, `input_ids == image_token_id`, rope index computation or `cu_seqlens` fail with
-a data-dependent error. `ValueFakeMode` widens that rule to integer and boolean tensors up to
-`max_const_numel` elements: an op whose inputs are all such constants runs for real on CPU (they are
-tiny: token ids, masks, grids, position ids) and its integer/bool output stays a constant; anything
-that touches a floating tensor (weights, activations) stays fake and allocates nothing.
+The one mechanism for every family (issue item 3). Weights, activations and media tensors are fake:
+they have shapes and dtypes and allocate nothing. Token ids, masks, grids (`image_grid_thw`), position
+ids and everything computed *only* from such tensors stay ordinary CPU tensors with real values, so
+model code reads `grid_thw.tolist()`, compares `input_ids == image_token_id`, computes rope indices and
+`cu_seqlens`, and decides "is this mask all ones?" exactly as in training (transformers takes its
+tracing branch for fake masks, which would make the plan follow a different path than the run).
 
-So model code sees real token ids, grids and masks, takes the same branches it takes in training,
-and the planner never needs a patch per model.
+`ValueFakeMode.dispatch` applies one rule to every aten op:
+- no fake input (all inputs real, or a factory such as `zeros`/`arange`): run it for real when its
+  output is small (shape learnt first on `meta`); these are index/mask computations;
+- any fake input: real inputs join as fake tensors that carry their value as a FakeTensor constant;
+  boolean-mask indexing with a known mask becomes indexing with the mask's (real) `nonzero()`, which
+  has a static shape, so `embeds[mask]` works without a data-dependent error;
+- reading a fake *floating* scalar (logged loss, grad norm, GradScaler's found_inf) gives 0.0: float
+  values never steer shapes, and the plan models the ordinary step. Reading a fake *integer* raises
+  NoValueError, which the planner reports with the module and op.
 """
 
 from __future__ import annotations
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._mode_utils import no_dispatch
+from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 _VALUE_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
 
-# Integer inputs of one step: ids/masks (batch x seq), 3 x batch x seq rope positions, grids. A 7B
-# run at 32k tokens is ~100k elements; 8M leaves room while never covering a weight matrix.
-DEFAULT_MAX_CONST_NUMEL = 1 << 23
+# Largest real tensor the plan computes for real: ids/masks (batch x seq), 3 x batch x seq rope
+# positions, small float tables derived from them. 8M elements never reaches a weight or an
+# activation of interest, and bounds the planner's own memory.
+DEFAULT_MAX_REAL_NUMEL = 1 << 23
+
+_aten = torch.ops.aten
+_FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_strided, _aten.arange,
+              _aten.scalar_tensor}
+_INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
+              _aten._unsafe_index.Tensor, _aten._unsafe_index_put.default}
+
 
 class NoValueError(RuntimeError):
     """Model code read the value of an integer tensor computed from floating data (e.g. argmax)."""
 
-    def __init__(self, t):
+    def __init__(self, t, op: str = ""):
         self.tensor = t
+        self.op = op
         super().__init__(f"a {tuple(t.shape)} {t.dtype} tensor computed from floating-point data was read "
                          "as a Python value; its value is unknown without running the model for real")
 
 
-_NoValue = NoValueError
-
-_aten = torch.ops.aten
-_FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_strided, _aten.arange,
-              _aten.scalar_tensor, _aten.new_zeros, _aten.new_ones, _aten.new_full, _aten.new_empty}
+def _numel(x) -> int:
+    return sum(t.numel() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
 
 
 class ValueFakeMode(FakeTensorMode):
-    """FakeTensorMode in which small integer/bool tensors carry their real values."""
+    """FakeTensorMode in which small tensors computed from real inputs stay real (see module docstring)."""
 
-    def __init__(self, *, max_const_numel: int = DEFAULT_MAX_CONST_NUMEL, **kw):
+    def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, **kw):
         kw.setdefault("allow_non_fake_inputs", True)
         super().__init__(**kw)
-        self.max_const_numel = max_const_numel
+        self.max_real_numel = max_real_numel
 
-    def may_turn_const(self, t: torch.Tensor) -> bool:  # noqa: D102 - see module docstring
-        if t.numel() <= 1:
-            return super().may_turn_const(t)
-        return (t.dtype in _VALUE_DTYPES and t.numel() <= self.max_const_numel
-                and t.layout == torch.strided and not self.is_our_fake(t) and t.device.type != "meta")
-
-    def dispatch(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func is _aten._local_scalar_dense.default:
-            t = args[0]
-            if self.is_our_fake(t) and t.constant is None:
-                if t.is_floating_point() or t.is_complex():
-                    # A float read (logged loss, grad norm, GradScaler's found_inf) never steers a
-                    # shape; the plan models the ordinary step, so it reads 0.0 (no overflow).
-                    return 0.0
-                raise NoValueError(t)
-        out = self._value_factory(func, args, kwargs)
-        if out is not None:
-            return out
-        return super().dispatch(func, types, args, kwargs)
-
-    def _value_factory(self, func, args, kwargs):
-        """A factory (`zeros`, `arange`, `full`, ...) of a small integer/bool tensor runs for real.
-
-        Fake mode only carries values through ops that have constant tensor inputs; a factory has no
-        tensor input, so `position_ids = torch.zeros(3, b, s, dtype=long)` would lose its value before
-        model code fills and reads it. The shape is learnt on meta first so nothing big is allocated.
-        """
-        if func.overloadpacket not in _FACTORIES:
-            return None
-        from torch.utils._pytree import tree_leaves
-        from torch.utils._mode_utils import no_dispatch
-
-        if any(isinstance(a, torch.Tensor) for a in tree_leaves((args, kwargs))):
-            return None
-        dev = kwargs.get("device")
-        if dev is not None and torch.device(dev).type == "meta":
-            return None
-        with no_dispatch():
-            probe = func(*args, **dict(kwargs, device="meta"))
-            if probe.dtype not in _VALUE_DTYPES or probe.numel() > self.max_const_numel:
-                return None
-            real = func(*args, **dict(kwargs, device="cpu"))
-        out = self.fake_tensor_converter.from_real_tensor(self, real, make_constant=True)
-        if dev is not None and torch.device(dev).type != "cpu":
-            out.fake_device = torch.device(dev)
-        return out
+    def may_turn_const(self, t: torch.Tensor) -> bool:  # noqa: D102 - constants may be whole id tensors
+        return (t.numel() <= self.max_real_numel and t.layout == torch.strided and not self.is_our_fake(t)
+                and t.device.type != "meta" and (t.numel() <= 1 or t.dtype in _VALUE_DTYPES))
 
     def with_value(self, t: torch.Tensor) -> torch.Tensor:
-        """A fake copy of a real tensor; integer/bool ones keep their values as a constant."""
-        const = self.may_turn_const(t)
-        return self.fake_tensor_converter.from_real_tensor(self, t, make_constant=const)
+        """A fake copy of a real tensor; small integer/bool ones keep their values as a constant."""
+        return self.fake_tensor_converter.from_real_tensor(self, t, make_constant=self.may_turn_const(t))
 
+    def real_value(self, t):
+        """The real tensor behind a fake constant (or `t` itself when it is real)."""
+        if self.is_our_fake(t):
+            if t.constant is None:
+                raise NoValueError(t)
+            return t.constant
+        return t
 
-def _real_values(x):
-    """Replace fake tensors that carry a constant by real tensors, inside nested lists/tuples."""
-    from torch._subclasses.fake_tensor import FakeTensor
+    # ------------------------------------------------------------------------------------ dispatch
+    def dispatch(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        flat = tree_leaves((args, kwargs))
+        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        fakes = [t for t in tensors if self.is_our_fake(t)]
+        if func is _aten._local_scalar_dense.default and fakes:
+            t = fakes[0]
+            if t.constant is not None:
+                with no_dispatch():
+                    return t.constant.item()
+            if t.is_floating_point() or t.is_complex():
+                return 0.0
+            raise NoValueError(t, str(func))
+        if not fakes and (tensors or func.overloadpacket in _FACTORIES):
+            if all(t.device.type == "cpu" for t in tensors):
+                out = self._run_real(func, args, kwargs)
+                if out is not NotImplemented:
+                    return out
+        if func in _INDEX_OPS:
+            args = self._static_indices(args)
+        if fakes and len(fakes) != len(tensors):
+            args, kwargs = tree_map(lambda a: self.with_value(a) if isinstance(a, torch.Tensor)
+                                    and not self.is_our_fake(a) else a, (args, kwargs))
+        return super().dispatch(func, types, args, kwargs)
 
-    if isinstance(x, FakeTensor):
-        if x.constant is None:
-            raise _NoValue(x)
-        from torch.utils._mode_utils import no_dispatch
-
+    def _run_real(self, func, args, kwargs):
+        """Run an op with only real inputs for real, if its outputs are small (learnt on meta first)."""
         with no_dispatch():
-            return x.constant.tolist()
+            try:
+                meta_args, meta_kwargs = tree_map(
+                    lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, kwargs))
+                if func.overloadpacket in _FACTORIES:
+                    meta_kwargs = dict(meta_kwargs, device="meta")
+                probe = func(*meta_args, **meta_kwargs)
+                if _numel(probe) > self.max_real_numel:
+                    return NotImplemented
+            except (RuntimeError, NotImplementedError, TypeError, ValueError):
+                # Data-dependent output shape (nonzero, masked_select, unique, repeat_interleave...):
+                # its output is no larger than its (small, real) inputs.
+                if _numel((args, kwargs)) > self.max_real_numel:
+                    return NotImplemented
+            if func.overloadpacket in _FACTORIES and kwargs.get("device") not in (None, "cpu", torch.device("cpu")):
+                kwargs = dict(kwargs, device="cpu")
+            return func(*args, **kwargs)
+
+    def _static_indices(self, args):
+        """`x[mask]` with a known boolean mask -> `x[mask.nonzero()]`: same result, static shape."""
+        if len(args) < 2 or not isinstance(args[1], (list, tuple)):
+            return args
+        new = []
+        for idx in args[1]:
+            if isinstance(idx, torch.Tensor) and idx.dtype in (torch.bool, torch.uint8):
+                try:
+                    mask = self.real_value(idx)
+                except NoValueError:
+                    new.append(idx)
+                    continue
+                with no_dispatch():
+                    new.extend(mask.bool().nonzero(as_tuple=True))
+            else:
+                new.append(idx)
+        return (args[0], new, *args[2:])
+
+
+def _real_values(x, mode: ValueFakeMode):
+    """Replace fake constants by Python values inside nested lists/tuples (for `torch.tensor([...])`)."""
+    if isinstance(x, torch.Tensor) and mode.is_our_fake(x):
+        v = mode.real_value(x)
+        with no_dispatch():
+            return v.tolist()
     if isinstance(x, (list, tuple)):
-        return type(x)(_real_values(v) for v in x)
+        return type(x)(_real_values(v, mode) for v in x)
     return x
 
 
-
-
 class ValueFunctionMode(torch.overrides.TorchFunctionMode):
-    """`torch.tensor([...])` reads element data without the dispatcher; feed it the carried values.
-
-    Model code builds small tensors from lists of 0-d tensors (e.g. Qwen2-VL's rope deltas). Those
-    elements are fake constants, so their values are known: hand the real ones to the constructor, and
-    the result is lifted back into the fake mode as a constant.
-    """
+    """`torch.tensor([...])` reads element data without the dispatcher; feed it the carried values."""
 
     _CTORS = (torch.tensor, torch.as_tensor)
+
+    def __init__(self, mode: ValueFakeMode):
+        super().__init__()
+        self.mode = mode
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in self._CTORS and args:
             try:
-                args = (_real_values(args[0]),) + tuple(args[1:])
-            except _NoValue:
-                pass  # no value to give: let the constructor raise its own error
+                args = (_real_values(args[0], self.mode),) + tuple(args[1:])
+            except NoValueError:
+                pass  # no value to give: the constructor raises its own error, reported by the planner
         return func(*args, **kwargs)
+
+
+__all__ = ["ValueFakeMode", "ValueFunctionMode", "NoValueError", "tree_flatten", "tree_unflatten"]

@@ -38,6 +38,7 @@ class Storage:
     nbytes: int
     phase: str
     tag: str
+    op: str = ""  # the aten op that created it (diagnostics)
 
 
 @dataclass
@@ -83,7 +84,7 @@ class StorageTracker(TorchDispatchMode):
         return self._see(t, phase or self.phase, tag)
 
     # -- events ----------------------------------------------------------------------------------
-    def _see(self, t: torch.Tensor, phase: str, tag: str) -> int | None:
+    def _see(self, t: torch.Tensor, phase: str, tag: str, op: str = "") -> int | None:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
             return None
         try:
@@ -98,7 +99,7 @@ class StorageTracker(TorchDispatchMode):
         self._next += 1
         self._serial_of[st] = serial
         tr = self.trace
-        tr.storages[serial] = Storage(serial, nbytes, phase, tag)
+        tr.storages[serial] = Storage(serial, nbytes, phase, tag, op)
         tr.events.append(Event(serial, nbytes, phase, tag))
         tr.live_bytes += nbytes
         if tr.live_bytes > tr.peak_bytes:
@@ -126,5 +127,5 @@ class StorageTracker(TorchDispatchMode):
         phase = self._current_phase()
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
-                self._see(t, phase, self.tag if phase != "backward" else "")
+                self._see(t, phase, self.tag if phase != "backward" else "", func.__name__)
         return out

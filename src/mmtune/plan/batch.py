@@ -1,0 +1,154 @@
+"""The batch a plan traces: the dataset's worst-case record, or declared media sizes when no data is given.
+
+Batches go through the real `Encoder` and `Collator`, so token counts, grids (`image_grid_thw`,
+`video_grid_thw`) and audio feature lengths are the values training will see. The worst case is the
+record with the most tokens in total; a micro-batch of `micro_batch_size` copies of it is the largest
+batch the loader can form (padding makes every row as long as the longest).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+MEDIA = ("image", "video", "audio")
+
+
+@dataclass
+class Declared:
+    """Media of the planned record when no data is given (`mmtune plan --image 1280x720 ...`)."""
+
+    images: list[tuple[int, int]] = field(default_factory=list)  # (width, height)
+    videos: list[tuple[int, int, int]] = field(default_factory=list)  # (frames, width, height)
+    audio_seconds: list[float] = field(default_factory=list)
+    tokens: int | None = None  # total tokens of the record; defaults to data.max_length
+
+    @classmethod
+    def default_for(cls, modalities) -> "Declared":
+        d = cls()
+        if "image" in modalities:
+            d.images = [(512, 512)]
+        elif "audio" in modalities:
+            d.audio_seconds = [30.0]
+        return d
+
+    def describe(self) -> str:
+        parts = [f"image {w}x{h}" for w, h in self.images]
+        parts += [f"video {f}x{w}x{h}" for f, w, h in self.videos]
+        parts += [f"audio {s:g}s" for s in self.audio_seconds]
+        return ", ".join(parts) or "text only"
+
+
+@dataclass
+class PlanBatch:
+    micro_batch: dict  # collated real CPU tensors (micro_batch_size rows)
+    tokens: int  # tokens per row
+    media_tokens: dict  # kind -> {"max", "p95", "mean"} per record
+    source: str  # where the shape came from
+    records_seen: int = 0
+    skipped: dict = field(default_factory=dict)
+
+
+def _stats(values: list[int]) -> dict:
+    if not values:
+        return {"max": 0, "p95": 0, "mean": 0.0}
+    s = sorted(values)
+    return {"max": s[-1], "p95": s[min(len(s) - 1, math.ceil(0.95 * len(s)) - 1)], "mean": sum(s) / len(s)}
+
+
+def _media_counts(encoder, item: dict) -> dict:
+    ids = item["input_ids"]
+    return {k: int((ids == encoder.media_token_id[k]).sum()) if k in encoder.media_token_id else 0 for k in MEDIA}
+
+
+def _declared_record(decl: Declared):
+    import numpy as np
+    from PIL import Image
+
+    from ..data.records import Record
+
+    content = []
+    for w, h in decl.images:
+        content.append({"type": "image", "image": Image.new("RGB", (w, h), (127, 127, 127))})
+    for f, w, h in decl.videos:
+        content.append({"type": "video", "video": [Image.new("RGB", (w, h), (127, 127, 127)) for _ in range(f)]})
+    for s in decl.audio_seconds:
+        content.append({"type": "audio", "audio": np.zeros(int(s * 16000), dtype=np.float32)})
+    content.append({"type": "text", "text": "Describe it."})
+    return Record("declared", "plan --declared", [{"role": "user", "content": content},
+                                                  {"role": "assistant", "content": [{"type": "text", "text": "It is."}]}])
+
+
+def _fill_to(item: dict, n: int, fill_id: int) -> dict:
+    """Extend a record's per-token keys with plain text tokens (answer tokens) up to `n` tokens."""
+    import torch
+
+    cur = int(item["input_ids"].shape[-1])
+    if n <= cur:
+        return item
+    extra = n - cur
+    out = dict(item)
+    for k, v in item.items():
+        if v.dim() == 1 and v.shape[0] == cur:
+            val = fill_id if k in ("input_ids", "labels") else (1 if k == "attention_mask" else 0)
+            out[k] = torch.cat([v, torch.full((extra,), val, dtype=v.dtype)])
+    return out
+
+
+def worst_case_batch(cfg, processor, family, encoder_cls=None, *, declared: Declared | None = None,
+                     max_records: int = 5000) -> PlanBatch:
+    from ..data.collate import Collator
+    from ..data.encode import Encoder
+    from ..errors import DataError
+
+    import torch
+
+    enc = (encoder_cls or Encoder)(processor, family, cfg)
+    tok = enc.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    collate = Collator(pad, None)
+    mb = cfg.train.micro_batch_size
+    if cfg.data.train and declared is None:
+        from ..data.sources import load_records
+
+        rs = load_records(cfg.data.train, cfg.data, split="train")
+        records = rs.records[:max_records]
+        if not records:
+            raise DataError("the training set has no usable record to plan with", where=cfg.data.train,
+                            fix="check data.train; skipped: " + str(rs.skipped))
+        worst, worst_n, counts = None, -1, {k: [] for k in MEDIA}
+        skipped = dict(rs.skipped)
+        for r in records:
+            try:
+                item = enc.encode(r)
+            except DataError as e:
+                if cfg.data.on_bad_record == "skip":
+                    reason = getattr(e, "reason", "bad record")
+                    skipped[reason] = skipped.get(reason, 0) + 1
+                    continue
+                raise
+            n = int(item["input_ids"].shape[-1])
+            for k, v in _media_counts(enc, item).items():
+                counts[k].append(v)
+            if n > worst_n:
+                worst, worst_n = item, n
+        src = f"worst-case record of {cfg.data.train} ({worst_n} tokens; {len(records)} records scanned" + \
+              (f" of {len(rs.records)}" if len(rs.records) > len(records) else "") + ")"
+        return PlanBatch(collate([worst] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
+                         len(records), skipped)
+    decl = declared or Declared.default_for(family.modalities)
+    item = enc.encode(_declared_record(decl), check_length=False)
+    n_media = int(item["input_ids"].shape[-1])
+    target = decl.tokens or cfg.data.max_length
+    if n_media > target:
+        raise DataError(f"the declared media ({decl.describe()}) alone take {n_media} tokens, over the "
+                        f"{target}-token sequence cap", where="plan --image/--video/--audio",
+                        fix=f"raise data.max_length to at least {n_media}, or lower model.max_pixels / the sizes")
+    fill = tok.convert_tokens_to_ids("a")
+    if fill is None or fill == tok.unk_token_id:
+        fill = int(item["input_ids"][-1])
+    item = _fill_to(item, target, int(fill))
+    counts = _media_counts(enc, item)
+    src = f"declared: {decl.describe()}, {target} tokens per record"
+    del torch
+    return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {})

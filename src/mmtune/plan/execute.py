@@ -1,0 +1,153 @@
+"""Execute the training loop's own step (`mmtune.train.step.optimizer_step`) on fake tensors.
+
+Two optimizer steps run: AdamW creates its state inside the first step, so the second step's forward
+and backward run with the state alive, which is where full fine-tuning peaks. Each step runs
+min(grad_accum, 2) micro-batches: from the second micro-batch on, gradients already exist and every
+later micro-batch repeats the second's allocations exactly, so more would only cost time.
+
+`PlanAccelerator` stands in for accelerate's Accelerator with the five things the step uses (device,
+num_processes, no_sync, autocast, backward, clip_grad_norm_), on fake tensors; fp16 loss scaling is a
+scalar multiply and an in-place unscale, so it allocates nothing that matters and is left out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+
+from .tracker import StorageTracker
+
+
+class PlanAccelerator:
+    num_processes = 1
+
+    def __init__(self, compute_dtype):
+        self.device = torch.device("cpu")
+        self.compute_dtype = compute_dtype
+
+    def no_sync(self, model):
+        return contextlib.nullcontext()
+
+    def autocast(self):
+        if self.compute_dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=self.compute_dtype)
+
+    def backward(self, loss):
+        loss.backward()
+
+    def clip_grad_norm_(self, params, max_norm):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+
+
+@dataclass
+class Execution:
+    tracker: StorageTracker
+    param_serials: dict = field(default_factory=dict)  # serial -> "weights" | "trainable"
+    grad_serials: set = field(default_factory=set)
+    state_serials: set = field(default_factory=set)
+    input_serials: set = field(default_factory=set)
+
+
+def _phase_hooks(model, tracker: StorageTracker):
+    handles = []
+
+    def pre(mod, args, kwargs=None):
+        if torch._C._current_graph_task_id() == -1:
+            tracker.phase = "forward"
+
+    def post(mod, args, out):
+        if torch._C._current_graph_task_id() == -1:
+            tracker.phase = "loss"
+            tracker.tag = "logits"
+
+    handles.append(model.register_forward_pre_hook(pre))
+    handles.append(model.register_forward_hook(post))
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        handles.append(head.register_forward_pre_hook(lambda m, a: setattr(tracker, "tag", "logits")))
+        handles.append(head.register_forward_hook(lambda m, a, o: setattr(tracker, "tag", "")))
+    return handles
+
+
+def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
+              max_grad_norm, trainable_params, steps: int = 2) -> Execution:
+    from ..train.step import optimizer_step
+    from .fake import ValueFunctionMode
+
+    tracker = StorageTracker()
+    ex = Execution(tracker)
+    for p in model.parameters():
+        s = tracker.register(p, "setup")
+        if s is not None:
+            ex.param_serials[s] = "trainable" if p.requires_grad else "weights"
+    for b in model.buffers():
+        s = tracker.register(b, "setup")
+        if s is not None:
+            ex.param_serials.setdefault(s, "weights")
+    # Integer inputs (ids, masks, grids) stay real; floating media become fake.
+    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+                  for k, v in micro_batch.items()}
+    for v in fake_batch.values():
+        if isinstance(v, torch.Tensor):
+            s = tracker.register(v, "setup")
+            if s is not None:
+                ex.input_serials.add(s)
+
+    def pre_step(opt, args, kwargs):
+        tracker.phase, tracker.tag = "optimizer", ""
+        for p in trainable_params:
+            if p.grad is not None:
+                s = tracker.serial(p.grad)
+                if s is not None:
+                    ex.grad_serials.add(s)
+
+    def post_step(opt, args, kwargs):
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    s = tracker.serial(v)
+                    if s is not None:
+                        ex.state_serials.add(s)
+        tracker.phase = "setup"
+
+    handles = _phase_hooks(model, tracker)
+    h1 = optimizer.register_step_pre_hook(pre_step)
+    h2 = optimizer.register_step_post_hook(post_step)
+    acc = PlanAccelerator(compute_dtype)
+    try:
+        with mode, ValueFunctionMode(mode), tracker:
+            for _ in range(steps):
+                optimizer_step(model, optimizer, scheduler, [fake_batch] * min(grad_accum, 2), accelerator=acc,
+                               max_grad_norm=max_grad_norm, trainable_params=trainable_params)
+    finally:
+        for h in handles + [h1, h2]:
+            h.remove()
+    return ex
+
+
+def breakdown_at_peak(ex: Execution) -> dict[str, int]:
+    """Bytes live at the peak, by what they are."""
+    tr = ex.tracker.trace
+    out = {k: 0 for k in ("weights", "trainable_parameters", "gradients", "optimizer_state", "activations",
+                          "logits_loss", "temporaries", "inputs")}
+    for s in tr.live_at(tr.peak_index):
+        st = tr.storages[s]
+        if s in ex.param_serials:
+            key = "trainable_parameters" if ex.param_serials[s] == "trainable" else "weights"
+        elif s in ex.grad_serials:
+            key = "gradients"
+        elif s in ex.state_serials:
+            key = "optimizer_state"
+        elif s in ex.input_serials:
+            key = "inputs"
+        elif st.tag == "logits" or st.phase == "loss":
+            key = "logits_loss"
+        elif st.phase == "forward":
+            key = "activations"
+        else:
+            key = "temporaries"
+        out[key] += st.nbytes
+    return out

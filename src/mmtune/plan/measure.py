@@ -1,0 +1,98 @@
+"""Measure the real peak of the same step, independently of the planner (for the accuracy benchmark).
+
+CPU: torch.profiler memory events (`profile_memory=True`) list every allocation and free of the CPU
+allocator in order; the peak is the largest running sum, added to the bytes that were live before the
+step (weights, buffers, 4-bit quant state, the batch). CUDA: `torch.cuda.max_memory_allocated` and
+`max_memory_reserved` after a reset. The step is the loop's own `optimizer_step`, twice, as planned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Measured:
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int | None
+    baseline_bytes: int
+    device: str
+
+
+def _storage_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        st = t.untyped_storage()
+        key = st.data_ptr()
+        if key in seen or st.nbytes() == 0:
+            continue
+        seen.add(key)
+        total += st.nbytes()
+    return total
+
+
+def _quant_state_tensors(model):
+    out = []
+    for p in model.parameters():
+        qs = getattr(p, "quant_state", None)
+        if qs is None:
+            continue
+        for name in ("absmax", "code"):
+            if getattr(qs, name, None) is not None:
+                out.append(getattr(qs, name))
+        nested = getattr(qs, "state2", None)
+        if nested is not None:
+            out += [nested.absmax, nested.code]
+        if getattr(qs, "offset", None) is not None:
+            out.append(qs.offset)
+    return out
+
+
+def measure_step(cfg, micro_batch: dict, *, steps: int = 2) -> Measured:
+    import torch
+
+    from ..build import build_model_and_adapters, make_accelerator
+    from ..optim import make_optimizer
+    from ..precision import resolve_precision
+    from ..train.schedule import make_scheduler
+    from ..train.step import optimizer_step
+
+    precision = resolve_precision(cfg.train.device, cfg.train.precision)
+    accelerator = make_accelerator(precision)
+    torch.manual_seed(cfg.train.seed)
+    _, adapters = build_model_and_adapters(cfg, device=accelerator.device, dtype=precision.compute_dtype)
+    model = adapters.model
+    optimizer = make_optimizer(adapters.param_groups, cfg.train)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    scheduler = make_scheduler(optimizer, warmup=0, total=10, kind="constant")
+    trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
+    dev = accelerator.device
+    batch = {k: v.to(dev) for k, v in micro_batch.items()}
+    mbs = [batch] * min(cfg.train.grad_accum, 2)
+    state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
+    baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
+
+    def run():
+        for _ in range(steps):
+            optimizer_step(model, optimizer, scheduler, mbs, accelerator=accelerator,
+                           max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable)
+
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base_alloc = torch.cuda.memory_allocated()
+        run()
+        torch.cuda.synchronize()
+        return Measured(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), base_alloc, "cuda")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    # The raw allocator events (one per allocation/free, with its byte count), in time order.
+    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
+                     and e.device_type() == torch.autograd.DeviceType.CPU), key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return Measured(baseline + peak, None, baseline, "cpu")
