@@ -70,6 +70,7 @@ def example_batch(processor, modalities, *, video_frames: int = 4, audio_seconds
             kwargs["videos"] = [example_video(video_frames)]
         if "audio" in modalities:
             kwargs["audio"] = [example_audio(audio_seconds)]
+            kwargs["sampling_rate"] = AUDIO_SR
         batch = dict(processor(text=[text], return_tensors="pt", **kwargs))
     labels = batch["input_ids"].clone()
     tok = getattr(processor, "tokenizer", processor)

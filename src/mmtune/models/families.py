@@ -29,6 +29,9 @@ class Family:
     components: dict[str, tuple[str, ...]] = field(default_factory=dict)
     tiny: str | None = None  # name of the tiny random twin in models.tiny
     processor_class: str | None = None
+    # When the hub checkpoint's config wraps the part we train (Qwen2.5-Omni: the Thinker inside
+    # the Omni config), the attribute holding the sub-config.
+    sub_config: str | None = None
 
     def component_of(self, param_name: str) -> str:
         for comp in ("projector", "audio", "vision", "lm_head", "decoder"):
@@ -74,6 +77,95 @@ register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/qwen2-vl",
+))
+
+
+_QWEN_VL_COMPONENTS = {
+    "projector": ("model.visual.merger.", "model.visual.deepstack_merger_list."),
+    "vision": ("model.visual.",),
+    "decoder": ("model.language_model.",),
+    "lm_head": ("lm_head.",),
+}
+
+register(Family(
+    name="qwen2_5_vl",
+    model_types=("qwen2_5_vl",),
+    model_class="Qwen2_5_VLForConditionalGeneration",
+    processor_class="Qwen2_5_VLProcessor",
+    modalities=("text", "image", "video"),
+    components=_QWEN_VL_COMPONENTS,
+    tiny="tiny/qwen2.5-vl",
+))
+
+register(Family(
+    name="qwen3_vl",
+    model_types=("qwen3_vl",),
+    model_class="Qwen3VLForConditionalGeneration",
+    processor_class="Qwen3VLProcessor",
+    modalities=("text", "image", "video"),
+    # DeepStack mergers feed intermediate vision features into early decoder layers: projectors too.
+    components=_QWEN_VL_COMPONENTS,
+    tiny="tiny/qwen3-vl",
+))
+
+register(Family(
+    name="qwen2_audio",
+    model_types=("qwen2_audio",),
+    model_class="Qwen2AudioForConditionalGeneration",
+    processor_class="Qwen2AudioProcessor",
+    modalities=("text", "audio"),
+    components={
+        "projector": ("model.multi_modal_projector.",),
+        "audio": ("model.audio_tower.",),
+        "decoder": ("model.language_model.",),
+        "lm_head": ("lm_head.",),
+    },
+    tiny="tiny/qwen2-audio",
+))
+
+register(Family(
+    name="qwen2_5_omni",
+    model_types=("qwen2_5_omni_thinker", "qwen2_5_omni"),
+    model_class="Qwen2_5OmniThinkerForConditionalGeneration",
+    processor_class="Qwen2_5OmniProcessor",
+    modalities=("text", "image", "video", "audio"),
+    components={
+        # The audio encoder ends in ln_post + proj (to the LM width): that pair is the audio projector.
+        "projector": ("model.visual.merger.", "model.audio_tower.proj.", "model.audio_tower.ln_post."),
+        "audio": ("model.audio_tower.",),
+        "vision": ("model.visual.",),
+        "decoder": ("model.language_model.",),
+        "lm_head": ("lm_head.",),
+    },
+    tiny="tiny/qwen2.5-omni",
+    sub_config="thinker_config",
+))
+
+_LLAVA_COMPONENTS = {
+    "projector": ("model.multi_modal_projector.", "model.image_newline"),
+    "vision": ("model.vision_tower.",),
+    "decoder": ("model.language_model.",),
+    "lm_head": ("lm_head.",),
+}
+
+register(Family(
+    name="llava",
+    model_types=("llava",),
+    model_class="LlavaForConditionalGeneration",
+    processor_class="LlavaProcessor",
+    modalities=("text", "image"),
+    components=_LLAVA_COMPONENTS,
+    tiny="tiny/llava",
+))
+
+register(Family(
+    name="llava_next",
+    model_types=("llava_next",),
+    model_class="LlavaNextForConditionalGeneration",
+    processor_class="LlavaNextProcessor",
+    modalities=("text", "image"),
+    components=_LLAVA_COMPONENTS,
+    tiny="tiny/llava-next",
 ))
 
 

@@ -76,8 +76,13 @@ def _trained_tokenizer(vocab_size: int):
     return tok.to_str()
 
 
-def make_tokenizer(vocab_size: int = 512, template: str | None = None):
-    """A fast tokenizer with Qwen's special tokens and chat template; deterministic for a given size."""
+def make_tokenizer(vocab_size: int = 512, template: str | None = None, extra_special_tokens: dict | None = None):
+    """A fast tokenizer with Qwen's special tokens and chat template; deterministic for a given size.
+
+    `extra_special_tokens` ({"image_token": "<|IMAGE|>", ...}) become attributes such as
+    `tok.image_token` / `tok.image_token_id` that some processors read (Qwen2.5-Omni); tokens not
+    already in the vocabulary are appended at the end, so existing ids never move.
+    """
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -87,6 +92,7 @@ def make_tokenizer(vocab_size: int = 512, template: str | None = None):
         pad_token="<|endoftext|>",
         bos_token=None,
         padding_side="right",
+        **({"extra_special_tokens": extra_special_tokens} if extra_special_tokens else {}),
     )
     tok.chat_template = template or chat_template()
     return tok

@@ -27,6 +27,7 @@ class TinySpec:
     family: str
     make_config: Callable  # (tokenizer, **overrides) -> PretrainedConfig
     make_processor: Callable  # (tokenizer) -> processor (or the tokenizer for text models)
+    make_tokenizer: Callable = make_tokenizer  # () -> tokenizer with this family's placeholders
 
 
 def _ids(tok, *tokens):
@@ -83,6 +84,209 @@ def _qwen2_vl_processor(tok):
                             video_processor=_qwen_video_processor(), chat_template=tok.chat_template)
 
 
+# --- Qwen2.5-VL: windowed-attention ViT with a full-attention block, same processor layout as Qwen2-VL.
+
+def _mrope_text(tok, **over):
+    return _text_common(tok, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                              "mrope_section": [2, 3, 3]}, **over)
+
+
+def _vision_ids(tok):
+    image, video, vstart, vend = _ids(tok, "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
+    return dict(image_token_id=image, video_token_id=video, vision_start_token_id=vstart, vision_end_token_id=vend)
+
+
+def _qwen2_5_vl_config(tok, **over):
+    from transformers import Qwen2_5_VLConfig
+
+    text = _mrope_text(tok)
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
+                  window_size=56, fullatt_block_indexes=[1])
+    cfg = dict(text_config=text, vision_config=vision, tie_word_embeddings=False, **_vision_ids(tok))
+    cfg.update(over)
+    return Qwen2_5_VLConfig(**cfg)
+
+
+def _qwen2_5_vl_processor(tok):
+    from transformers import Qwen2_5_VLProcessor
+
+    return Qwen2_5_VLProcessor(image_processor=_qwen_image_processor(), tokenizer=tok,
+                               video_processor=_qwen_video_processor(), chat_template=tok.chat_template)
+
+
+# --- Qwen3-VL: 16-pixel patches, learned position embeddings, DeepStack features, timestamped video.
+
+QWEN3_MEAN = (0.5, 0.5, 0.5)
+
+
+def _qwen3_vl_config(tok, **over):
+    from transformers import Qwen3VLConfig
+
+    text = _text_common(tok, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                           "mrope_section": [2, 3, 3], "mrope_interleaved": True})
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
+                  patch_size=16, num_position_embeddings=64, deepstack_visual_indexes=[0])
+    cfg = dict(text_config=text, vision_config=vision, tie_word_embeddings=False, **_vision_ids(tok))
+    cfg.update(over)
+    return Qwen3VLConfig(**cfg)
+
+
+def _qwen3_vl_processor(tok):
+    from transformers import Qwen3VLProcessor
+
+    side = 16 * 2  # patch * merge
+    kw = dict(patch_size=16, image_mean=QWEN3_MEAN, image_std=QWEN3_MEAN,
+              min_pixels=2 * side * 2 * side, max_pixels=4 * side * 4 * side)
+    return Qwen3VLProcessor(image_processor=_qwen_image_processor(**kw), tokenizer=tok,
+                            video_processor=_qwen_video_processor(**kw), chat_template=tok.chat_template)
+
+
+# --- Qwen2-Audio: Whisper-style encoder (30 s windows, as the real model), average-pooled, linear projector.
+
+AUDIO_MELS = 32  # the real model uses 128; the mel count only sizes the first conv
+
+
+def _whisper_features(**kw):
+    from transformers import WhisperFeatureExtractor
+
+    kw.setdefault("feature_size", AUDIO_MELS)
+    return WhisperFeatureExtractor(**kw)
+
+
+def _qwen2_audio_config(tok, **over):
+    from transformers import Qwen2AudioConfig
+
+    audio = dict(num_mel_bins=AUDIO_MELS, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
+                 d_model=32, max_source_positions=1500)
+    cfg = dict(text_config=dict(_text_common(tok), model_type="qwen2"), audio_config=audio,
+               audio_token_index=tok.convert_tokens_to_ids("<|AUDIO|>"))
+    cfg.update(over)
+    return Qwen2AudioConfig(**cfg)
+
+
+def _qwen2_audio_processor(tok):
+    from transformers import Qwen2AudioProcessor
+
+    return Qwen2AudioProcessor(feature_extractor=_whisper_features(), tokenizer=tok, chat_template=tok.chat_template)
+
+
+# --- Qwen2.5-Omni Thinker: Qwen2.5-VL vision tower + Whisper-style audio encoder + Qwen2 decoder.
+
+OMNI_TOKENS = {"image_token": "<|IMAGE|>", "video_token": "<|VIDEO|>", "audio_token": "<|AUDIO|>",
+               "vision_bos_token": "<|vision_bos|>", "vision_eos_token": "<|vision_eos|>",
+               "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}
+
+
+def _omni_tokenizer():
+    from .local_tokenizer import chat_template
+
+    t = OMNI_TOKENS
+    return make_tokenizer(template=chat_template(image=t["vision_bos_token"] + t["image_token"] + t["vision_eos_token"],
+                                                 video=t["vision_bos_token"] + t["video_token"] + t["vision_eos_token"],
+                                                 audio=t["audio_bos_token"] + t["audio_token"] + t["audio_eos_token"]),
+                          extra_special_tokens=OMNI_TOKENS)
+
+
+def _qwen2_5_omni_config(tok, **over):
+    from transformers import Qwen2_5OmniThinkerConfig
+
+    text = _mrope_text(tok)
+    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
+                  window_size=56, fullatt_block_indexes=[1])
+    audio = dict(num_mel_bins=AUDIO_MELS, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=64,
+                 d_model=32, output_dim=text["hidden_size"], max_source_positions=1500, n_window=100)
+    cfg = dict(text_config=text, vision_config=vision, audio_config=audio,
+               audio_token_index=tok.audio_token_id, image_token_index=tok.image_token_id,
+               video_token_index=tok.video_token_id, vision_start_token_id=tok.vision_bos_token_id,
+               vision_end_token_id=tok.vision_eos_token_id, audio_start_token_id=tok.audio_bos_token_id,
+               audio_end_token_id=tok.audio_eos_token_id,
+               user_token_id=tok.convert_tokens_to_ids("user"), tie_word_embeddings=False)
+    cfg.update(over)
+    return Qwen2_5OmniThinkerConfig(**cfg)
+
+
+def _qwen2_5_omni_processor(tok):
+    from transformers import Qwen2_5OmniProcessor
+
+    return Qwen2_5OmniProcessor(image_processor=_qwen_image_processor(), video_processor=_qwen_video_processor(),
+                                feature_extractor=_whisper_features(), tokenizer=tok, chat_template=tok.chat_template)
+
+
+# --- LLaVA 1.5 / LLaVA-NeXT: CLIP ViT + 2-layer MLP projector + a Llama decoder.
+
+CLIP_IMAGE = 56  # 4x4 patches of 14 px (+ CLS): 16 image tokens
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def _clip_vision(**over):
+    cfg = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+               image_size=CLIP_IMAGE, patch_size=14, projection_dim=32, model_type="clip_vision_model")
+    cfg.update(over)
+    return cfg
+
+
+def _llama_text(tok):
+    return dict(_text_common(tok), model_type="llama")
+
+
+def _llava_tokenizer():
+    from .local_tokenizer import chat_template
+
+    return make_tokenizer(template=chat_template(image="<image>\n"), extra_special_tokens={"image_token": "<image>"})
+
+
+def _llava_config(tok, **over):
+    from transformers import LlavaConfig
+
+    cfg = dict(vision_config=_clip_vision(), text_config=_llama_text(tok),
+               image_token_index=tok.convert_tokens_to_ids("<image>"), image_seq_length=(CLIP_IMAGE // 14) ** 2,
+               projector_hidden_act="gelu", vision_feature_layer=-2, vision_feature_select_strategy="default",
+               tie_word_embeddings=False)
+    cfg.update(over)
+    return LlavaConfig(**cfg)
+
+
+def _clip_image_processor():
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    return CLIPImageProcessorPil(size={"shortest_edge": CLIP_IMAGE}, crop_size={"height": CLIP_IMAGE, "width": CLIP_IMAGE},
+                                 image_mean=CLIP_MEAN, image_std=CLIP_STD)
+
+
+def _llava_processor(tok):
+    from transformers import LlavaProcessor
+
+    return LlavaProcessor(image_processor=_clip_image_processor(), tokenizer=tok, patch_size=14,
+                          vision_feature_select_strategy="default", num_additional_image_tokens=1,
+                          image_token="<image>", chat_template=tok.chat_template)
+
+
+LLAVA_NEXT_PINPOINTS = [[CLIP_IMAGE, 2 * CLIP_IMAGE], [2 * CLIP_IMAGE, CLIP_IMAGE], [2 * CLIP_IMAGE, 2 * CLIP_IMAGE]]
+
+
+def _llava_next_config(tok, **over):
+    from transformers import LlavaNextConfig
+
+    cfg = dict(vision_config=_clip_vision(), text_config=_llama_text(tok),
+               image_token_index=tok.convert_tokens_to_ids("<image>"), image_grid_pinpoints=LLAVA_NEXT_PINPOINTS,
+               image_seq_length=(CLIP_IMAGE // 14) ** 2, projector_hidden_act="gelu", vision_feature_layer=-2,
+               vision_feature_select_strategy="default", tie_word_embeddings=False)
+    cfg.update(over)
+    return LlavaNextConfig(**cfg)
+
+
+def _llava_next_processor(tok):
+    from transformers import LlavaNextProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    ip = LlavaNextImageProcessorPil(size={"shortest_edge": CLIP_IMAGE},
+                                    crop_size={"height": CLIP_IMAGE, "width": CLIP_IMAGE},
+                                    image_grid_pinpoints=LLAVA_NEXT_PINPOINTS, image_mean=CLIP_MEAN, image_std=CLIP_STD)
+    return LlavaNextProcessor(image_processor=ip, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
+                              num_additional_image_tokens=1, image_token="<image>", chat_template=tok.chat_template)
+
+
 TINY: dict[str, TinySpec] = {}
 
 
@@ -93,6 +297,14 @@ def register_tiny(spec: TinySpec) -> TinySpec:
 
 register_tiny(TinySpec("tiny/qwen2", "qwen2", _qwen2_config, lambda tok: tok))
 register_tiny(TinySpec("tiny/qwen2-vl", "qwen2_vl", _qwen2_vl_config, _qwen2_vl_processor))
+register_tiny(TinySpec("tiny/qwen2.5-vl", "qwen2_5_vl", _qwen2_5_vl_config, _qwen2_5_vl_processor))
+register_tiny(TinySpec("tiny/qwen3-vl", "qwen3_vl", _qwen3_vl_config, _qwen3_vl_processor))
+register_tiny(TinySpec("tiny/qwen2-audio", "qwen2_audio", _qwen2_audio_config, _qwen2_audio_processor))
+register_tiny(TinySpec("tiny/qwen2.5-omni", "qwen2_5_omni", _qwen2_5_omni_config, _qwen2_5_omni_processor,
+                       make_tokenizer=_omni_tokenizer))
+register_tiny(TinySpec("tiny/llava", "llava", _llava_config, _llava_processor, make_tokenizer=_llava_tokenizer))
+register_tiny(TinySpec("tiny/llava-next", "llava_next", _llava_next_config, _llava_next_processor,
+                       make_tokenizer=_llava_tokenizer))
 
 
 def is_tiny(name: str) -> bool:
@@ -110,7 +322,7 @@ def tiny_spec(name: str) -> TinySpec:
 
 def tiny_config_and_processor(name: str, **config_overrides):
     spec = tiny_spec(name)
-    tok = make_tokenizer()
+    tok = spec.make_tokenizer()
     return spec.make_config(tok, **config_overrides), spec.make_processor(tok)
 
 

@@ -66,7 +66,13 @@ class FramesVideoProcessor(BaseVideoProcessor):
         t = -(-num_frames // self.temporal_patch_size)
         return t * (h // self.patch_size) * (w // self.patch_size)
 
-    def __call__(self, videos=None, return_tensors=None, **kwargs):
+    # Frames arrive already sampled; their rate is unknown unless the caller says. Qwen's own
+    # processors sample at 2 fps by default, so that is the assumed rate for timestamps
+    # (Qwen2.5-VL's second_per_grid_ts, Qwen3-VL's "<t seconds>" prompts).
+    default_fps = 2.0
+
+    def __call__(self, videos=None, return_tensors=None, return_metadata=False, video_metadata=None,
+                 fps=None, **kwargs):
         import torch
         from PIL import Image
         from transformers import BatchFeature
@@ -79,10 +85,11 @@ class FramesVideoProcessor(BaseVideoProcessor):
         ps, tps, ms = self.patch_size, self.temporal_patch_size, self.merge_size
         mean = np.array(self.image_mean, dtype=np.float32)
         std = np.array(self.image_std, dtype=np.float32)
-        all_patches, grids = [], []
+        all_patches, grids, sizes = [], [], []
         for video in videos:
             arr = self._frames_to_array(video)
             t, h0, w0, _ = arr.shape
+            sizes.append((t, (h0, w0)))
             h, w = smart_resize(h0, w0, factor=ps * ms, min_pixels=self.min_pixels, max_pixels=self.max_pixels)
             frames = np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in arr])
             x = (frames.astype(np.float32) / 255.0 - mean) / std  # (T, H, W, C)
@@ -98,4 +105,12 @@ class FramesVideoProcessor(BaseVideoProcessor):
             "pixel_values_videos": torch.from_numpy(np.concatenate(all_patches)),
             "video_grid_thw": torch.tensor(grids, dtype=torch.long),
         }
+        if return_metadata:
+            from transformers.video_utils import VideoMetadata
+
+            if video_metadata is None:
+                video_metadata = [VideoMetadata(total_num_frames=n, fps=fps or self.default_fps,
+                                                frames_indices=list(range(n)), height=hw[0], width=hw[1])
+                                  for n, hw in sizes]
+            data["video_metadata"] = video_metadata
         return BatchFeature(data, tensor_type=None)

@@ -1,0 +1,71 @@
+"""Every tiny twin: real class, processor output on real media, finite loss and gradients, components."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mmtune.models.examples import example_batch
+from mmtune.models.families import FAMILIES, get_family
+from mmtune.models.tiny import TINY, build_tiny, tiny_spec
+
+CLASSES = {
+    "tiny/qwen2": "Qwen2ForCausalLM",
+    "tiny/qwen2-vl": "Qwen2VLForConditionalGeneration",
+    "tiny/qwen2.5-vl": "Qwen2_5_VLForConditionalGeneration",
+    "tiny/qwen3-vl": "Qwen3VLForConditionalGeneration",
+    "tiny/qwen2-audio": "Qwen2AudioForConditionalGeneration",
+    "tiny/qwen2.5-omni": "Qwen2_5OmniThinkerForConditionalGeneration",
+    "tiny/llava": "LlavaForConditionalGeneration",
+    "tiny/llava-next": "LlavaNextForConditionalGeneration",
+}
+# Parameters a real forward legitimately leaves without gradient: LLaVA reads CLIP's penultimate
+# layer (vision_feature_layer=-2), Whisper-style sinusoidal positions are fixed, the Omni audio
+# tower's bos/eos embedding is only used when generating speech.
+NO_GRAD_OK = ("model.vision_tower.encoder.layers.1.", "model.vision_tower.post_layernorm.",
+              "model.audio_tower.embed_positions.", "model.audio_tower.audio_bos_eos_token.")
+
+
+def test_every_tiny_twin_is_listed():
+    assert set(TINY) == set(CLASSES)
+    assert {f.tiny for f in FAMILIES.values()} == set(CLASSES)
+
+
+@pytest.mark.parametrize("name", sorted(CLASSES))
+def test_tiny_twin_forward_backward_with_processor_output(name):
+    fam = get_family(tiny_spec(name).family)
+    model, processor = build_tiny(name)
+    assert type(model).__name__ == CLASSES[name]
+    batch = example_batch(processor, fam.modalities)
+    for media_key in {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}.items():
+        if media_key[0] in fam.modalities and not (name.startswith("tiny/llava") and media_key[0] == "video"):
+            assert media_key[1] in batch, f"{name}: processor gave no {media_key[1]}"
+    out = model(**batch)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    # every parameter belongs to a named component (nothing falls into "other")
+    comps = {n: fam.component_of(n) for n, _ in model.named_parameters()}
+    assert "other" not in set(comps.values()), [n for n, c in comps.items() if c == "other"]
+    expected = {"decoder", "lm_head"} | ({"vision", "projector"} if {"image", "video"} & set(fam.modalities) else set()) \
+        | ({"audio", "projector"} if "audio" in fam.modalities else set())
+    assert set(comps.values()) == expected
+    for n, p in model.named_parameters():
+        if p.grad is None:
+            assert n.startswith(NO_GRAD_OK), f"{name}: {n} got no gradient"
+        else:
+            assert torch.isfinite(p.grad).all(), n
+    # media really reached the model: the projector got a non-zero gradient
+    if "projector" in expected:
+        assert any(p.grad is not None and p.grad.abs().sum() > 0
+                   for n, p in model.named_parameters() if comps[n] == "projector")
+
+
+def test_tiny_omni_processor_expands_audio_and_video_placeholders():
+    model, processor = build_tiny("tiny/qwen2.5-omni")
+    batch = example_batch(processor, ("video", "audio"), audio_seconds=2.0)
+    ids = batch["input_ids"][0]
+    n_audio = int((ids == model.config.audio_token_index).sum())
+    n_video = int((ids == model.config.video_token_index).sum())
+    assert n_audio == 50  # 2 s of 16 kHz audio -> 200 mel frames -> 50 tokens (25 per second)
+    grid = batch["video_grid_thw"][0]
+    assert n_video == int(grid.prod()) // 4
