@@ -1,0 +1,138 @@
+"""Data checks: a JSONL with one broken record per failure mode; each is found, with file:line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from doctor_helpers import TINY_VL
+
+
+def _msg(text, answer="3"):
+    return [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    import numpy as np
+    import soundfile as sf
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), "white").save(tmp_path / "ok.png")
+    Image.new("RGB", (640, 480), "white").save(tmp_path / "big.png")
+    (tmp_path / "corrupt.png").write_bytes(b"not a png at all")
+    sf.write(tmp_path / "a.wav", np.zeros(1600, dtype="float32"), 16000)
+    rows = {
+        "ok": {"messages": _msg("<image>How many circles?"), "images": ["ok.png"]},
+        "big": {"messages": _msg("<image>How many?"), "images": ["big.png"]},
+        "ok_text": {"messages": _msg("Say three.")},
+        "missing_field": {"msgs": _msg("hi")},
+        "missing_media": {"messages": _msg("<image>How many?"), "images": ["nope.png"]},
+        "corrupt_media": {"messages": _msg("<image>How many?"), "images": ["corrupt.png"]},
+        "placeholder": {"messages": _msg("How many?"), "images": ["ok.png"]},
+        "audio": {"messages": _msg("<audio>What was said?"), "audios": ["a.wav"]},
+    }
+
+    def write(names, path="train.jsonl"):
+        with open(tmp_path / path, "w") as f:
+            for n in names:
+                f.write(json.dumps(rows[n]) + "\n")
+        return str(tmp_path / path)
+
+    return write
+
+
+def _tree(train, **data):
+    return {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages", **data}}
+
+
+DATA_CODES = ("MM014", "MM016", "MM017", "MM018", "MM033", "MM031")
+
+
+def test_clean_data_is_silent(doctor, dataset):
+    rep = doctor(_tree(dataset(["ok", "ok_text"] * 3)), *DATA_CODES)
+    assert rep.errors == [] and rep.codes("warning") == set()
+    scan = rep.tables["data"].splits[0]
+    assert (scan.ok, scan.n_bad) == (6, 0)
+    assert set(scan.signatures) == {"image", "text"}
+
+
+@pytest.mark.parametrize("bad,code,reason", [
+    ("missing_field", "MM014", "missing field"),
+    ("missing_media", "MM018", "missing media"),
+    ("corrupt_media", "MM018", "corrupt media"),
+    ("placeholder", "MM016", "placeholder mismatch"),
+    ("audio", "MM033", "unsupported modality"),
+])
+def test_each_broken_record_is_found(doctor, dataset, bad, code, reason):
+    path = dataset(["ok", bad, "ok"])
+    rep = doctor(_tree(path), *DATA_CODES)
+    assert rep.codes("error") == {code}, rep.findings
+    f = rep.errors[0]
+    assert f.where.startswith(f"{path}:2"), f.where  # file:line of the broken record
+    assert rep.tables["data"].splits[0].bad == {reason: 1}
+    # with the skip policy the same record is a warning (skipped and counted), not an error
+    rep = doctor(_tree(path, on_bad_record="skip"), *DATA_CODES)
+    assert rep.errors == [] and code in rep.codes("warning")
+
+
+def test_mm017_media_cut_by_truncation(doctor, dataset):
+    rep = doctor(_tree(dataset(["big"]), max_length=12), "MM017")
+    bad = rep.tables["data"].splits[0].bad
+    assert bad == {"media cut by truncation": 1}, rep.tables["data"].splits[0].examples
+    assert "data.max_length=" in rep.errors[0].fix
+    assert doctor(_tree(dataset(["big", "ok_text"]), max_length=64), "MM017").errors == []
+
+
+def test_mm017_answer_cut(doctor, dataset):
+    rep = doctor(_tree(dataset(["ok_text"]), max_length=12), "MM017")
+    assert rep.tables["data"].splits[0].bad == {"answer cut by truncation": 1}
+
+
+def test_token_lengths_match_the_encoder(dataset):
+    """The header arithmetic gives the exact length the real encoder produces."""
+    from mmtune.config.loader import validate
+    from mmtune.data.sources import load_records
+    from mmtune.doctor.pieces import build_processor_info
+    from mmtune.doctor.tokens import TokenCounter
+
+    cfg = validate(_tree(dataset(["ok", "ok_text"])))
+    pinfo = build_processor_info(cfg)
+    tc = TokenCounter(pinfo.processor, pinfo.family, cfg)
+    for rec in load_records(cfg.data.train, cfg.data).records:
+        counts = [tc.media_tokens(p) for p in rec.media_parts()]
+        ln = tc.lengths([tc.render(rec)], [counts])[0]
+        assert ln.total == tc.encoder.encode(rec)["input_ids"].numel()
+
+
+def test_write_clean_keeps_only_passing_rows(doctor, dataset, tmp_path):
+    out = tmp_path / "clean.jsonl"
+    rep = doctor(_tree(dataset(["ok", "missing_media", "ok_text", "corrupt_media"])), "MM034", "MM018",
+                 write_clean=str(out))
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert len(lines) == 2 and all("nope.png" not in json.dumps(x) for x in lines)
+    assert any(f.code == "MM034" and "wrote 2" in f.message for f in rep.findings)
+    # the clean file passes
+    rep = doctor(_tree(str(out), media_root=str(tmp_path)), *DATA_CODES)
+    assert rep.errors == []
+
+
+def test_mm031_fewer_records_than_a_micro_batch(doctor, dataset):
+    tree = _tree(dataset(["ok"]))
+    tree["train"] = {"micro_batch_size": 4}
+    assert "MM031" in doctor(tree, "MM031").codes("error")
+    tree["train"] = {"micro_batch_size": 1, "max_steps": 10}
+    assert doctor(tree, "MM031").findings == []
+
+
+def test_mm002_unbounded_pixels_warns(doctor):
+    from mmtune.doctor.checks.data import media_tokens
+
+    rep = doctor({**TINY_VL, "data": {"train": "synthetic:counting", "synthetic_train_size": 4, "max_length": 16}},
+                 "MM002")
+    assert "MM002" in rep.codes("warning") and rep.findings[0].fix.startswith("model.max_pixels=")
+    rep = doctor({**TINY_VL, "model": {"name": "tiny/qwen2-vl", "max_pixels": 3136},
+                  "data": {"train": "synthetic:counting", "synthetic_train_size": 4, "max_length": 16}}, "MM002")
+    assert rep.codes("warning") == set()
+    assert media_tokens  # the check function is importable on its own
