@@ -311,6 +311,8 @@ def _model_class(family: Family):
 
 def _build_from_config(family: Family, config, dtype, attn: str):
     cls = _model_class(family)
+    if family.sub_config and hasattr(config, family.sub_config):  # e.g. the Thinker inside Qwen2.5-Omni
+        config = getattr(config, family.sub_config)
     if hasattr(cls, "from_config"):  # Auto classes
         return cls.from_config(config, dtype=dtype, attn_implementation=attn)
     return cls._from_config(config, dtype=dtype, attn_implementation=attn)

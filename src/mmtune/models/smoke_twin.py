@@ -1,0 +1,158 @@
+"""Map a real model to its tiny twin (`--smoke`), and shrink a real config to tiny dimensions.
+
+`smoke_twin(name)` answers "which tiny random twin has this model's architecture": the family comes
+from `model.family`, a local folder's config.json, an embedded public config, a cached hub config,
+or a table of known hub-id patterns, in that order. `shrink_config(config)` keeps the class and every
+structural setting of a real config (activation, rope layout, patch and merge sizes, feature layer,
+token ids) and shrinks only sizes, for tests that need "this exact architecture, small".
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from .families import family_for_model_type, get_family
+from .tiny import is_tiny
+
+# Known hub ids (lower-cased) -> family, checked in order; most specific first.
+NAME_TABLE: list[tuple[str, str]] = [
+    (r"qwen2\.5-omni", "qwen2_5_omni"),
+    (r"qwen2\.5-vl", "qwen2_5_vl"),
+    (r"qwen3-vl", "qwen3_vl"),
+    (r"qwen2-vl", "qwen2_vl"),
+    (r"qwen2-audio", "qwen2_audio"),
+    (r"llava-v1\.6|llava-1\.6|llava-next|llava_next", "llava_next"),
+    (r"llava", "llava"),
+    (r"qwen|llama|mistral|smollm|tinyllama", "qwen2"),
+]
+
+
+def _model_type_of(name: str) -> str | None:
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file():
+        return json.loads((path / "config.json").read_text()).get("model_type")
+    from .configs import embedded
+
+    spec = embedded(name)
+    if spec is not None:
+        return spec["config"].get("model_type")
+    from .loading import _cached_snapshot
+
+    snap = _cached_snapshot(name, None)
+    if snap is not None and (snap / "config.json").is_file():
+        return json.loads((snap / "config.json").read_text()).get("model_type")
+    return None
+
+
+def family_of_name(name: str, family: str | None = None) -> str:
+    if family:
+        return get_family(family).name
+    model_type = _model_type_of(name)
+    if model_type is not None:
+        return family_for_model_type(model_type).name
+    low = name.lower()
+    for pattern, fam in NAME_TABLE:
+        if re.search(pattern, low):
+            return fam
+    raise ModelLoadError(f"cannot tell which model family {name!r} belongs to (no config.json on disk, no embedded "
+                         "or cached config, and the name matches no known family)",
+                         where="model.name", fix="set model.family (e.g. qwen2_vl, llava) in the recipe")
+
+
+def smoke_twin(model_name: str, family: str | None = None) -> str:
+    """The tiny twin name (tiny/<x>) of a model's architecture."""
+    if is_tiny(model_name):
+        return model_name
+    fam = get_family(family_of_name(model_name, family))
+    if fam.tiny is None:
+        raise ModelLoadError(f"family {fam.name} has no tiny twin", where="model.name")
+    return fam.tiny
+
+
+# ------------------------------------------------------------------------------------------ shrink
+
+TEXT_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, max_window_layers=2)
+ENCODER_SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                     depth=2, num_heads=2, embed_dim=32, projection_dim=32, d_model=32, encoder_layers=2,
+                     encoder_attention_heads=2, encoder_ffn_dim=64, num_position_embeddings=64)
+TEXT_KEYS = ("text_config", "llm_config")
+ENCODER_KEYS = ("vision_config", "audio_config")
+
+
+def _shrink_text(d: dict) -> dict:
+    for k, v in TEXT_SIZES.items():
+        if k in d:
+            d[k] = v
+    n = d.get("num_hidden_layers", 2)
+    if isinstance(d.get("layer_types"), list):
+        d["layer_types"] = d["layer_types"][:n]
+    rope = d.get("rope_parameters") or d.get("rope_scaling")
+    if isinstance(rope, dict) and "mrope_section" in rope:
+        rope["mrope_section"] = [2, 3, 3]  # sums to head_dim / 2
+    if isinstance(rope, dict) and rope.get("rope_type") == "mrope":
+        # legacy name: M-RoPE is "default" RoPE plus mrope_section (Qwen2-VL's config converts it the
+        # same way; Qwen2.5-Omni's does not, and its rotary embedding rejects "mrope")
+        rope["rope_type"] = "default"
+        if rope.get("type") == "mrope":
+            rope["type"] = "default"
+    return d
+
+
+def _shrink_encoder(d: dict, text_hidden: int) -> dict:
+    for k, v in ENCODER_SIZES.items():
+        if k in d:
+            d[k] = v
+    for k in ("out_hidden_size", "output_dim"):
+        if k in d:
+            d[k] = text_hidden
+    if "fullatt_block_indexes" in d:
+        d["fullatt_block_indexes"] = [1]
+    if "deepstack_visual_indexes" in d:
+        d["deepstack_visual_indexes"] = [0]
+    return d
+
+
+def shrink_config(real_config, vocab_size: int | None = None):
+    """A config of the same class with tiny sizes; structure and token ids kept.
+
+    With `vocab_size` the vocabulary shrinks too: token ids below it are kept, larger ones (image/video/
+    audio placeholders, bos/eos) are moved to distinct ids at the top of the new vocabulary.
+    """
+    cls = type(real_config)
+    d = copy.deepcopy(real_config.to_dict())
+    for k in ("_name_or_path", "transformers_version", "architectures"):
+        d.pop(k, None)
+    if d.get("model_type") == "qwen2_5_omni" and "thinker_config" in d:
+        raise ModelLoadError("shrink_config takes the Thinker's config (config.thinker_config) of Qwen2.5-Omni")
+    text_d = next((d[k] for k in TEXT_KEYS if isinstance(d.get(k), dict)), d)
+    _shrink_text(text_d)
+    for k in ENCODER_KEYS:
+        if isinstance(d.get(k), dict):
+            _shrink_encoder(d[k], text_d.get("hidden_size", 64))
+    if vocab_size is not None:
+        top = vocab_size - 1
+        moved: dict[int, int] = {}
+
+        def remap(x):
+            nonlocal top
+            if isinstance(x, int) and not isinstance(x, bool) and x >= vocab_size:
+                if x not in moved:
+                    moved[x] = top
+                    top -= 1
+                return moved[x]
+            if isinstance(x, list):
+                return [remap(i) for i in x]
+            return x
+
+        for dd in {id(d): d, id(text_d): text_d}.values():
+            if "vocab_size" in dd:
+                dd["vocab_size"] = vocab_size
+            for k in list(dd):
+                if k.endswith(("token_id", "token_ids", "token_index")):
+                    dd[k] = remap(dd[k])
+    return cls(**{k: v for k, v in d.items() if k != "model_type"})
