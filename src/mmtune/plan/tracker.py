@@ -20,6 +20,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from torch.utils.flop_counter import flop_registry as _FLOPS
+
+_aten = torch.ops.aten
+# Ops that move no data (views, metadata): no time in the roofline model.
+_VIEW_LIKE = {_aten.view, _aten._unsafe_view, _aten.t, _aten.transpose, _aten.permute, _aten.expand,
+              _aten.slice, _aten.select, _aten.unsqueeze, _aten.squeeze, _aten.reshape, _aten.alias,
+              _aten.detach, _aten.as_strided, _aten.split, _aten.split_with_sizes, _aten.unbind,
+              _aten._local_scalar_dense, _aten.empty, _aten.empty_strided, _aten.empty_like}
+
 # Phases a step goes through, in order; `eval_generation` when eval is planned.
 PHASES = ("setup", "forward", "loss", "backward", "optimizer", "eval_generation")
 
@@ -49,6 +58,7 @@ class Trace:
     peak_index: int = -1  # index in `events` of the allocation that set the peak
     peak_phase: str = "setup"
     live_bytes: int = 0
+    costs: list = field(default_factory=list)  # (flops, bytes touched, phase) per op
 
     def live_at(self, index: int) -> set[int]:
         live: set[int] = set()
@@ -122,9 +132,27 @@ class StorageTracker(TorchDispatchMode):
             return "backward"
         return self.phase
 
+    def _cost(self, func, args, kwargs, out, phase) -> None:
+        """FLOPs (matmul/attention, torch's flop registry) and bytes touched by one op, for the time model."""
+        if func.overloadpacket in _VIEW_LIKE:
+            return
+        flops = 0
+        fn = _FLOPS.get(func.overloadpacket)
+        if fn is not None:
+            try:
+                flops = int(fn(*args, **(kwargs or {}), out_val=out))
+            except (TypeError, ValueError, RuntimeError, IndexError):
+                flops = 0
+        nbytes = 0
+        for t in tree_leaves((args, kwargs, out)):
+            if isinstance(t, torch.Tensor):
+                nbytes += t.numel() * t.element_size()
+        self.trace.costs.append((flops, nbytes, phase))
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         phase = self._current_phase()
+        self._cost(func, args, kwargs, out, phase)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._see(t, phase, self.tag if phase != "backward" else "", func.__name__)

@@ -1,0 +1,52 @@
+"""Per-GPU memory of a data-parallel run on N GPUs, from the single-GPU trace.
+
+The trace classifies every byte live at the peak (weights, trainable parameters, gradients, optimizer
+state, activations, ...). Each strategy keeps some classes whole on every rank and shards others:
+
+| strategy | weights | trainable | gradients | optimizer state | extra per rank |
+|---|---|---|---|---|---|
+| ddp | 1 | 1 | 1 | 1 | gradient buckets (a flat copy of all gradients) |
+| zero2 | 1 | 1 | 1/N | 1/N | two reduce buckets |
+| fsdp (full shard) | 1/N | 1/N | 1/N | 1/N | the largest wrapped unit gathered, twice (prefetch), + its gradient |
+| zero3 | 1/N | 1/N | 1/N | 1/N | the same as FSDP |
+
+Activations, logits and temporaries stay per rank (each rank runs its own micro-batch). NCCL keeps its
+own buffers outside PyTorch's allocator (NCCL_BYTES per rank, added to the process total).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STRATEGIES = ("ddp", "zero2", "zero3", "fsdp")
+NCCL_BYTES = 300 << 20
+ZERO_BUCKET_ELEMS = 50_000_000  # mmtune's DeepSpeed configs: reduce_bucket_size 5e7
+
+
+@dataclass
+class Sharded:
+    peak_allocated: int
+    extra: dict
+    nccl_bytes: int
+
+
+def shard(breakdown: dict, peak_allocated: int, *, strategy: str, n: int, trainable_numel: int,
+          largest_unit_bytes: int, grad_bytes_per_elem: int = 4) -> Sharded:
+    if n <= 1:
+        return Sharded(peak_allocated, {}, 0)
+    if strategy not in STRATEGIES:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"unknown strategy {strategy!r}", where="--strategy", fix="one of " + ", ".join(STRATEGIES))
+    saved, extra = 0, {}
+    w, tr, g, st = (breakdown.get(k, 0) for k in ("weights", "trainable_parameters", "gradients", "optimizer_state"))
+    grads_all = trainable_numel * grad_bytes_per_elem
+    if strategy == "ddp":
+        extra["ddp_buckets"] = grads_all
+    elif strategy == "zero2":
+        saved = (g + st) * (n - 1) // n
+        extra["zero_buckets"] = 2 * min(trainable_numel, ZERO_BUCKET_ELEMS) * grad_bytes_per_elem
+    else:
+        saved = (w + tr + g + st) * (n - 1) // n
+        extra["gathered_units"] = 2 * largest_unit_bytes + largest_unit_bytes
+    return Sharded(peak_allocated - saved + sum(extra.values()), extra, NCCL_BYTES)

@@ -1,0 +1,231 @@
+"""`predict(cfg) -> PlanResult`: the peak memory and step time of the exact run, without a GPU.
+
+1. build the run's model on meta through the training build pieces (plan/model.py), every weight a
+   fake tensor (4-bit layers at packed storage);
+2. take the batch of the dataset's worst-case record (or declared media) through the real Encoder;
+3. run the loop's own `optimizer_step` twice on fake tensors, tracking every storage (plan/execute.py);
+4. replay the allocation events through the CUDA caching allocator model (allocated/reserved), add
+   the CUDA context, cuBLAS workspace and (distributed) NCCL buffers for the process total;
+5. step time from the traced ops' FLOPs and bytes on the GPU's roofline.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+from ..errors import ConfigError, MMTuneError
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass
+class PlanResult:
+    model: str
+    method: str
+    gpu_id: str
+    gpu_name: str
+    gpus: int
+    strategy: str
+    precision: str
+    peak_allocated_bytes: int  # torch.cuda.max_memory_allocated (per GPU)
+    peak_reserved_bytes: int  # torch.cuda.max_memory_reserved (per GPU)
+    process_total_bytes: int  # what nvidia-smi shows for the process (reserved + context + workspaces + NCCL)
+    tensor_peak_bytes: int  # live tensor bytes at the peak, unrounded (the CPU figure)
+    gpu_total_bytes: int
+    fits: bool
+    margin_bytes: int  # gpu total - process total (negative: does not fit)
+    margin_pct: float
+    required_margin_pct: float
+    peak_phase: str
+    breakdown: dict
+    media_tokens: dict
+    batch: dict
+    step_time_s: float
+    tokens_per_s: float
+    flops_per_step: float
+    trainable_params: int
+    total_params: int
+    decisions: list = field(default_factory=list)
+    plan_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def _target(gpu):
+    """(GPUSpec or None for CPU, id)."""
+    from .gpus import get_gpu
+
+    if gpu is None:
+        import torch
+
+        if torch.cuda.is_available():
+            from .gpus import GPUS, GPUSpec
+
+            props = torch.cuda.get_device_properties(0)
+            for g in GPUS.values():
+                if g.name.lower() in props.name.lower():
+                    return g
+            return GPUSpec("cuda", props.name, props.total_memory, (props.major, props.minor),
+                           props.major >= 8, 100.0, 100.0 if props.major >= 8 else None, 1000.0, props.total_memory)
+        return None
+    return gpu if hasattr(gpu, "compute_capability") else get_gpu(gpu)
+
+
+def _precision(cfg, spec, decisions) -> str:
+    p = cfg.train.precision
+    if spec is not None and p == "bf16" and not spec.bf16:
+        decisions.append(f"precision: bf16 unsupported on {spec.name} (sm_{spec.compute_capability[0]}"
+                         f"{spec.compute_capability[1]}) -> fp16 + GradScaler, as train decides")
+        return "fp16"
+    if spec is None and p == "fp16":
+        decisions.append("precision: fp16 on CPU -> fp32, as train decides")
+        return "fp32"
+    return p
+
+
+def _largest_unit_bytes(model) -> int:
+    """Bytes of the largest decoder layer / encoder block (the unit FSDP and ZeRO-3 gather)."""
+    from torch import nn
+
+    best = 0
+    for m in model.modules():
+        if isinstance(m, nn.ModuleList):
+            for child in m:
+                best = max(best, sum(p.numel() * p.element_size() for p in child.parameters()))
+    return best
+
+
+def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 2):
+    """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype)."""
+    import torch
+
+    from ..optim import make_optimizer
+    from ..train.schedule import make_scheduler
+    from .batch import worst_case_batch
+    from .execute import run_steps
+    from .fake import NoValueError, ValueFakeMode
+    from .model import build_planned_model, materialize_fake
+
+    dtype = getattr(torch, DTYPES[cfg.train.precision])
+    pm = build_planned_model(cfg, dtype)
+    pb = worst_case_batch(cfg, pm.processor, pm.family, declared=declared)
+    mode = ValueFakeMode()
+    groups = materialize_fake(pm.model, mode, pm.param_groups)
+    optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
+    scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
+                               kind=cfg.train.scheduler)
+    trainable = [p for g in groups for p in g["params"] if p.requires_grad]
+    try:
+        ex = run_steps(pm.model, optimizer, scheduler, pb.micro_batch, mode=mode, grad_accum=cfg.train.grad_accum,
+                       compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
+                       steps=steps)
+    except NoValueError as e:
+        raise _untraceable(e, cfg) from None
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        raise _untraceable(e, cfg) from None
+    return pm, pb, ex, dtype
+
+
+def _plan_optimizer(groups, cfg, target_cuda: bool, pm):
+    from ..optim import make_optimizer
+
+    if cfg.train.optimizer == "adamw_8bit":
+        from .optim8bit import PlannedAdamW8bit
+
+        pm.decisions.append("optimizer: adamw_8bit planned with bitsandbytes' state layout (uint8 moments + "
+                            "per-256 fp32 absmax; tensors under 4096 elements keep fp32 state)")
+        return PlannedAdamW8bit(groups, lr=cfg.train.lr)
+    opt = make_optimizer(groups, cfg.train)
+    if target_cuda and cfg.train.optimizer == "adamw":
+        # On CUDA torch's AdamW runs its multi-tensor (foreach) implementation by default, whose
+        # temporaries span all parameters at once; the plan runs the same implementation.
+        for g in opt.param_groups:
+            g["foreach"] = True
+    return opt
+
+
+def _untraceable(e: Exception, cfg) -> MMTuneError:
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename
+              and "/mmtune/plan/" not in f.filename]
+    where = f"{frames[-1].filename}:{frames[-1].lineno} ({frames[-1].name})" if frames else "model code"
+    op = getattr(e, "op", "") or str(e).splitlines()[0][:200]
+    return MMTuneError(f"the step of {cfg.model.name} cannot be traced on fake tensors: {op}", where=where,
+                       fix="this module reads a value computed from weights or activations; plan with "
+                           "model.attn_implementation=sdpa, or plan a tiny twin (model.name=tiny/...) with the same "
+                           "settings and report the module to mmtune")
+
+
+def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=None,
+            margin: float = 0.10) -> PlanResult:
+    from .allocator import replay
+    from .distributed import shard
+    from .execute import breakdown_at_peak
+    from .timing import step_time
+
+    t0 = time.perf_counter()
+    spec = _target(gpu)
+    decisions: list[str] = []
+    prec = _precision(cfg, spec, decisions)
+    if prec != cfg.train.precision:
+        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": prec})})
+    if gpus < 1:
+        raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
+    pm, pb, ex, _ = trace_config(cfg, declared=declared, target_cuda=spec is not None)
+    tr = ex.tracker.trace
+    breakdown = breakdown_at_peak(ex)
+    trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
+    total_numel = sum(p.numel() for p in pm.model.parameters())
+    if spec is not None:
+        alloc = replay(tr.events, capacity=spec.total_bytes)
+        peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
+    else:
+        peak_alloc = peak_res = tr.peak_bytes
+    sh = shard(breakdown, peak_alloc, strategy=strategy, n=gpus, trainable_numel=trainable_numel,
+               largest_unit_bytes=_largest_unit_bytes(pm.model))
+    if gpus > 1:
+        ratio = peak_res / max(1, peak_alloc)
+        peak_alloc = sh.peak_allocated
+        peak_res = int(peak_alloc * ratio)
+        breakdown.update(sh.extra)
+        decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
+                         "single-GPU trace (plan/distributed.py)")
+    overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
+    breakdown["allocator_rounding"] = max(0, peak_alloc - tr.peak_bytes) if gpus == 1 else 0
+    breakdown["reserved_unused"] = peak_res - peak_alloc
+    breakdown["overhead"] = overhead
+    process_total = peak_res + overhead
+    if spec is not None:
+        total_mem = spec.total_bytes
+        tflops, bw, gid, gname = spec.train_tflops, spec.bandwidth_gbs, spec.id, spec.name
+    else:
+        import os
+
+        total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        tflops, bw, gid, gname = 1.0, 20.0, "cpu", "CPU (this machine)"
+    margin_bytes = total_mem - process_total
+    fits = process_total <= total_mem * (1 - margin)
+    tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
+    st = step_time(tr.costs, steps=2, traced_micro_batches=min(cfg.train.grad_accum, 2),
+                   grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
+                   bandwidth_gbs=bw, world=gpus)
+    return PlanResult(
+        model=cfg.model.name, method=cfg.adapter.method, gpu_id=gid, gpu_name=gname, gpus=gpus,
+        strategy=strategy if gpus > 1 else "single", precision=prec,
+        peak_allocated_bytes=int(peak_alloc), peak_reserved_bytes=int(peak_res),
+        process_total_bytes=int(process_total), tensor_peak_bytes=int(tr.peak_bytes), gpu_total_bytes=int(total_mem),
+        fits=bool(fits), margin_bytes=int(margin_bytes), margin_pct=100.0 * margin_bytes / total_mem,
+        required_margin_pct=100.0 * margin, peak_phase=tr.peak_phase, breakdown=breakdown,
+        media_tokens=pb.media_tokens,
+        batch={"source": pb.source, "tokens_per_record": pb.tokens, "micro_batch_size": cfg.train.micro_batch_size,
+               "grad_accum": cfg.train.grad_accum, "records_scanned": pb.records_seen, "skipped": pb.skipped},
+        step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
+        trainable_params=int(trainable_numel), total_params=int(total_numel),
+        decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0)
