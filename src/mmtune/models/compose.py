@@ -1,0 +1,145 @@
+"""Compose a LLaVA-style model from parts: a vision encoder (CLIP or SigLIP), a projector, any causal LM.
+
+The result is a real `LlavaForConditionalGeneration` (LlavaConfig built from the parts' own configs)
+with the parts' weights copied in, saved as an ordinary transformers folder with its processor, so
+`load_model`, LoRA, export and `from_pretrained` treat it like any hub LLaVA.
+
+Why not a custom module: seed 004 built the projector on `meta` and hit "Cannot copy out of meta
+tensor" (failure mode 8). Here the whole model is created on a real device, the new projector is
+initialised by transformers' own `_init_weights`, and a meta check runs before returning.
+
+Projectors: "mlp2x_gelu" (LLaVA-1.5: Linear-GELU-Linear) or "linear". LlavaConfig always builds two
+Linear layers; "linear" sets the activation to identity, so the projector is a linear map (factored as
+two matrices, which trains the same function class with a few more parameters).
+
+Not done: grafting an audio encoder (Whisper) next to the vision tower. LlavaForConditionalGeneration
+has no audio path; a model that needs audio + video should start from Qwen2.5-Omni (its Thinker has
+both), which is what the seed-000 recipe does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigError, ModelLoadError
+
+PROJECTORS = {"mlp2x_gelu": "gelu", "linear": "linear"}
+IMAGE_TOKEN = "<image>"
+
+
+@dataclass
+class Composed:
+    model: Any  # LlavaForConditionalGeneration
+    processor: Any  # LlavaProcessor
+    notes: list[str]
+
+
+def _vision_model(vision):
+    """A CLIPVisionModel / SiglipVisionModel from a module, a folder or a hub id (vision tower only)."""
+    from transformers import AutoConfig, CLIPVisionModel, SiglipVisionModel
+
+    if not isinstance(vision, str):
+        return vision
+    from .loading import model_folder
+
+    src = str(model_folder(vision))
+    mt = AutoConfig.from_pretrained(src).model_type
+    if mt in ("clip", "clip_vision_model"):
+        return CLIPVisionModel.from_pretrained(src)
+    if mt in ("siglip", "siglip_vision_model"):
+        return SiglipVisionModel.from_pretrained(src)
+    raise ModelLoadError(f"vision encoder {vision} is a {mt!r} model; compose takes CLIP or SigLIP",
+                         where="compose --vision")
+
+
+def _image_processor(vision, image_processor):
+    if image_processor is not None:
+        return image_processor
+    if isinstance(vision, str):
+        from transformers import AutoImageProcessor
+
+        from .loading import model_folder
+
+        return AutoImageProcessor.from_pretrained(str(model_folder(vision)), backend="pil")
+    raise ConfigError("compose: an in-memory vision model needs its image_processor passed explicitly")
+
+
+def _lm(lm, tokenizer):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if isinstance(lm, str):
+        from .loading import model_folder
+
+        src = str(model_folder(lm))
+        return AutoModelForCausalLM.from_pretrained(src), tokenizer or AutoTokenizer.from_pretrained(src)
+    if tokenizer is None:
+        raise ConfigError("compose: an in-memory language model needs its tokenizer passed explicitly")
+    return lm, tokenizer
+
+
+def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector: str = "mlp2x_gelu",
+                  vision_feature_layer: int = -2, device="cpu", dtype=None, chat_template: str | None = None,
+                  seed: int = 0) -> Composed:
+    """Build a LlavaForConditionalGeneration from a vision encoder and a causal LM (see module docstring)."""
+    import torch
+    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+
+    from .loading import check_no_meta
+
+    if projector not in PROJECTORS:
+        raise ConfigError(f"unknown projector {projector!r}", where="compose --projector",
+                          fix=f"one of: {', '.join(PROJECTORS)}")
+    notes: list[str] = []
+    vis = _vision_model(vision)
+    ip = _image_processor(vision, image_processor)
+    text, tok = _lm(lm, tokenizer)
+    vcfg = vis.config
+    siglip = vcfg.model_type.startswith("siglip")
+    # CLIP prepends a CLS token the projector drops ("default"); SigLIP has none ("full").
+    strategy = "full" if siglip else "default"
+
+    if IMAGE_TOKEN not in tok.get_vocab():
+        tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+        notes.append(f"added {IMAGE_TOKEN} to the tokenizer (id {tok.convert_tokens_to_ids(IMAGE_TOKEN)})")
+    image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
+    vocab = max(len(tok), text.get_input_embeddings().num_embeddings)
+    n_patches = (vcfg.image_size // vcfg.patch_size) ** 2
+    tcfg = text.config.to_dict()
+    tcfg["vocab_size"] = vocab
+    config = LlavaConfig(vision_config=vcfg.to_dict(), text_config=tcfg, image_token_index=image_id,
+                         projector_hidden_act=PROJECTORS[projector], multimodal_projector_bias=True,
+                         vision_feature_layer=vision_feature_layer, vision_feature_select_strategy=strategy,
+                         image_seq_length=n_patches,
+                         tie_word_embeddings=bool(getattr(text.config, "tie_word_embeddings", False)))
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with device:  # a real device: new modules are allocated and initialised, never left on meta
+            model = LlavaForConditionalGeneration(config)
+    # Copy the parts in; strict loading proves every weight found its place.
+    vis_sd = vis.state_dict()
+    model.model.vision_tower.load_state_dict(vis_sd, strict=True)
+    if text.get_input_embeddings().num_embeddings < vocab:
+        text.resize_token_embeddings(vocab)
+        notes.append(f"resized the LM's embeddings to {vocab} for {IMAGE_TOKEN}")
+    base = text.get_decoder() if hasattr(text, "get_decoder") else text.model
+    model.model.language_model.load_state_dict(base.state_dict(), strict=True)
+    model.lm_head.load_state_dict(text.get_output_embeddings().state_dict(), strict=True)
+    if dtype is not None:
+        model.to(dtype)
+    check_no_meta(model)
+    notes.append(f"composed {type(vis).__name__} + {projector} projector + {type(text).__name__} "
+                 f"-> LlavaForConditionalGeneration ({n_patches} image tokens, feature layer {vision_feature_layer})")
+    template = chat_template or getattr(tok, "chat_template", None)
+    processor = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=vcfg.patch_size,
+                               vision_feature_select_strategy=strategy,
+                               num_additional_image_tokens=0 if siglip else 1, image_token=IMAGE_TOKEN,
+                               chat_template=template)
+    return Composed(model=model, processor=processor, notes=notes)
+
+
+def save_composed(composed: Composed, out_dir) -> None:
+    """An ordinary transformers folder: config.json, model.safetensors, processor and tokenizer files."""
+    composed.model.save_pretrained(out_dir)
+    composed.processor.save_pretrained(out_dir)
