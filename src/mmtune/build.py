@@ -106,11 +106,31 @@ def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = 
         pad_id = _pad_token_id(loaded.processor)
         run.collator = Collator(pad_id, precision.compute_dtype)
     if with_optimizer:
+        _configure_ddp(run)
         run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
         run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler)
     return run
+
+
+def _configure_ddp(run: Run) -> None:
+    """DDP must be told when some trainable parameters may get no gradient in a step: encoders and
+    projectors trained in full see no gradient on a text-only batch (failure mode 13). LoRA on the
+    decoder alone always gets gradients, so the cheaper default is kept there."""
+    if run.accelerator.num_processes == 1:
+        return
+    from accelerate.utils import DistributedDataParallelKwargs
+
+    from .adapters import component_of
+
+    comps = {component_of(run.family, n) for n, p in run.unwrapped_model().named_parameters()
+             if p.requires_grad and "lora_" not in n}
+    media = sorted(comps & {"vision", "audio", "projector"})
+    if media:
+        run.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
+        run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} trained in full can get "
+                             "no gradient on batches without that modality")
 
 
 def _pad_token_id(processor) -> int:
