@@ -43,7 +43,7 @@ def _vision_model(vision):
         return vision
     from .loading import model_folder
 
-    src = str(model_folder(vision))
+    src = str(model_folder(vision, tokenizer=False))
     mt = AutoConfig.from_pretrained(src).model_type
     if mt in ("clip", "clip_vision_model"):
         return CLIPVisionModel.from_pretrained(src)
@@ -61,7 +61,7 @@ def _image_processor(vision, image_processor):
 
         from .loading import model_folder
 
-        return AutoImageProcessor.from_pretrained(str(model_folder(vision)), backend="pil")
+        return AutoImageProcessor.from_pretrained(str(model_folder(vision, tokenizer=False)), backend="pil")
     raise ConfigError("compose: an in-memory vision model needs its image_processor passed explicitly")
 
 
@@ -131,7 +131,14 @@ def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector
     check_no_meta(model)
     notes.append(f"composed {type(vis).__name__} + {projector} projector + {type(text).__name__} "
                  f"-> LlavaForConditionalGeneration ({n_patches} image tokens, feature layer {vision_feature_layer})")
-    template = chat_template or getattr(tok, "chat_template", None)
+    if chat_template is None:
+        # An LM's own template knows nothing of images (Qwen2.5's renders string content only), so the
+        # composed model gets a ChatML layout whose image parts render as "<image>\n" (LLaVA's layout).
+        from .local_tokenizer import chat_template as chatml
+
+        chat_template = chatml(image=IMAGE_TOKEN + "\n")
+        notes.append("chat template: ChatML with <image> placeholders (pass chat_template= to override)")
+    template = chat_template
     processor = LlavaProcessor(image_processor=ip, tokenizer=tok, patch_size=vcfg.patch_size,
                                vision_feature_select_strategy=strategy,
                                num_additional_image_tokens=0 if siglip else 1, image_token=IMAGE_TOKEN,

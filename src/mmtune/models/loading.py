@@ -90,7 +90,7 @@ def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
         return None
 
 
-def missing_files(folder: Path, family: Family | None = None) -> list[str]:
+def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = True) -> list[str]:
     """Files a loadable model folder needs and this one lacks (config, weights, tokenizer/processor)."""
     import json
 
@@ -103,7 +103,7 @@ def missing_files(folder: Path, family: Family | None = None) -> list[str]:
         missing += [s for s in shards if not (folder / s).is_file()]
     elif not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
         missing.append("model weights (*.safetensors)")
-    if not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+    if tokenizer and not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
             or (folder / "vocab.json").is_file()):
         missing.append("tokenizer (tokenizer.json / tokenizer_config.json)")
     if family is not None and set(family.modalities) - {"text"}:
@@ -112,7 +112,8 @@ def missing_files(folder: Path, family: Family | None = None) -> list[str]:
     return missing
 
 
-def model_folder(name: str, revision: str | None = None, family: Family | None = None) -> Path | str:
+def model_folder(name: str, revision: str | None = None, family: Family | None = None,
+                 tokenizer: bool = True) -> Path | str:
     """A local folder holding the model, or the hub id when it may still be downloaded.
 
     Offline (HF_HUB_OFFLINE=1 or no network) a model that is not complete on disk is a
@@ -123,7 +124,7 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
         if not path.is_dir():
             raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
                                  fix="point model.name at a folder saved with save_pretrained, or use a hub id")
-        miss = missing_files(path, family)
+        miss = missing_files(path, family, tokenizer)
         if miss:
             have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
             raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
@@ -131,7 +132,7 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
         return path
     snap = _cached_snapshot(name, revision)
     if snap is not None:
-        miss = missing_files(snap, family)
+        miss = missing_files(snap, family, tokenizer)
         if not miss:
             return snap
         if _offline():
