@@ -4,9 +4,10 @@ How the answer tokens are found, for any processor: the conversation is rendered
 processor's chat template; the character span of each assistant answer (plus the end-of-turn token
 that follows it) is located by rendering the prefix up to that turn. The rendered text is tokenized
 by the tokenizer alone (with offsets, so each token knows its characters) and by the processor (which
-expands each media placeholder into its run of media tokens). The two id sequences agree except inside
-those runs, so walking them side by side carries each token's label across. Nothing family-specific
-is assumed beyond "the processor expands placeholders into runs of special tokens".
+expands each media placeholder into its run of media tokens, plus boundary tokens or frame timestamps
+for some families). The literal text between placeholders appears unchanged in both sequences, so
+finding each literal segment in the processor's output carries each token's label across. Nothing
+family-specific is assumed beyond "the processor only rewrites media placeholders".
 
 Checks, each a BadRecord (a DataError with a `reason` that skip policies count under):
 - placeholders in the rendered text vs media parts, per record (failure mode 16);
@@ -234,36 +235,43 @@ class Encoder:
         ids, offsets = enc["input_ids"], enc["offset_mapping"]
         in_answer = [end > start and any(a0 < end and start < a1 for a0, a1 in spans) for start, end in offsets]
         media_ids = set(self.media_token_id.values())
-        labels = [-100] * len(expanded_ids)
-        j, i = 0, 0  # positions in expanded_ids and in ids
-        while i < len(ids):
-            tid = ids[i]
+        # The tokenizer's ids as literal text segments separated by placeholders (a run of adjacent
+        # placeholders counts as one: their expansions are all masked anyway).
+        segments: list[list[int]] = [[]]  # token positions in `ids`
+        for i, tid in enumerate(ids):
             if tid in media_ids:
-                # A placeholder (or several identical ones back to back) becomes a run of special tokens
-                # in the processor's output: media pads, and for omni models audio/vision boundaries.
-                while i + 1 < len(ids) and ids[i + 1] == tid:
-                    i += 1
-                nxt = ids[i + 1] if i + 1 < len(ids) else None
-                start_j = j
-                while j < len(expanded_ids) and expanded_ids[j] in self.special_ids and (
-                        expanded_ids[j] != nxt or j == start_j):
-                    j += 1
-                if j == start_j:
-                    break  # no run where one was expected: reported below
-                i += 1
-                continue
-            if j >= len(expanded_ids) or expanded_ids[j] != tid:
-                raise DataError("cannot line up the processor's tokens with the tokenizer's (label mask)",
-                                where=record.where(),
-                                fix="this processor changes text beyond expanding media placeholders; "
-                                    "report the model to mmtune")
-            if in_answer[i]:
-                labels[j] = tid
-            i += 1
-            j += 1
-        if j != len(expanded_ids):
-            raise DataError(f"label alignment ended at token {j} of {len(expanded_ids)}", where=record.where(),
-                            fix="this processor changes text beyond expanding media placeholders; report the model to mmtune")
+                if segments[-1] or len(segments) == 1:
+                    segments.append([])
+            else:
+                segments[-1].append(i)
+        E, n = expanded_ids, len(expanded_ids)
+        labels = [-100] * n
+
+        def fail(what: str):
+            return DataError(f"cannot line up the processor's tokens with the tokenizer's ({what})",
+                             where=record.where(),
+                             fix="this processor changes text beyond expanding media placeholders; report the model to mmtune")
+
+        j = 0
+        for k, seg in enumerate(segments):
+            want = [ids[i] for i in seg]
+            if k == 0:
+                at = 0
+            elif k == len(segments) - 1:
+                at = n - len(want)  # the last segment ends the sequence
+            else:
+                # A placeholder expanded into at least one token, possibly with text of its own (Qwen3-VL
+                # writes frame timestamps): the next literal segment is where the text continues.
+                at = next((a for a in range(j + 1, n - len(want) + 1)
+                           if E[a] == want[0] and E[a:a + len(want)] == want), -1) if want else j + 1
+            if at < j or E[at:at + len(want)] != want or (k > 0 and at == j):
+                raise fail(f"segment {k} of {len(segments)} not found")
+            for off, i in enumerate(seg):
+                if in_answer[i]:
+                    labels[at + off] = ids[i]
+            j = at + len(want)
+        if j != n and (len(segments) == 1 or segments[-1]):
+            raise fail(f"ended at token {j} of {n}")
         return labels
 
     def _finish(self, out: dict, record: Record) -> dict:
