@@ -12,14 +12,24 @@ from .config.schema import RunConfig
 def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     from .models.tiny import is_tiny
 
+    from .models.families import get_family
+    from .models.tiny import tiny_spec
+
     notes = []
     data = cfg.model_dump()
+    twin = cfg.model.name
     if not is_tiny(cfg.model.name):
         from .models.smoke_twin import smoke_twin
 
         twin = smoke_twin(cfg.model.name, family=cfg.model.family)
         notes.append(f"model {cfg.model.name} -> tiny twin {twin} (same model class, shrunk dimensions)")
         data["model"]["name"] = twin
+    if not cfg.data.train:
+        # A recipe written for planning may name no data; the smoke run still needs records.
+        modalities = get_family(tiny_spec(twin).family).modalities
+        synthetic = "synthetic:counting" if "image" in modalities else "synthetic:arithmetic"
+        data["data"].update(train=synthetic, eval=synthetic)
+        notes.append(f"no data.train in the recipe -> {synthetic} for the smoke run")
     data["output_dir"] = cfg.output_dir.rstrip("/") + "-smoke"
     t = data["train"]
     t.update(max_steps=min(t["max_steps"], steps), micro_batch_size=min(t["micro_batch_size"], 2),

@@ -97,7 +97,20 @@ def make_counting(n: int, seed: int = 0, split: str = "train", train_size: int |
     return records
 
 
-SYNTHETIC = {"counting": make_counting}
+def make_arithmetic(n: int, seed: int = 0, split: str = "train", train_size: int | None = None) -> list[Record]:
+    """Text-only records, "What is 3 + 4?" -> "7": what `--smoke` feeds a text recipe that names no data."""
+    rng = random.Random(_seed(seed, split) + 2)
+    records = []
+    for i in range(n):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        records.append(Record(
+            id=f"arithmetic-{split}-{i:05d}", source=f"synthetic:arithmetic/{split}:{i}", references=[str(a + b)],
+            messages=[{"role": "user", "content": [{"type": "text", "text": f"What is {a} + {b}?"}]},
+                      {"role": "assistant", "content": [{"type": "text", "text": str(a + b)}]}]))
+    return records
+
+
+SYNTHETIC = {"counting": make_counting, "arithmetic": make_arithmetic}
 
 
 def load_synthetic(name: str, data_cfg, split: str) -> RecordSet:
