@@ -182,9 +182,16 @@ def _component_module_names(model, family: Family, component: str) -> list[str]:
     """Top-level module names of a component (for peft modules_to_save)."""
     prefixes = [p.rstrip(".") for p in family.components.get(component, ())]
     names = dict(model.named_modules())
+    from torch import nn
+
     out = []
     for p in prefixes:
-        if p in names:
+        if p not in names:
+            continue
+        if isinstance(names[p], (nn.ModuleList, nn.ModuleDict)):
+            # peft wraps real modules only: a container (Qwen3-VL's DeepStack mergers) by its children
+            out += [f"{p}.{child}" for child, _ in names[p].named_children()]
+        else:
             out.append(p)
     return out
 

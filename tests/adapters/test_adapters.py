@@ -140,3 +140,26 @@ def test_qlora_on_cpu():
     assert lora and all(p.grad is not None and torch.isfinite(p.grad).all() for p in lora)
     assert any(p.grad.abs().sum() > 0 for p in lora)
     assert res.table.total > 0 and "qlora" in str(res.table)
+
+
+@pytest.mark.parametrize("name", ["tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio", "tiny/qwen2.5-omni",
+                                  "tiny/llava", "tiny/llava-next"])
+def test_lora_on_decoder_only_for_every_family(name):
+    lm, res, _ = setup(name, train_components=["projector"])
+    assert res.table.lora_by_component.keys() == {"decoder"}
+    by = trainable_by_component(res, lm.family)
+    assert set(by) == {"lora", "projector"}
+    for comp in ("vision", "audio", "decoder", "lm_head"):
+        assert res.table.trainable_of(comp) == 0
+    batch = example_batch(lm.processor, lm.family.modalities)
+    loss = res.model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(p.grad is not None for g in res.param_groups if g["component"] == "lora" for p in g["params"])
+
+
+def test_omni_projector_is_the_audio_proj_and_the_vision_merger():
+    lm, res, _ = setup("tiny/qwen2.5-omni", train_components=["projector"])
+    trained = {n for n, p in res.model.named_parameters() if p.requires_grad and "lora_" not in n}
+    assert any(".audio_tower.proj." in n for n in trained) and any(".visual.merger." in n for n in trained)
+    assert not any(".audio_tower.layers." in n or ".visual.blocks." in n for n in trained)

@@ -85,3 +85,9 @@ def test_flash_attention_refused_on_cpu_with_reason():
     c = RunConfig(model={"name": "tiny/qwen2", "attn_implementation": "flash_attention_2"})
     with pytest.raises(ConfigError, match="flash_attention_2 cannot be used"):
         load_model(c, device="cpu", dtype="bf16")
+
+
+def test_device_map_is_refused_for_training():
+    c = RunConfig(model={"name": "tiny/qwen2", "device_map": "auto"})
+    with pytest.raises(ConfigError, match="device_map placement/offload is not supported for training"):
+        load_model(c, device="cpu", dtype="fp32")

@@ -28,6 +28,9 @@ class ModelConfig(Section):
     video_fps: float | None = Field(None, gt=0, description="sample by fps instead of a fixed count")
     audio_max_seconds: float = Field(30.0, gt=0)
     trust_remote_code: bool = False
+    # Accepted only to refuse it with a clear message (failure mode 7): training never offloads layers;
+    # load_model puts the whole model on each process's device.
+    device_map: str | None = Field(None, description="not supported for training; leave unset")
 
 
 class DataConfig(Section):
