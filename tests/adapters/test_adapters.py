@@ -163,3 +163,24 @@ def test_omni_projector_is_the_audio_proj_and_the_vision_merger():
     trained = {n for n, p in res.model.named_parameters() if p.requires_grad and "lora_" not in n}
     assert any(".audio_tower.proj." in n for n in trained) and any(".visual.merger." in n for n in trained)
     assert not any(".audio_tower.layers." in n or ".visual.blocks." in n for n in trained)
+
+
+def test_qlora_from_a_saved_folder_uses_transformers_quantizer_and_skips_vision(tmp_path):
+    import bitsandbytes as bnb
+
+    from mmtune.models.tiny import build_tiny
+
+    model, processor = build_tiny("tiny/qwen2-vl")
+    model.save_pretrained(tmp_path)
+    processor.save_pretrained(tmp_path)  # reloads without torchvision (FramesVideoProcessor)
+    cfg = RunConfig(model={"name": str(tmp_path)}, adapter={"method": "qlora", "train_components": ["projector"]})
+    lm = load_model(cfg, device="cpu", dtype="bf16")
+    q = [n for n, m in lm.model.named_modules() if isinstance(m, bnb.nn.Linear4bit)]
+    assert len(q) == 14 and all(n.startswith("model.language_model.") for n in q)
+    assert {p.dtype for n, p in lm.model.named_parameters() if n.startswith("model.visual.")} == {torch.bfloat16}
+    res = apply_adapters(lm.model, lm.family, cfg.adapter, cfg.train)
+    batch = example_batch(lm.processor, lm.family.modalities)
+    batch = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in batch.items()}
+    loss = res.model(**batch).loss
+    loss.backward()
+    assert torch.isfinite(loss)

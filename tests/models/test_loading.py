@@ -91,3 +91,15 @@ def test_device_map_is_refused_for_training():
     c = RunConfig(model={"name": "tiny/qwen2", "device_map": "auto"})
     with pytest.raises(ConfigError, match="device_map placement/offload is not supported for training"):
         load_model(c, device="cpu", dtype="fp32")
+
+
+def test_meta_build_of_a_real_model_from_its_embedded_config_offline(monkeypatch, tmp_path):
+    import huggingface_hub.constants as c
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path))
+    lm = load_model(RunConfig(model={"name": "Qwen/Qwen2-VL-7B-Instruct"}), device="cpu", dtype="bf16", meta=True)
+    assert type(lm.model).__name__ == "Qwen2VLForConditionalGeneration" and lm.family.name == "qwen2_vl"
+    n = sum(p.numel() for p in lm.model.parameters())
+    assert 8.0e9 < n < 8.5e9  # Qwen2-VL-7B has 8.29 B parameters
+    assert {p.device.type for p in lm.model.parameters()} == {"meta"}

@@ -68,8 +68,24 @@ def resolve_family(cfg) -> Family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):
         return get_family(tiny_spec(cfg.model.name).family)
-    config = load_hf_config(cfg.model.name, cfg.model.revision, trust_remote_code=cfg.model.trust_remote_code)
+    config = _meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision,
+                                                 trust_remote_code=cfg.model.trust_remote_code)
     return family_for_model_type(config.model_type)
+
+
+def _meta_config(cfg):
+    """A config with no download: a local folder's, a cached one, or an embedded public config; else None."""
+    name = cfg.model.name
+    path = Path(name).expanduser()
+    if (path / "config.json").is_file() or _cached_snapshot(name, cfg.model.revision) is not None:
+        try:
+            return load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
+        except ModelLoadError:
+            pass
+    from .configs import embedded, hf_config
+
+    spec = embedded(name)
+    return hf_config(spec) if spec is not None else None
 
 
 def _offline() -> bool:
@@ -348,6 +364,13 @@ def load_model(cfg, *, device="cpu", dtype="bf16", meta: bool = False) -> Loaded
             n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
                                       cfg.adapter.bnb_4bit_double_quant)
             _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+    elif meta and _meta_config(cfg) is not None:
+        # The planner's path: structure only, from the model's own config (local, cached or embedded).
+        config = _meta_config(cfg)
+        with torch.device("meta"):
+            model = _build_from_config(family, config, dtype, attn)
+        processor = None
+        _decide(decisions, f"model: {name} built on meta from its config (no weights)")
     else:
         src = model_folder(name, cfg.model.revision, family)
         from transformers import AutoConfig
@@ -418,6 +441,11 @@ def _load_processor(src: str, family: Family, cfg):
         from transformers import AutoTokenizer
 
         return AutoTokenizer.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
+    import importlib.util
+
+    if "video" in family.modalities and importlib.util.find_spec("torchvision") is None \
+            and (Path(src) / "processor_config.json").is_file():
+        return processor_without_torchvision(Path(src), family)
     from transformers import AutoProcessor
 
     kwargs = {}
@@ -426,3 +454,43 @@ def _load_processor(src: str, family: Family, cfg):
     if cfg.model.min_pixels:
         kwargs["min_pixels"] = cfg.model.min_pixels
     return AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code, **kwargs)
+
+
+def processor_without_torchvision(folder: Path, family: Family):
+    """A saved Qwen-style processor rebuilt from its parts when torchvision is absent (CPU machines).
+
+    transformers' video processors import torchvision; the saved video settings are loaded into
+    `FramesVideoProcessor` (same patch layout, PIL + numpy), the image part into the PIL image
+    processor, so a saved tiny or merged Qwen-VL/Omni folder reloads on a CPU-only machine.
+    """
+    import json
+
+    import transformers
+    from transformers import AutoTokenizer
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+
+    allow_processor_without_torchvision()
+    spec = json.loads((folder / "processor_config.json").read_text())
+    parts: dict = {"tokenizer": AutoTokenizer.from_pretrained(str(folder))}
+    if "image_processor" in spec:
+        d = {k: v for k, v in spec["image_processor"].items() if k not in ("image_processor_type", "processor_class")}
+        parts["image_processor"] = Qwen2VLImageProcessorPil.from_dict(d)
+    if "video_processor" in spec:
+        v = spec["video_processor"]
+        size = v.get("size") or {}
+        parts["video_processor"] = FramesVideoProcessor(
+            patch_size=v.get("patch_size", 14), temporal_patch_size=v.get("temporal_patch_size", 2),
+            merge_size=v.get("merge_size", 2), min_pixels=v.get("min_pixels") or size.get("shortest_edge", 56 * 56),
+            max_pixels=v.get("max_pixels") or size.get("longest_edge", 28 * 28 * 1280),
+            image_mean=v.get("image_mean", (0.48145466, 0.4578275, 0.40821073)),
+            image_std=v.get("image_std", (0.26862954, 0.26130258, 0.27577711)))
+    if "feature_extractor" in spec:
+        from transformers import WhisperFeatureExtractor
+
+        d = {k: v for k, v in spec["feature_extractor"].items() if k != "feature_extractor_type"}
+        parts["feature_extractor"] = WhisperFeatureExtractor.from_dict(d)
+    template = folder / "chat_template.jinja"
+    cls = getattr(transformers, spec.get("processor_class") or family.processor_class)
+    return cls(**parts, chat_template=template.read_text() if template.is_file() else None)
