@@ -29,6 +29,7 @@ class Run:
     train_set: Any = None  # RecordSet
     eval_set: Any = None  # RecordSet or None
     collator: Any = None
+    train_lengths: list = field(default_factory=list)  # per-record token counts by modality
     decisions: list[str] = field(default_factory=list)
 
     def unwrapped_model(self):
@@ -78,6 +79,7 @@ def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = 
 
     from .data.collate import Collator
     from .data.encode import Encoder
+    from .data.inspect import scan_records
     from .data.sources import load_records
     from .optim import make_optimizer
     from .precision import resolve_precision
@@ -100,9 +102,20 @@ def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = 
 
             raise ConfigError("no training data", where="data.train",
                               fix="data.train=path/to/train.jsonl (or synthetic:counting for the demo)")
-        run.train_set = load_records(cfg.data.train, cfg.data, split="train")
+        # Every record is encoded once before training: bad media, placeholder mismatches and records
+        # whose media would be cut by the sequence cap are found now (raised, or skipped and counted
+        # under data.on_bad_record=skip), never in the middle of a run.
+        scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
+                            cfg.data.on_bad_record)
+        run.train_set, run.train_lengths = scan.records, scan.lengths
         if cfg.data.eval:
-            run.eval_set = load_records(cfg.data.eval, cfg.data, split="eval")
+            run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
+                                        cfg.data.on_bad_record).records
+        if not run.train_set.records:
+            from .errors import DataError
+
+            raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
+                            where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
         pad_id = _pad_token_id(loaded.processor)
         run.collator = Collator(pad_id, precision.compute_dtype)
     if with_optimizer:

@@ -8,7 +8,8 @@ import sys
 from rich.console import Console
 
 console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# soft_wrap: error lines are not broken mid-sentence, so they can be grepped and copied whole.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def user_errors(fn):
@@ -16,16 +17,19 @@ def user_errors(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from rich.markup import escape
+
         from .errors import MMTuneError
 
         try:
             return fn(*args, **kwargs)
         except MMTuneError as e:
-            err_console.print(f"[bold red]error:[/] {e.what}")
+            # User text is escaped: a split name like [val] in a path must print, not vanish as markup.
+            err_console.print(f"[bold red]error:[/] {escape(e.what)}")
             if e.where:
-                err_console.print(f"  [bold]where:[/] {e.where}")
+                err_console.print(f"  [bold]where:[/] {escape(str(e.where))}")
             if e.fix:
-                err_console.print(f"  [bold]fix:[/]   {e.fix}")
+                err_console.print(f"  [bold]fix:[/]   {escape(str(e.fix))}")
             sys.exit(2)
 
     return wrapper

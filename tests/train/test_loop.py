@@ -81,3 +81,16 @@ def test_checkpoints_eval_best_and_summary(tiny_vl_config):
     assert (out / "config.resolved.yaml").is_file()
     assert len(_metrics(out, "eval")) == 2
     assert (out / "checkpoint-4" / "adapter" / "adapter_config.json").is_file()
+
+
+def test_bf16_run_keeps_one_compute_dtype_and_fp32_trainables(tiny_vl_config):
+    cfg = load_config(tiny_vl_config(train={"max_steps": 2, "precision": "bf16"},
+                                     adapter={"train_components": ["projector"]}), [])
+    run = build_run(cfg)
+    model = run.unwrapped_model()
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad and p.is_floating_point()}
+    trainable = {p.dtype for p in model.parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16} and trainable == {torch.float32}
+    summary = train(run)
+    losses = [r["loss"] for r in _metrics(Path(cfg.output_dir))]
+    assert all(0 < l < 100 for l in losses) and summary["steps"] == 2
