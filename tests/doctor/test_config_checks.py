@@ -79,9 +79,16 @@ def test_mm029_adapter_settings(doctor):
                   "MM029").findings == []
 
 
-def test_mm032_full_finetune_lr(doctor):
-    assert "MM032" in doctor({**GOOD, "adapter": {"method": "full"}, "train": {"lr": 2e-4}}, "MM032").codes("warning")
-    assert doctor({**GOOD, "adapter": {"method": "full"}, "train": {"lr": 1e-5}}, "MM032").findings == []
+def test_mm032_full_finetune_lr(doctor, tmp_path):
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / "pretrained"  # a local model folder stands for pretrained weights
+    config, processor = tiny_config_and_processor("tiny/qwen2-vl")
+    config.save_pretrained(folder)
+    tree = {**GOOD, "model": {"name": str(folder)}, "adapter": {"method": "full"}}
+    assert "MM032" in doctor({**tree, "train": {"lr": 2e-4}}, "MM032").codes("warning")
+    assert doctor({**tree, "train": {"lr": 1e-5}}, "MM032").findings == []
+    assert doctor({**GOOD, "adapter": {"method": "full"}, "train": {"lr": 2e-3}}, "MM032").findings == []  # random init
 
 
 def test_mm005_bf16_on_t4_is_an_error_with_fp16_fix(doctor):

@@ -41,6 +41,7 @@ class DoctorContext:
     _failed: dict[str, str] = field(default_factory=dict)
     build_errors: list[BuildError] = field(default_factory=list)
     config_error: Any = None  # the ConfigError when the config did not validate
+    user_offline: bool = True  # whether the user's environment is offline (the doctor itself always is)
 
     # -- access ---------------------------------------------------------------------------------
     def need(self, piece: str):

@@ -77,10 +77,12 @@ def build_adapted(cfg, _loaded=None) -> Adapted:
 
 def build_plan(cfg, gpu):
     try:
-        from ..plan import predict
-    except ImportError:
+        from ..plan.predict import predict
+    except ModuleNotFoundError as e:
+        if not (e.name or "").startswith("mmtune.plan"):
+            raise
         raise NotAvailable("the planner (mmtune.plan.predict) is not installed") from None
-    return predict(cfg, gpu=gpu)
+    return predict(cfg, gpu=gpu.id)
 
 
 @dataclass
@@ -93,12 +95,27 @@ class GradModel:
         return f"{name} (checked on {self.proxy}, same architecture and adapters)" if self.proxy else name
 
 
-def build_grad_model(cfg) -> GradModel:
+def family_of(cfg):
+    """The model's family from its config on disk, else from the embedded public config (no download)."""
+    from ..errors import ModelLoadError
+    from ..models.families import family_for_model_type, get_family
     from ..models.loading import resolve_family
 
+    try:
+        return resolve_family(cfg)
+    except ModelLoadError:
+        from ..models.configs import embedded
+
+        spec = embedded(cfg.model.name)
+        if spec is None:
+            raise
+        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(spec["config"]["model_type"])
+
+
+def build_grad_model(cfg) -> GradModel:
     if is_small(cfg):
         return GradModel(build_adapted(cfg), cfg, None)
-    family = resolve_family(cfg)
+    family = family_of(cfg)
     if not family.tiny:
         raise NotAvailable(f"family {family.name} has no tiny twin to run a real backward on")
     twin = cfg.model_copy(update={"model": cfg.model.model_copy(update={"name": family.tiny, "family": family.name})})

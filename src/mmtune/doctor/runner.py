@@ -7,6 +7,7 @@ error naming the check (a bug in mmtune, reported as such instead of hiding the 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -67,6 +68,13 @@ def run_checks(ctx: DoctorContext, checks: list[Check]) -> DoctorReport:
                                 fix="this is a bug in mmtune; please report it with this config")]
         report.findings.extend(f if f.code else f.with_code(chk.code) for f in produced)
         report.seconds[chk.code] = time.perf_counter() - t0
+    # A build error whose cause a check already reported (e.g. MM024: the model is not on disk) is not
+    # repeated as MM098.
+    fired = {f.code for f in report.findings}
+    for chk in checks:
+        if chk.code in fired:
+            for b in ctx.build_errors:
+                b.claimed = b.claimed or _claims(chk, b)
     seen = {f.message for f in report.findings}
     for b in ctx.build_errors:  # a setup error no check claimed; said once, unless a check said it already
         if not b.claimed and b.what not in seen:
@@ -105,4 +113,31 @@ def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: boo
     except ConfigError as e:  # an override that is not key=value: the same finding form as any config error
         return DoctorReport(findings=[Finding("MM019", "error", e.what, e.where, e.fix)])
     checks = [c for c in all_checks() if only is None or c.code in only]
-    return run_checks(ctx, checks)
+    with no_downloads() as was_offline:
+        ctx.user_offline = was_offline
+        return run_checks(ctx, checks)
+
+
+@contextlib.contextmanager
+def no_downloads():
+    """The doctor reads only what is on disk: a hub lookup would hang on retries without network and
+    download gigabytes with it. Yields whether the user's own environment was offline already."""
+    import os
+
+    from huggingface_hub import constants
+
+    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    saved = {k: os.environ.get(k) for k in keys}
+    was = constants.HF_HUB_OFFLINE or any((v or "").upper() in {"1", "ON", "YES", "TRUE"} for v in saved.values())
+    old_const = constants.HF_HUB_OFFLINE
+    os.environ.update({k: "1" for k in keys})
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield was
+    finally:
+        constants.HF_HUB_OFFLINE = old_const
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

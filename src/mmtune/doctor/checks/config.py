@@ -175,7 +175,11 @@ def adapter_settings(ctx):
 
 @check("MM032", "learning rate fits the method", fast=True)
 def lr_fits_method(ctx):
+    from ...models.tiny import is_tiny
+
     cfg = ctx.need("cfg")
+    if is_tiny(cfg.model.name):  # random init: there are no pretrained weights to protect
+        return
     if cfg.adapter.method == "full" and cfg.train.lr >= 1e-4:
         yield warning(f"train.lr={cfg.train.lr:g} with full fine-tuning: LoRA-sized rates usually diverge or "
                       "destroy the pretrained weights when every weight is trained", where="train.lr",

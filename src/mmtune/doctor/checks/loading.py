@@ -23,7 +23,12 @@ def model_available(ctx):
     try:
         model_folder(cfg.model.name, cfg.model.revision)
     except ModelLoadError as e:
-        yield error(e.what, e.where or "model.name", e.fix)
+        if ctx.user_offline:
+            yield error(e.what, e.where or "model.name", e.fix)
+        else:  # online, training downloads it; the checks that need its files could not run here
+            yield warning(f"model {cfg.model.name} is not in the local cache: `mmtune train` will download it, "
+                          "and the checks that need its files (processor, data lengths) did not run",
+                          where="model.name", fix=f"mmtune download {cfg.model.name}   (then run the doctor again)")
 
 
 def safetensors_dtypes(folder: Path) -> dict[str, str]:

@@ -18,10 +18,11 @@ def step_fits(ctx):
 
 
 def fit_findings(plan, gpu, what: str, where: str = "train.micro_batch_size"):
-    peak = int(getattr(plan, "peak_reserved_bytes", None) or plan.peak_bytes)
-    cap = int(gpu.memory_bytes)
-    if peak > cap:
-        fix = getattr(plan, "suggestion", None) or "adapter.method=qlora, train.micro_batch_size=1, or a larger GPU"
+    """The process total (reserved + CUDA context + workspaces) against the GPU's memory."""
+    peak = int(plan.process_total_bytes)
+    cap = int(plan.gpu_total_bytes or gpu.memory_bytes)
+    if not plan.fits or peak > cap:
+        fix = "adapter.method=qlora, train.micro_batch_size=1, or a larger GPU (`mmtune plan --search` finds one)"
         yield error(f"the {what} needs {_gib(peak)} and {gpu.name} has {_gib(cap)}", where=where, fix=fix)
     elif peak > 0.9 * cap:
         yield warning(f"the {what} needs {_gib(peak)} of {gpu.name}'s {_gib(cap)} (over 90%): fragmentation "
