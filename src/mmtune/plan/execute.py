@@ -1,9 +1,10 @@
 """Execute the training loop's own step (`mmtune.train.step.optimizer_step`) on fake tensors.
 
 Two optimizer steps run: AdamW creates its state inside the first step, so the second step's forward
-and backward run with the state alive, which is where full fine-tuning peaks. Each step runs
-min(grad_accum, 2) micro-batches: from the second micro-batch on, gradients already exist and every
-later micro-batch repeats the second's allocations exactly, so more would only cost time.
+and backward run with the state alive, which is where full fine-tuning peaks. The first step runs one
+micro-batch (it only has to create the state); the second runs min(grad_accum, 2): from the second
+micro-batch on, gradients already exist and every later micro-batch repeats the second's allocations
+exactly, so more would only cost time. Op costs (for the time model) are recorded in the second step.
 
 `PlanAccelerator` stands in for accelerate's Accelerator with the five things the step uses (device,
 num_processes, no_sync, autocast, backward, clip_grad_norm_), on fake tensors; fp16 loss scaling is a
@@ -119,8 +120,11 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     acc = PlanAccelerator(compute_dtype)
     try:
         with mode, ValueFunctionMode(mode), tracker:
-            for _ in range(steps):
-                optimizer_step(model, optimizer, scheduler, [fake_batch] * min(grad_accum, 2), accelerator=acc,
+            for i in range(steps):
+                last = i == steps - 1
+                tracker.record_costs = last
+                n_mb = min(grad_accum, 2) if last else 1
+                optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params)
     finally:
         for h in handles + [h1, h2]:

@@ -68,13 +68,13 @@ def measure_step(cfg, micro_batch: dict, *, steps: int = 2) -> Measured:
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
     dev = accelerator.device
     batch = {k: v.to(dev) for k, v in micro_batch.items()}
-    mbs = [batch] * min(cfg.train.grad_accum, 2)
+    n_mb = min(cfg.train.grad_accum, 2)
     state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
     baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
 
     def run():
-        for _ in range(steps):
-            optimizer_step(model, optimizer, scheduler, mbs, accelerator=accelerator,
+        for i in range(steps):  # the planner's schedule: 1 micro-batch, then min(grad_accum, 2)
+            optimizer_step(model, optimizer, scheduler, [batch] * (n_mb if i == steps - 1 else 1), accelerator=accelerator,
                            max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable)
 
     if dev.type == "cuda":

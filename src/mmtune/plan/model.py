@@ -171,7 +171,8 @@ def build_planned_model(cfg, compute_dtype) -> PlannedModel:
     if cfg.adapter.method == "qlora":
         nq = replace_decoder_linears(model, family, compute_dtype, cfg.adapter.bnb_4bit_double_quant)
         decisions.append(f"qlora: {nq} decoder linear layers planned at packed 4-bit storage")
-    result = apply_adapters(model, family, cfg.adapter, cfg.train)
+    with torch.device("meta"):  # new LoRA weights on meta too: nothing allocated, no init computed
+        result = apply_adapters(model, family, cfg.adapter, cfg.train)
     model = result.model
     for p in model.parameters():  # trainable weights in fp32, as build.build_model_and_adapters does
         if p.requires_grad and p.dtype != torch.float32 and p.is_floating_point():

@@ -80,6 +80,7 @@ class StorageTracker(TorchDispatchMode):
         self._next = 0
         self.phase = "setup"
         self.tag = ""
+        self.record_costs = True
 
     # -- identity --------------------------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int | None:
@@ -152,7 +153,8 @@ class StorageTracker(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         phase = self._current_phase()
-        self._cost(func, args, kwargs, out, phase)
+        if self.record_costs:
+            self._cost(func, args, kwargs, out, phase)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._see(t, phase, self.tag if phase != "backward" else "", func.__name__)

@@ -213,7 +213,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
     margin_bytes = total_mem - process_total
     fits = process_total <= total_mem * (1 - margin)
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
-    st = step_time(tr.costs, steps=2, traced_micro_batches=min(cfg.train.grad_accum, 2),
+    st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
                    bandwidth_gbs=bw, world=gpus)
     return PlanResult(

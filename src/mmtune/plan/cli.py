@@ -1,0 +1,110 @@
+"""`mmtune plan CONFIG [key=value ...] [--gpu NAME] [--gpus N] [--json] [--search]`."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import typer
+
+
+def _parse_size(text: str, n: int) -> tuple:
+    try:
+        parts = tuple(int(x) for x in text.lower().split("x"))
+    except ValueError:
+        parts = ()
+    if len(parts) != n:
+        from ..errors import ConfigError
+
+        shape = "WxH" if n == 2 else "FRAMESxWxH"
+        raise ConfigError(f"cannot read {text!r} as {shape}", where="plan options", fix=f"e.g. {'1280x720' if n == 2 else '8x640x360'}")
+    return parts
+
+
+def gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def render(result, console) -> None:
+    from rich.table import Table
+
+    r = result
+    head = (f"[bold]{r.model}[/] {r.method} {r.precision} on {r.gpu_name}" + (f" x{r.gpus} ({r.strategy})" if r.gpus > 1 else ""))
+    console.print(head)
+    console.print(f"batch: {r.batch['source']}; micro-batch {r.batch['micro_batch_size']} x accumulation {r.batch['grad_accum']}")
+    t = Table(show_header=True, box=None)
+    t.add_column("memory (per GPU)")
+    t.add_column("bytes", justify="right")
+    t.add_row("peak allocated", gib(r.peak_allocated_bytes))
+    t.add_row("peak reserved", gib(r.peak_reserved_bytes))
+    t.add_row("process total (nvidia-smi)", gib(r.process_total_bytes))
+    t.add_row("GPU total", gib(r.gpu_total_bytes))
+    console.print(t)
+    b = Table(show_header=True, box=None, title=f"breakdown at the peak (phase: {r.peak_phase})")
+    b.add_column("part")
+    b.add_column("bytes", justify="right")
+    for k, v in r.breakdown.items():
+        if v:
+            b.add_row(k.replace("_", " "), gib(v))
+    console.print(b)
+    verdict = "[green]fits[/]" if r.fits else "[red]does NOT fit[/]"
+    console.print(f"{verdict}: margin {gib(r.margin_bytes)} ({r.margin_pct:.1f} % of the GPU; asked {r.required_margin_pct:.0f} %)")
+    media = {k: v for k, v in r.media_tokens.items() if v["max"]}
+    for k, v in media.items():
+        console.print(f"{k} tokens per record: max {v['max']}, p95 {v['p95']}, mean {v['mean']:.1f}")
+    console.print(f"step time ~{r.step_time_s:.2f} s, ~{r.tokens_per_s:,.0f} tokens/s (roofline estimate)")
+    for d in r.decisions:
+        console.print(f"[dim]decision: {d}[/]")
+    console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(
+        config: str = typer.Argument(..., help="run config YAML"),
+        overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides"),
+        gpu: Optional[str] = typer.Option(None, "--gpu", help="target GPU id, e.g. t4, a100-40gb, h100"),
+        gpus: int = typer.Option(1, "--gpus", help="GPUs (data parallel)"),
+        strategy: str = typer.Option("ddp", "--strategy", help="ddp | zero2 | zero3 | fsdp (with --gpus > 1)"),
+        as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
+        search: bool = typer.Option(False, "--search", help="find the fastest config that fits"),
+        margin: float = typer.Option(10.0, "--margin", help="free memory to keep, in % of the GPU"),
+        image: Optional[List[str]] = typer.Option(None, "--image", help="declared image WxH (no data)"),
+        video: Optional[List[str]] = typer.Option(None, "--video", help="declared video FRAMESxWxH (no data)"),
+        audio: Optional[List[float]] = typer.Option(None, "--audio", help="declared audio seconds (no data)"),
+    ):
+        """Predict peak GPU memory and step time of the exact run, without a GPU."""
+        from ..config import load_config
+        from ..console import console
+        from ..errors import MMTuneError
+        from .batch import Declared
+        from .planner import predict
+
+        try:
+            cfg = load_config(config, list(overrides or []))
+            declared = None
+            if image or video or audio:
+                declared = Declared(images=[_parse_size(s, 2) for s in image or []],
+                                    videos=[_parse_size(s, 3) for s in video or []],
+                                    audio_seconds=list(audio or []))
+            target = gpu or cfg.train.gpu
+            if search:
+                from .search import search as run_search
+
+                res = run_search(cfg, gpu=target, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
+                if as_json:
+                    typer.echo(res.to_json())
+                else:
+                    res.render(console)
+                if res.best is None:
+                    raise typer.Exit(1)
+                return
+            r = predict(cfg, gpu=target, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
+        except MMTuneError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        if as_json:
+            typer.echo(r.to_json())
+        else:
+            render(r, console)
+        if not r.fits:
+            raise typer.Exit(1)

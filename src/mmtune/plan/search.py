@@ -1,0 +1,121 @@
+"""`mmtune plan CONFIG --search --gpu NAME`: the fastest estimated config that fits, with its overrides.
+
+Knobs: micro-batch (accumulation adjusted to keep the effective batch), gradient checkpointing, 4-bit vs
+16-bit weights (lora <-> qlora; full fine-tuning stays full), AdamW vs 8-bit AdamW, ZeRO stage (with
+--gpus > 1), and, only when nothing fits otherwise, the sequence cap and max pixels / frames (these
+change what the model sees, so they come last). Every candidate is planned for real (a trace each);
+memory only grows with the micro-batch, so once one size does not fit, larger ones are not tried.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+
+from .planner import PlanResult, predict
+
+
+@dataclass
+class Candidate:
+    overrides: dict
+    result: PlanResult | None
+    error: str | None = None
+
+    @property
+    def line(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.overrides.items())
+
+
+@dataclass
+class SearchResult:
+    best: Candidate | None
+    tried: list = field(default_factory=list)
+    margin: float = 0.10
+
+    def to_json(self) -> str:
+        def row(c):
+            r = c.result
+            return {"overrides": c.overrides, "override_line": c.line, "error": c.error,
+                    "fits": r.fits if r else None, "peak_reserved_bytes": r.peak_reserved_bytes if r else None,
+                    "process_total_bytes": r.process_total_bytes if r else None,
+                    "step_time_s": r.step_time_s if r else None}
+        return json.dumps({"best": row(self.best) if self.best else None, "tried": [row(c) for c in self.tried],
+                           "margin": self.margin}, indent=2)
+
+    def render(self, console) -> None:
+        for c in self.tried:
+            r = c.result
+            if r is None:
+                console.print(f"  [dim]{c.line or '(as given)'}: {c.error}[/]")
+            else:
+                console.print(f"  {'fits ' if r.fits else 'no   '} {r.process_total_bytes / 2**30:6.2f} GiB "
+                              f"{r.step_time_s:8.2f} s/step  {c.line or '(as given)'}")
+        if self.best is None:
+            console.print(f"[red]no searched config fits with a {self.margin * 100:.0f} % margin[/]")
+            return
+        r = self.best.result
+        console.print(f"[green]fastest that fits[/]: {r.process_total_bytes / 2**30:.2f} GiB of "
+                      f"{r.gpu_total_bytes / 2**30:.2f} GiB, ~{r.step_time_s:.2f} s/step")
+        console.print(f"override line: {self.best.line or '(the config as given)'}")
+
+
+def _with(cfg, overrides: dict):
+    from ..config.loader import set_dotted, validate
+
+    tree = cfg.model_dump(mode="json")
+    for k, v in overrides.items():
+        set_dotted(tree, k, v)
+    return validate(tree)
+
+
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin) -> Candidate:
+    from ..errors import MMTuneError
+
+    try:
+        c = _with(cfg, ov)
+        st = ov.get("_strategy", strategy)
+        ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
+        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin)
+        if "_strategy" in ov:
+            ov_clean["--strategy"] = st
+        return Candidate(ov_clean, r)
+    except MMTuneError as e:
+        return Candidate({k: v for k, v in ov.items() if not k.startswith("_")}, None, e.what)
+
+
+def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
+           micro_batches=(1, 2, 4, 8)) -> SearchResult:
+    eff = cfg.train.micro_batch_size * cfg.train.grad_accum
+    methods = ["full"] if cfg.adapter.method == "full" else ["lora", "qlora"]
+    optimizers = ["adamw", "adamw_8bit"]
+    ckpts = [False, True]
+    strategies = ["ddp", "zero2", "zero3"] if gpus > 1 else [strategy]
+    tried: list[Candidate] = []
+    for method, opt, ckpt, st in itertools.product(methods, optimizers, ckpts, strategies):
+        for mb in micro_batches:
+            if eff % mb:
+                continue
+            ov = {"adapter.method": method, "train.optimizer": opt, "model.gradient_checkpointing": ckpt,
+                  "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
+            if gpus > 1:
+                ov["_strategy"] = st
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin)
+            tried.append(c)
+            if c.result is None or not c.result.fits:
+                break
+    fitting = [c for c in tried if c.result is not None and c.result.fits]
+    if not fitting:
+        # Last resort: shorter sequences / fewer pixels change what the model sees; try them smallest-first.
+        for cap in (cfg.data.max_length // 2, cfg.data.max_length // 4):
+            ov = {"adapter.method": methods[-1], "train.optimizer": "adamw_8bit", "model.gradient_checkpointing": True,
+                  "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
+            if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
+                ov["model.max_pixels"] = 256 * 28 * 28
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin)
+            tried.append(c)
+            if c.result is not None and c.result.fits:
+                fitting.append(c)
+                break
+    best = min(fitting, key=lambda c: c.result.step_time_s) if fitting else None
+    return SearchResult(best, tried, margin)
