@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.markup import escape
+
 from ..console import console
 from ..errors import MMTuneError
 
@@ -19,27 +21,26 @@ def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
     return cfg, notes
 
 
-def preflight(cfg, config_path, overrides, *, skip_checks: bool) -> int | None:
+def preflight(cfg, config_path, overrides, *, skip_checks: bool, smoke: bool = False) -> int | None:
     """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit).
 
     Returns the predicted peak bytes when a GPU plan was made.
     """
     if not skip_checks:
-        try:
-            from ..doctor.runner import run_doctor_on_config
-        except ImportError:
-            run_doctor_on_config = None
-        if run_doctor_on_config is not None:
-            findings = run_doctor_on_config(cfg, fast=True)
-            errors = [f for f in findings if f.severity == "error"]
-            for f in findings:
-                if f.severity in ("error", "warning"):
-                    console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
-                                  f"{f.message}" + (f"  [dim]({f.where})[/]" if f.where else "")
-                                  + (f"\n    fix: {f.fix}" if f.fix else ""))
-            if errors:
-                raise MMTuneError(f"mmtune doctor found {len(errors)} error(s); the run was not started",
-                                  fix="fix them (see above), or pass --skip-checks to start anyway")
+        from ..doctor.runner import run_doctor
+
+        # The fast subset: config, hardware and loading rules, no model build and no data pass.
+        report = run_doctor(config_path, overrides, gpu=None if smoke else cfg.train.gpu, fast=True)
+        for f in report.findings:
+            if f.severity in ("error", "warning"):
+                console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
+                              + escape(f.message) + (f"  ({escape(str(f.where))})" if f.where else "")
+                              + (f"\n    fix: {escape(f.fix)}" if f.fix else ""), soft_wrap=True)
+        if report.errors:
+            raise MMTuneError(f"mmtune doctor found {len(report.errors)} error(s); the run was not started",
+                              fix="fix them (see above; `mmtune doctor CONFIG` for all checks), or --skip-checks")
+    if smoke:
+        return None  # a smoke run is on the CPU by definition: no GPU plan
     import torch
 
     if not (torch.cuda.is_available() and cfg.train.device != "cpu") and not cfg.train.gpu:
@@ -89,7 +90,7 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
     from .loop import train
 
     cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
-    plan_bytes = preflight(cfg, config_path, overrides, skip_checks=skip_checks)
+    plan_bytes = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
     run = build_run(cfg)
     if run.accelerator.is_main_process:
         print_start_summary(run, notes)
