@@ -23,3 +23,5 @@ def test_demo_counting_beats_the_constant_baseline(tmp_path):
     assert ev["exact_match"] >= 2 * base["exact_match"], (ev, base)
     assert ev["mae"] < base["mae"], (ev, base)
     assert s["peak_memory_bytes"] > 0 and s["tokens_per_s"] > 0 and s["wall_s"] > 0
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # TensorBoard is on by default
+    assert (out / "best").resolve().name.startswith("checkpoint-")  # best by exact_match kept
