@@ -8,8 +8,9 @@ model code reads `grid_thw.tolist()`, compares `input_ids == image_token_id`, co
 tracing branch for fake masks, which would make the plan follow a different path than the run).
 
 `ValueFakeMode.dispatch` applies one rule to every aten op:
-- no fake input (all inputs real, or a factory such as `zeros`/`arange`): run it for real when its
-  output is small (shape learnt first on `meta`); these are index/mask computations;
+- no fake input (all inputs real, or an integer/bool factory such as `zeros(dtype=long)`/`arange`):
+  run it for real when its output is small (shape learnt first on `meta`); these are index/mask
+  computations. Floating factories (`empty`, `zeros` of a weight or activation) are always fake;
 - any fake input: real inputs join as fake tensors that carry their value as a FakeTensor constant;
   boolean-mask indexing with a known mask becomes indexing with the mask's (real) `nonzero()`, which
   has a static shape, so `embeds[mask]` works without a data-dependent error;
@@ -114,6 +115,9 @@ class ValueFakeMode(FakeTensorMode):
                 probe = func(*meta_args, **meta_kwargs)
                 if _numel(probe) > self.max_real_numel:
                     return NotImplemented
+                if func.overloadpacket in _FACTORIES and isinstance(probe, torch.Tensor) and \
+                        probe.numel() > 1 and probe.dtype not in _VALUE_DTYPES:
+                    return NotImplemented  # a new float buffer (weights, activations): fake
             except (RuntimeError, NotImplementedError, TypeError, ValueError):
                 # Data-dependent output shape (nonzero, masked_select, unique, repeat_interleave...):
                 # its output is no larger than its (small, real) inputs.

@@ -158,7 +158,11 @@ def build_planned_model(cfg, compute_dtype) -> PlannedModel:
                 if isinstance(getattr(p, "size", None), dict):
                     p.size = {"shortest_edge": p.min_pixels, "longest_edge": p.max_pixels}
     attn = plan_attention(cfg.model.attn_implementation)
-    with torch.device("meta"):
+    from accelerate import init_empty_weights
+
+    # Parameters on meta (never allocated); buffers real, so integer buffers such as CLIP's
+    # `position_ids` keep their values for the fake step (they are small).
+    with init_empty_weights(include_buffers=False):
         model = _build_from_config(family, config, compute_dtype, attn)
     for p in model.parameters():  # `_keep_in_fp32_modules` aside, one compute dtype (as load_model does)
         if p.is_floating_point() and p.dtype != compute_dtype:
@@ -196,7 +200,8 @@ def materialize_fake(model, mode, param_groups: list) -> list:
         if mode.is_our_fake(t):
             return t
         if t.device.type != "meta":
-            return mode.with_value(t)
+            # a real buffer: integer ones stay real (index values), floating ones become fake
+            return t if not t.is_floating_point() else mode.with_value(t)
         with mode:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
 

@@ -85,11 +85,11 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin) -> Candidate:
 
 
 def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
-           micro_batches=(1, 2, 4, 8)) -> SearchResult:
+           micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None) -> SearchResult:
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
-    methods = ["full"] if cfg.adapter.method == "full" else ["lora", "qlora"]
-    optimizers = ["adamw", "adamw_8bit"]
-    ckpts = [False, True]
+    methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
+    optimizers = optimizers or ["adamw", "adamw_8bit"]
+    ckpts = checkpointing or [False, True]
     strategies = ["ddp", "zero2", "zero3"] if gpus > 1 else [strategy]
     tried: list[Candidate] = []
     for method, opt, ckpt, st in itertools.product(methods, optimizers, ckpts, strategies):
