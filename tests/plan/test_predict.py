@@ -1,0 +1,124 @@
+"""The planner against independent measurement on tiny models, the CLI, search, and bad input."""
+
+import json
+
+import pytest
+
+from mmtune.config import load_config
+from mmtune.plan.batch import Declared
+
+COMMON = ["data.max_length=256", "train.precision=fp32", "train.grad_accum=2"]
+
+
+def _cfg(*over):
+    return load_config(None, COMMON + list(over))
+
+
+@pytest.mark.parametrize("over,declared", [
+    (["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], Declared()),
+    (["model.name=tiny/qwen2-vl", "adapter.method=qlora", "model.gradient_checkpointing=false"],
+     Declared(images=[(112, 112)])),
+])
+def test_planned_peak_matches_measured_on_cpu(over, declared):
+    import torch
+
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.measure import measure_step
+    from mmtune.plan.model import build_planned_model
+    from mmtune.plan.planner import predict
+
+    cfg = _cfg(*over)
+    res = predict(cfg, declared=declared)
+    pm = build_planned_model(cfg, torch.float32)
+    batch = worst_case_batch(cfg, pm.processor, pm.family, declared=declared).micro_batch
+    measured = measure_step(cfg, batch).peak_allocated_bytes
+    err = abs(res.tensor_peak_bytes - measured) / measured
+    assert err <= 0.02, (res.tensor_peak_bytes, measured)
+    assert res.breakdown["weights"] > 0 and res.breakdown["trainable_parameters"] > 0
+
+
+def test_gpu_plan_adds_allocator_and_cuda_overheads_and_json_fields():
+    from mmtune.plan.planner import predict
+
+    cfg = _cfg("model.name=tiny/qwen2-vl", "train.precision=bf16")
+    r = predict(cfg, gpu="T4", declared=Declared(images=[(112, 112)]))
+    assert r.precision == "fp16"  # T4 has no bf16: the plan follows train's decision
+    assert r.peak_allocated_bytes >= r.tensor_peak_bytes
+    assert r.peak_reserved_bytes >= r.peak_allocated_bytes
+    assert r.process_total_bytes > r.peak_reserved_bytes  # CUDA context + workspace
+    d = json.loads(r.to_json())
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes", "breakdown", "fits", "step_time_s",
+                "process_total_bytes", "peak_phase", "media_tokens"):
+        assert key in d
+    assert d["media_tokens"]["image"]["max"] == 16  # 112x112 -> 4x4 merged patches
+    assert d["fits"] is True and d["step_time_s"] > 0
+
+
+def test_distributed_shards_state_per_gpu():
+    from mmtune.plan.planner import predict
+
+    cfg = _cfg("model.name=tiny/qwen2", "adapter.method=full", "model.gradient_checkpointing=false")
+    one = predict(cfg, gpu="a100-40gb")
+    z3 = predict(cfg, gpu="a100-40gb", gpus=4, strategy="zero3")
+    ddp = predict(cfg, gpu="a100-40gb", gpus=4, strategy="ddp")
+    assert ddp.peak_allocated_bytes > one.peak_allocated_bytes  # DDP adds gradient buckets
+    assert z3.breakdown["gathered_units"] > 0
+    assert z3.process_total_bytes > 0 and z3.strategy == "zero3"
+
+
+def test_search_result_fits_by_the_planner():
+    from mmtune.plan.gpus import GPUS
+    from mmtune.plan.planner import predict
+    from mmtune.plan.search import _with, search
+
+    cfg = _cfg("model.name=tiny/qwen2", "adapter.method=lora", "train.micro_batch_size=1", "train.grad_accum=8",
+               "data.max_length=2048")
+    big = predict(cfg.model_copy(update={"train": cfg.train.model_copy(update={"micro_batch_size": 8, "grad_accum": 1})}),
+                  gpu="t4")
+    small = predict(cfg, gpu="t4")
+    # A GPU that holds micro-batch 1 but not 8, with 10 % margin.
+    gpu = GPUS["t4"].__class__(**{**GPUS["t4"].__dict__, "usable_bytes": int((small.process_total_bytes + big.process_total_bytes) / 2 / 0.9)})
+    res = search(cfg, gpu=gpu, micro_batches=(1, 2, 8), methods=["lora"], optimizers=["adamw"], checkpointing=[True])
+    assert res.best is not None
+    assert res.best.overrides["train.micro_batch_size"] * res.best.overrides["train.grad_accum"] == 8
+    again = predict(_with(cfg, res.best.overrides), gpu=gpu)
+    assert again.fits
+    assert any(c.result is not None and not c.result.fits for c in res.tried)
+
+
+def test_unknown_gpu_lists_known_ones():
+    from mmtune.errors import ConfigError
+    from mmtune.plan.planner import predict
+
+    with pytest.raises(ConfigError) as e:
+        predict(_cfg("model.name=tiny/qwen2"), gpu="a200")
+    assert "h100" in str(e.value)
+
+
+def test_cli_plan_json(tmp_path):
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  name: tiny/qwen2\ndata:\n  max_length: 128\ntrain:\n  precision: fp32\n")
+    out = CliRunner().invoke(app, ["plan", str(cfg), "train.micro_batch_size=2", "--gpu", "l4", "--json"])
+    assert out.exit_code == 0, out.output
+    d = json.loads(out.stdout[out.stdout.index("{"):])
+    assert d["gpu_id"] == "l4" and d["batch"]["micro_batch_size"] == 2 and d["batch"]["tokens_per_record"] == 128
+
+
+def test_embedded_real_configs_have_real_sizes():
+    import torch
+    from accelerate import init_empty_weights
+
+    from mmtune.models.configs import embedded, hf_config
+
+    spec = embedded("Qwen/Qwen2.5-7B-Instruct")
+    assert embedded("qwen2.5-7b-instruct") is spec
+    import transformers
+
+    with init_empty_weights():
+        m = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.bfloat16)
+    n = sum(p.numel() for p in m.parameters())
+    assert 7.6e9 < n < 7.65e9  # Qwen2.5-7B: 7.62 B parameters
