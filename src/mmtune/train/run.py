@@ -29,8 +29,11 @@ def preflight(cfg, config_path, overrides, *, skip_checks: bool, smoke: bool = F
     if not skip_checks:
         from ..doctor.runner import run_doctor
 
-        # The fast subset: config, hardware and loading rules, no model build and no data pass.
-        report = run_doctor(config_path, overrides, gpu=None if smoke else cfg.train.gpu, fast=True)
+        # The fast subset: config, hardware and loading rules, no model build and no data pass. A smoke
+        # run checks what it will run: the tiny twin, on the CPU, in fp32.
+        checked = list(overrides) + ([f"model.name={cfg.model.name}", f"train.precision={cfg.train.precision}",
+                                      "train.device=cpu", "train.gpu=null"] if smoke else [])
+        report = run_doctor(config_path, checked, gpu=None if smoke else cfg.train.gpu, fast=True)
         for f in report.findings:
             if f.severity in ("error", "warning"):
                 console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
