@@ -1,0 +1,56 @@
+"""Time to plan a 7B/8B run on this machine's CPU (issue target: <= 15 s on 2 cores).
+
+    python benchmarks/plan_speed.py [--json] [CONFIG ...]
+Reports wall time and this process's CPU time (on a shared machine the wall time includes waiting
+for the cores), plus the machine's load average when it ran. Imports are timed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+DEFAULT = [("seed001 Qwen2.5-7B LoRA r128 seq512 fp16", "recipes/seed001_qwen2.5-7b_lora.yaml", [], "quadro-rtx-6000"),
+           ("Qwen2-VL-7B LoRA 1 image 512x512 seq1024", None,
+            ["model.name=Qwen/Qwen2-VL-7B-Instruct", "data.max_length=1024", "train.precision=bf16"], "a100-40gb")]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", type=int, default=None, help="index of the default case to run")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    t0, c0 = time.perf_counter(), time.process_time()
+    import torch  # noqa: F401
+
+    from mmtune.config import load_config
+    from mmtune.plan.planner import predict
+
+    import_s = time.perf_counter() - t0
+    rows = []
+    cases = DEFAULT if args.only is None else [DEFAULT[args.only]]
+    for name, path, ov, gpu in cases:
+        cfg = load_config(path, ov)
+        w, c = time.perf_counter(), time.process_time()
+        r = predict(cfg, gpu=gpu)
+        rows.append({"name": name, "gpu": gpu, "wall_s": round(time.perf_counter() - w, 2),
+                     "cpu_s": round(time.process_time() - c, 2), "peak_reserved_gib": round(r.peak_reserved_bytes / 2**30, 2),
+                     "process_total_gib": round(r.process_total_bytes / 2**30, 2), "fits": r.fits,
+                     "load_avg_1m": round(os.getloadavg()[0], 2), "cores": os.cpu_count()})
+        if not args.json:
+            x = rows[-1]
+            print(f"{name}: plan {x['wall_s']} s wall, {x['cpu_s']} s CPU (load {x['load_avg_1m']} on {x['cores']} cores); "
+                  f"{x['process_total_gib']} GiB on {gpu}, fits={x['fits']}", flush=True)
+    if args.json:
+        print(json.dumps({"import_s": round(import_s, 2), "rows": rows}, indent=2))
+    else:
+        print(f"imports: {import_s:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
