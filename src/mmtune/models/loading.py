@@ -168,6 +168,31 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
     return name
 
 
+def normalize_legacy_rope(config) -> list[str]:
+    """Rename the legacy rope type "mrope" to "default" in every sub-config; returns what it changed.
+
+    M-RoPE is default RoPE plus `mrope_section`. Qwen2-VL's config class converts the legacy name itself;
+    Qwen2.5-Omni's public config still says `"type": "mrope"`, which transformers 5's rotary embedding
+    rejects with KeyError('mrope') when the model is built. Renaming keeps `mrope_section` and changes
+    nothing else.
+    """
+    changed, seen, stack = [], set(), [("", config)]
+    while stack:
+        path, c = stack.pop()
+        if id(c) in seen:
+            continue
+        seen.add(id(c))
+        rope = getattr(c, "rope_parameters", None)
+        if isinstance(rope, dict) and "mrope" in (rope.get("rope_type"), rope.get("type")):
+            rope["rope_type"] = "default"
+            rope.pop("type", None)
+            changed.append(path or "config")
+        for key, value in vars(c).items():
+            if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+                stack.append((f"{path}.{key}" if path else key, value))
+    return changed
+
+
 def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bool = False):
     """The transformers config of a hub id or local folder (cache first), or the tiny twin's config."""
     if is_tiny(name):
@@ -178,7 +203,9 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
 
     src = model_folder(name, revision)
     try:
-        return AutoConfig.from_pretrained(str(src), revision=revision, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(str(src), revision=revision, trust_remote_code=trust_remote_code)
+        normalize_legacy_rope(config)
+        return config
     except OSError as e:
         raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
                              fix=f"mmtune download {name}") from None

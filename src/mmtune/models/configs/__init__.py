@@ -38,6 +38,10 @@ def hf_config(spec: dict):
     """The transformers config object of an embedded spec."""
     from transformers import AutoConfig
 
+    from ..loading import normalize_legacy_rope
+
     cfg = dict(spec["config"])
     model_type = cfg.pop("model_type")
-    return AutoConfig.for_model(model_type, **cfg)
+    config = AutoConfig.for_model(model_type, **cfg)
+    normalize_legacy_rope(config)
+    return config
