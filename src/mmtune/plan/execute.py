@@ -118,8 +118,9 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     h1 = optimizer.register_step_pre_hook(pre_step)
     h2 = optimizer.register_step_post_hook(post_step)
     acc = PlanAccelerator(compute_dtype)
+    mode.tracker = tracker  # the fake mode reports each top-level op to the tracker (see fake.py)
     try:
-        with mode, ValueFunctionMode(mode), tracker:
+        with mode, ValueFunctionMode(mode):
             for i in range(steps):
                 last = i == steps - 1
                 tracker.record_costs = last
@@ -127,6 +128,7 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params)
     finally:
+        mode.tracker = None
         for h in handles + [h1, h2]:
             h.remove()
     return ex

@@ -22,7 +22,7 @@ tracing branch for fake masks, which would make the plan follow a different path
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import _DISPATCH_HANDLE_DIRECTLY, _DISPATCH_META_HANDLERS, FakeTensorMode
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
@@ -36,6 +36,9 @@ DEFAULT_MAX_REAL_NUMEL = 1 << 23
 _aten = torch.ops.aten
 _FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_strided, _aten.arange,
               _aten.scalar_tensor}
+# Metadata queries (`.device`, `.size()`, `.stride()`...) answered from the fake tensor itself; the
+# model asks `.device` of a tensor about twice per aten op, so these take the shortest path.
+META_QUERIES = frozenset(_DISPATCH_META_HANDLERS) | frozenset(_DISPATCH_HANDLE_DIRECTLY)
 _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
               _aten._unsafe_index.Tensor, _aten._unsafe_index_put.default}
 
@@ -61,6 +64,11 @@ class ValueFakeMode(FakeTensorMode):
         kw.setdefault("allow_non_fake_inputs", True)
         super().__init__(**kw)
         self.max_real_numel = max_real_numel
+        # A StorageTracker observing this mode's top-level ops (set by execute.run_steps). Observing here
+        # instead of stacking the tracker as a second dispatch mode saves one Python mode per op; ops the
+        # fake mode dispatches to itself (decompositions) are nested (depth > 0) and, as before, not seen.
+        self.tracker = None
+        self._depth = 0
 
     def may_turn_const(self, t: torch.Tensor) -> bool:  # noqa: D102 - constants may be whole id tensors
         return (t.numel() <= self.max_real_numel and t.layout == torch.strided and not self.is_our_fake(t)
@@ -80,6 +88,22 @@ class ValueFakeMode(FakeTensorMode):
 
     # ------------------------------------------------------------------------------------ dispatch
     def dispatch(self, func, types, args=(), kwargs=None):
+        tracker = self.tracker
+        if tracker is None or self._depth:
+            return self._dispatch(func, types, args, kwargs)
+        self._depth += 1
+        try:
+            out = self._dispatch(func, types, args, kwargs)
+        finally:
+            self._depth -= 1
+        if func not in META_QUERIES:
+            tracker.observe(func, args, kwargs, out)
+        return out
+
+    def _dispatch(self, func, types, args=(), kwargs=None):
+        if func in META_QUERIES and not kwargs and all(self.is_our_fake(a) for a in args
+                                                       if isinstance(a, torch.Tensor)):
+            return super().dispatch(func, types, args, kwargs)
         kwargs = kwargs or {}
         flat = tree_leaves((args, kwargs))
         tensors = [a for a in flat if isinstance(a, torch.Tensor)]

@@ -22,6 +22,8 @@ from torch.utils._pytree import tree_leaves
 
 from torch.utils.flop_counter import flop_registry as _FLOPS
 
+from .fake import META_QUERIES
+
 _aten = torch.ops.aten
 # Ops that move no data (views, metadata): no time in the roofline model.
 _VIEW_LIKE = {_aten.view, _aten._unsafe_view, _aten.t, _aten.transpose, _aten.permute, _aten.expand,
@@ -152,10 +154,15 @@ class StorageTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if func not in META_QUERIES:  # `.device`/`.size()` queries: no kernel, no storage, no bytes moved
+            self.observe(func, args, kwargs, out)
+        return out
+
+    def observe(self, func, args, kwargs, out) -> None:
+        """Log the storages an op created (and its cost). Used as a dispatch mode or by ValueFakeMode."""
         phase = self._current_phase()
         if self.record_costs:
             self._cost(func, args, kwargs, out, phase)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 self._see(t, phase, self.tag if phase != "backward" else "", func.__name__)
-        return out
