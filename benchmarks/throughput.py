@@ -109,24 +109,28 @@ def main() -> None:
     ap.add_argument("--model", default="tiny/qwen2-vl")
     ap.add_argument("--out", default="runs/bench_throughput")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="runs per variant, interleaved; the best of each is reported (least disturbed by load)")
     ap.add_argument("--variant", choices=["ours", "plain"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.variant:
         res = run_ours(args) if args.variant == "ours" else run_plain(args)
         print("RESULT " + json.dumps(res))
         return
-    results = {}
-    for variant in ("ours", "plain"):
+    results: dict = {}
+    for variant in ("ours", "plain") * args.repeats:
         cmd = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
                "--accum", str(args.accum), "--model", args.model, "--out", args.out]
         out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-        results[variant] = json.loads(line[0][7:])
+        res = json.loads(line[0][7:])
+        if variant not in results or res["tokens_per_s"] > results[variant]["tokens_per_s"]:
+            results[variant] = res
     ratio = {"tokens_per_s": results["ours"]["tokens_per_s"] / results["plain"]["tokens_per_s"],
              "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results["plain"]["peak_memory_bytes"]}
-    report = {"model": args.model, "steps": args.steps, "micro_batch_size": args.mbs, "grad_accum": args.accum,
+    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "micro_batch_size": args.mbs, "grad_accum": args.accum,
               "ours": results["ours"], "plain": results["plain"], "ratio_ours_over_plain": ratio}
     if args.json:
         print(json.dumps(report, indent=2))
