@@ -157,6 +157,7 @@ def train(run, *, plan_bytes: int | None = None, stop_after: int | None = None) 
         "best": best,
         "peak_memory_bytes": _peak_memory_bytes(),
         "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
+        "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
         "predicted_peak_bytes": plan_bytes,
         "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
         "wall_s": wall,
