@@ -66,7 +66,7 @@ def _micro_batch_loader(run, stream_args: dict):
     ))
 
 
-def train(run, *, plan_bytes: int | None = None, stop_after: int | None = None) -> dict | None:
+def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
     """Run the loop; returns the summary. `stop_after=N` ends the process's work right after step N
     (and its checkpoint, if one is due) without a summary, the way a kill would: tests use it."""
     import torch
@@ -158,7 +158,8 @@ def train(run, *, plan_bytes: int | None = None, stop_after: int | None = None) 
         "peak_memory_bytes": _peak_memory_bytes(),
         "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
         "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
-        "predicted_peak_bytes": plan_bytes,
+        "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
+        "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
         "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
         "wall_s": wall,
         "train_records": len(run.train_set.records),

@@ -21,10 +21,11 @@ def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
     return cfg, notes
 
 
-def preflight(cfg, config_path, overrides, *, skip_checks: bool, smoke: bool = False) -> int | None:
+def preflight(cfg, config_path, overrides, *, skip_checks: bool, smoke: bool = False) -> dict | None:
     """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit).
 
-    Returns the predicted peak bytes when a GPU plan was made.
+    Returns the predicted peak allocated / reserved bytes when a GPU plan was made (compared in
+    summary.json with the measured `peak_memory_bytes` / `peak_memory_reserved_bytes`).
     """
     if not skip_checks:
         from ..doctor.runner import run_doctor
@@ -60,7 +61,8 @@ def preflight(cfg, config_path, overrides, *, skip_checks: bool, smoke: bool = F
             f"the planner predicts this run needs {plan.peak_reserved_bytes / 2**30:.2f} GiB, more than "
             f"{plan.gpu_name} offers", where="train / model / data settings",
             fix="run `mmtune plan CONFIG --search --gpu NAME` for a config that fits, or train.ignore_plan=true")
-    return int(plan.peak_reserved_bytes)
+    return {"predicted_peak_bytes": int(plan.peak_allocated_bytes),
+            "predicted_peak_reserved_bytes": int(plan.peak_reserved_bytes)}
 
 
 def print_start_summary(run, notes) -> None:
@@ -93,11 +95,11 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
     from .loop import train
 
     cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
-    plan_bytes = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
+    plan = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
     run = build_run(cfg)
     if run.accelerator.is_main_process:
         print_start_summary(run, notes)
-    return train(run, plan_bytes=plan_bytes)
+    return train(run, plan=plan)
 
 
 def run_eval(config_path, overrides: list[str]) -> dict:
