@@ -74,11 +74,13 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
-              max_grad_norm, trainable_params, steps: int = 2) -> Execution:
+              max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False) -> Execution:
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
     tracker = StorageTracker()
+    if cpu_kernels:  # the run executes on this CPU: model its kernels' scratch buffers too
+        tracker.cpu_kernel_threads = torch.get_num_threads()
     ex = Execution(tracker)
     for p in model.parameters():
         s = tracker.register(p, "setup")

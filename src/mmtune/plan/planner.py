@@ -124,7 +124,7 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
     try:
         ex = run_steps(pm.model, optimizer, scheduler, pb.micro_batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps)
+                       steps=steps, cpu_kernels=not target_cuda)
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
     except (RuntimeError, NotImplementedError, TypeError) as e:

@@ -23,6 +23,7 @@ from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry as _FLOPS
 
 from .fake import META_QUERIES
+from .kernel_workspace import cpu_kernel_workspaces
 
 _aten = torch.ops.aten
 # Ops that move no data (views, metadata): no time in the roofline model.
@@ -83,6 +84,9 @@ class StorageTracker(TorchDispatchMode):
         self.phase = "setup"
         self.tag = ""
         self.record_costs = True
+        # Threads of the CPU kernels whose scratch buffers are modelled (kernel_workspace.py); None on
+        # GPU targets, whose kernels differ.
+        self.cpu_kernel_threads: int | None = None
 
     # -- identity --------------------------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int | None:
@@ -163,6 +167,30 @@ class StorageTracker(TorchDispatchMode):
         phase = self._current_phase()
         if self.record_costs:
             self._cost(func, args, kwargs, out, phase)
+        tag = self.tag if phase != "backward" else ""
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
-                self._see(t, phase, self.tag if phase != "backward" else "", func.__name__)
+                self._see(t, phase, tag, func.__name__)
+        if self.cpu_kernel_threads:
+            self._scratch(cpu_kernel_workspaces(func, args, self.cpu_kernel_threads), phase, tag, func.__name__)
+
+    def _scratch(self, sizes: list[int], phase: str, tag: str, op: str) -> None:
+        """Buffers a kernel allocates after its outputs and frees before it returns (kernel_workspace.py)."""
+        if not sizes:
+            return
+        tr = self.trace
+        serials = []
+        for nbytes in sizes:
+            serial = self._next
+            self._next += 1
+            tr.storages[serial] = Storage(serial, nbytes, phase, tag, op + ":workspace")
+            tr.events.append(Event(serial, nbytes, phase, tag))
+            tr.live_bytes += nbytes
+            serials.append((serial, nbytes))
+            if tr.live_bytes > tr.peak_bytes:
+                tr.peak_bytes = tr.live_bytes
+                tr.peak_index = len(tr.events) - 1
+                tr.peak_phase = phase
+        for serial, nbytes in reversed(serials):
+            tr.events.append(Event(serial, -nbytes, phase, ""))
+            tr.live_bytes -= nbytes
