@@ -7,10 +7,7 @@ imported until it is called.
 from __future__ import annotations
 
 
-def predict(cfg, **kwargs):
-    from .planner import predict as _predict
-
-    return _predict(cfg, **kwargs)
+from .predict import predict  # noqa: E402 - a light module (the planner is imported when called)
 
 
 __all__ = ["predict"]

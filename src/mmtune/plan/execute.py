@@ -50,6 +50,8 @@ class Execution:
     grad_serials: set = field(default_factory=set)
     state_serials: set = field(default_factory=set)
     input_serials: set = field(default_factory=set)
+    train_peak_bytes: int = 0
+    eval_info: dict = field(default_factory=dict)
 
 
 def _phase_hooks(model, tracker: StorageTracker):
@@ -140,7 +142,7 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
     """Bytes live at the peak, by what they are."""
     tr = ex.tracker.trace
     out = {k: 0 for k in ("weights", "trainable_parameters", "gradients", "optimizer_state", "activations",
-                          "logits_loss", "temporaries", "inputs")}
+                          "logits_loss", "temporaries", "inputs", "eval")}
     for s in tr.live_at(tr.peak_index):
         st = tr.storages[s]
         if s in ex.param_serials:
@@ -151,6 +153,8 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
             key = "optimizer_state"
         elif s in ex.input_serials:
             key = "inputs"
+        elif st.phase in ("eval_loss", "eval_generation"):
+            key = "eval"  # eval batch, activations, logits, KV cache
         elif st.tag == "logits" or st.phase == "loss":
             key = "logits_loss"
         elif st.phase == "forward":
@@ -159,3 +163,81 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
             key = "temporaries"
         out[key] += st.nbytes
     return out
+
+
+def _cache_tensors(cache) -> list:
+    """Key/value tensors of a transformers cache (DynamicCache.layers[i].keys/values)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [t for lay in layers for t in (getattr(lay, "keys", None), getattr(lay, "values", None))
+                if isinstance(t, torch.Tensor)]
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(cache) if isinstance(t, torch.Tensor)]
+
+
+def _accepts(model, name: str) -> bool:
+    import inspect
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return name in inspect.signature(base.forward).parameters
+
+
+def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max_new_tokens: int,
+             generate: bool) -> dict:
+    """The loop's evaluation after the traced steps (state alive, gradients freed), on the same tracker.
+
+    eval_loss: `train.step.loss_sum` under no_grad on the eval batch (full logits, fp32 upcast), as
+    `evaluate.run_eval.eval_loss` does. eval_generation (when eval.generate): the prompt forward with a
+    KV cache and last-position logits (what `generate` computes), then one traced decode step on a cache
+    that already holds the `max_new_tokens - 1` later tokens: the growth of the cache is added
+    analytically (bytes per token of the traced cache x tokens, plus the growth of the one-layer
+    `torch.cat` copy DynamicCache makes per step), as one block alive through that step.
+    """
+    from ..train.step import loss_sum
+    from .fake import ValueFunctionMode
+
+    tracker = ex.tracker
+    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+                  for k, v in eval_batch.items()}
+    info = {"batch_size": int(eval_batch["input_ids"].shape[0]), "prompt_tokens": int(eval_batch["input_ids"].shape[1]),
+            "max_new_tokens": int(max_new_tokens) if generate else 0, "kv_cache_bytes": 0}
+    was_training = model.training
+    model.eval()
+    acc = PlanAccelerator(compute_dtype)
+    mode.tracker = tracker
+    tracker.record_costs = False
+    try:
+        with mode, ValueFunctionMode(mode), torch.no_grad(), acc.autocast():
+            tracker.phase, tracker.tag = "eval_loss", ""
+            for v in fake_batch.values():
+                if isinstance(v, torch.Tensor):
+                    tracker.register(v, "eval_loss")
+            total, n = loss_sum(model, fake_batch)
+            del total, n
+            if generate:
+                tracker.phase = "eval_generation"
+                inputs = {k: v for k, v in fake_batch.items() if k != "labels"}
+                if _accepts(model, "logits_to_keep"):
+                    inputs["logits_to_keep"] = 1
+                out = model(**inputs, use_cache=True)
+                cache, logits = out.past_key_values, out.logits
+                del out
+                kv = _cache_tensors(cache)
+                kv_bytes = sum(t.numel() * t.element_size() for t in kv)
+                length = int(eval_batch["input_ids"].shape[1])
+                per_token = kv_bytes / max(1, length)
+                total = length + max_new_tokens
+                info["kv_cache_bytes"] = int(per_token * total)
+                # The last decode step: the cache at full length, DynamicCache's torch.cat copy of one
+                # layer's keys at full length, and generate's fp32 copy of the last position's logits.
+                last_step = int(per_token * max_new_tokens + per_token * total / max(1, len(kv))
+                                + logits.shape[0] * logits.shape[-1] * 4)
+                with tracker.held(last_step, "eval_generation", "decode_step_analytic"):
+                    pass
+                del cache, kv, logits
+    finally:
+        mode.tracker = None
+        tracker.phase = "setup"
+        model.train(was_training)
+    return info

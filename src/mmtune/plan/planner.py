@@ -49,6 +49,9 @@ class PlanResult:
     total_params: int
     decisions: list = field(default_factory=list)
     plan_seconds: float = 0.0
+    train_tensor_peak_bytes: int = 0  # the train steps' live tensor peak (the eval phase excluded)
+    eval: dict = field(default_factory=dict)  # planned eval: batch_size, prompt_tokens, max_new_tokens,
+    # kv_cache_bytes, tensor_peak_bytes (empty when the run does not evaluate)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -101,7 +104,21 @@ def _largest_unit_bytes(model) -> int:
     return best
 
 
-def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 2):
+def _eval_batch(cfg, pm, declared):
+    """`eval.batch_size` copies of the worst-case eval record (the train set's when data.eval is not a file)."""
+    from pathlib import Path
+
+    from .batch import worst_case_batch
+
+    data = cfg.data
+    if data.eval and Path(str(data.eval)).expanduser().is_file() and declared is None:
+        data = data.model_copy(update={"train": data.eval})
+    ecfg = cfg.model_copy(update={"data": data, "train": cfg.train.model_copy(
+        update={"micro_batch_size": cfg.eval.batch_size})})
+    return worst_case_batch(ecfg, pm.processor, pm.family, declared=declared)
+
+
+def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 2, plan_eval: bool = False):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype)."""
     import torch
 
@@ -125,6 +142,13 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
         ex = run_steps(pm.model, optimizer, scheduler, pb.micro_batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda)
+        ex.train_peak_bytes = ex.tracker.trace.peak_bytes
+        if plan_eval:
+            from .execute import run_eval
+
+            eb = _eval_batch(cfg, pm, declared)
+            ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
+                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate)
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
     except (RuntimeError, NotImplementedError, TypeError) as e:
@@ -150,6 +174,16 @@ def _plan_optimizer(groups, cfg, target_cuda: bool, pm):
     return opt
 
 
+def _phase_peaks(tr, phases) -> list[int]:
+    """Live tensor bytes at each allocation made in one of `phases`."""
+    live, out = 0, []
+    for ev in tr.events:
+        live += ev.nbytes
+        if ev.nbytes > 0 and ev.phase in phases:
+            out.append(live)
+    return out
+
+
 def _untraceable(e: Exception, cfg) -> MMTuneError:
     import traceback
 
@@ -164,7 +198,9 @@ def _untraceable(e: Exception, cfg) -> MMTuneError:
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=None,
-            margin: float = 0.10) -> PlanResult:
+            margin: float = 0.10, plan_eval: bool | None = None) -> PlanResult:
+    """Plan the run. `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the eval
+    phases (eval loss, generation) after the train steps; they count in the peak and in `fits`."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
@@ -178,7 +214,9 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": prec})})
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
-    pm, pb, ex, _ = trace_config(cfg, declared=declared, target_cuda=spec is not None)
+    if plan_eval is None:
+        plan_eval = bool(cfg.data.eval)
+    pm, pb, ex, _ = trace_config(cfg, declared=declared, target_cuda=spec is not None, plan_eval=plan_eval)
     tr = ex.tracker.trace
     breakdown = breakdown_at_peak(ex)
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
@@ -212,6 +250,14 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         tflops, bw, gid, gname = 1.0, 20.0, "cpu", "CPU (this machine)"
     margin_bytes = total_mem - process_total
     fits = process_total <= total_mem * (1 - margin)
+    eval_info = dict(ex.eval_info)
+    if eval_info:
+        eval_info["loss_peak_bytes"] = max([0] + _phase_peaks(tr, ("eval_loss",)))
+        eval_info["generation_peak_bytes"] = max([0] + _phase_peaks(tr, ("eval_generation",)))
+        eval_info["tensor_peak_bytes"] = max(eval_info["loss_peak_bytes"], eval_info["generation_peak_bytes"])
+        decisions.append(f"eval: {eval_info['batch_size']} x {eval_info['prompt_tokens']}-token prompts (whole worst-case "
+                         f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
+                         "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
@@ -228,4 +274,5 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
                "grad_accum": cfg.train.grad_accum, "records_scanned": pb.records_seen, "skipped": pb.skipped},
         step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
         trainable_params=int(trainable_numel), total_params=int(total_numel),
-        decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0)
+        decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
+        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info)

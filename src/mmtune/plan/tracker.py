@@ -13,6 +13,7 @@ this tracker needs no hook on parameters at all.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass, field
 
@@ -33,7 +34,7 @@ _VIEW_LIKE = {_aten.view, _aten._unsafe_view, _aten.t, _aten.transpose, _aten.pe
               _aten._local_scalar_dense, _aten.empty, _aten.empty_strided, _aten.empty_like}
 
 # Phases a step goes through, in order; `eval_generation` when eval is planned.
-PHASES = ("setup", "forward", "loss", "backward", "optimizer", "eval_generation")
+PHASES = ("setup", "forward", "loss", "backward", "optimizer", "eval_loss", "eval_generation")
 
 
 @dataclass
@@ -173,6 +174,23 @@ class StorageTracker(TorchDispatchMode):
                 self._see(t, phase, tag, func.__name__)
         if self.cpu_kernel_threads:
             self._scratch(cpu_kernel_workspaces(func, args, self.cpu_kernel_threads), phase, tag, func.__name__)
+
+    @contextlib.contextmanager
+    def held(self, nbytes: int, phase: str, op: str):
+        """A storage of `nbytes` counted as allocated for the duration of the block (analytic growth)."""
+        tr = self.trace
+        serial = self._next
+        self._next += 1
+        tr.storages[serial] = Storage(serial, nbytes, phase, "", op)
+        tr.events.append(Event(serial, nbytes, phase, ""))
+        tr.live_bytes += nbytes
+        if tr.live_bytes > tr.peak_bytes:
+            tr.peak_bytes, tr.peak_index, tr.peak_phase = tr.live_bytes, len(tr.events) - 1, phase
+        try:
+            yield serial
+        finally:
+            tr.events.append(Event(serial, -nbytes, phase, ""))
+            tr.live_bytes -= nbytes
 
     def _scratch(self, sizes: list[int], phase: str, tag: str, op: str) -> None:
         """Buffers a kernel allocates after its outputs and frees before it returns (kernel_workspace.py)."""

@@ -33,12 +33,18 @@ def fit_findings(plan, gpu, what: str, where: str = "train.micro_batch_size"):
 
 @check("MM003", "evaluation fits too (eval batch, generation)", needs=("cfg", "gpu", "plan"), failure_mode=3)
 def eval_fits(ctx):
+    """The plan traces the eval phases (eval loss, generation) when data.eval is set (plan/execute.run_eval)."""
     cfg = ctx.need("cfg")
-    if not cfg.data.eval or cfg.eval.batch_size <= cfg.train.micro_batch_size:
+    if not cfg.data.eval:
         return
-    from ..pieces import build_plan
-
-    ecfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"micro_batch_size": cfg.eval.batch_size})})
-    yield from fit_findings(build_plan(ecfg, ctx.need("gpu")), ctx.need("gpu"),
-                            f"eval batch of {cfg.eval.batch_size} (planned as a train step, an upper bound)",
-                            where="eval.batch_size")
+    plan, gpu = ctx.need("plan"), ctx.need("gpu")
+    ev = getattr(plan, "eval", None) or {}
+    if not ev:
+        return
+    what = (f"evaluation ({ev['batch_size']} x {ev['prompt_tokens']}-token eval batch, "
+            f"{ev['max_new_tokens']} generated tokens)")
+    if str(plan.peak_phase).startswith("eval"):
+        yield from fit_findings(plan, gpu, what, where="eval.batch_size")
+    else:
+        yield info(f"the {what} peaks at {_gib(ev['tensor_peak_bytes'])} of live tensors, below the train step",
+                   where="eval.batch_size")
