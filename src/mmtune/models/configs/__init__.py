@@ -40,7 +40,10 @@ def hf_config(spec: dict):
 
     from ..loading import normalize_legacy_rope
 
-    cfg = dict(spec["config"])
+    import copy
+
+    # A deep copy: the specs are cached for the process, and configs keep (and normalise) nested dicts.
+    cfg = copy.deepcopy(spec["config"])
     model_type = cfg.pop("model_type")
     config = AutoConfig.for_model(model_type, **cfg)
     normalize_legacy_rope(config)
