@@ -70,7 +70,7 @@ def print_start_summary(run, notes) -> None:
 
     cfg = run.cfg
     t = Table(title=f"mmtune run -> {cfg.output_dir}", show_header=False, box=None)
-    t.add_row("model", f"{cfg.model.name} ({run.family.name}, {type(run.unwrapped_model()).__name__})")
+    t.add_row("model", escape(f"{cfg.model.name} ({run.family.name}, {type(run.unwrapped_model()).__name__})"))
     t.add_row("method", f"{cfg.adapter.method}" + (f" r={cfg.adapter.r} alpha={cfg.adapter.lora_alpha}"
                                                    if cfg.adapter.method != "full" else ""))
     t.add_row("precision", f"{run.precision.precision} on {run.precision.device}")
@@ -83,7 +83,8 @@ def print_start_summary(run, notes) -> None:
     t.add_row("eval", f"every {cfg.eval.every or 'end'}: eval_loss + {', '.join(cfg.eval.metrics)}; "
               f"best by {cfg.eval.best_metric}")
     for note in list(notes) + list(run.decisions):
-        t.add_row("decision", note)
+        t.add_row("decision", escape(note))  # decisions quote pip extras like 'mmtune[gpu]'
+
     console.print(t)
     table = run.adapter_table
     if table is not None:
