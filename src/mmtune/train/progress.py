@@ -24,9 +24,9 @@ class Progress:
     def update(self, step: int, *, loss: float, lr: float, tokens_per_s: float) -> None:
         if self._p:
             self._p.update(self._task, completed=step,
-                           info=f"loss {loss:.4f}  lr {lr:.2e}  {tokens_per_s:,.0f} tok/s")
+                           info=f"loss {loss:.4g}  lr {lr:.2e}  {tokens_per_s:,.0f} tok/s")
             if not console.is_terminal and (step % 10 == 0 or step == self.total):
-                console.print(f"step {step}/{self.total}  loss {loss:.4f}  lr {lr:.2e}  {tokens_per_s:,.0f} tok/s")
+                console.print(f"step {step}/{self.total}  loss {loss:.4g}  lr {lr:.2e}  {tokens_per_s:,.0f} tok/s")
 
     def note(self, text: str) -> None:
         if self.enabled:
