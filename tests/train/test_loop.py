@@ -94,3 +94,13 @@ def test_bf16_run_keeps_one_compute_dtype_and_fp32_trainables(tiny_vl_config):
     summary = train(run)
     losses = [r["loss"] for r in _metrics(Path(cfg.output_dir))]
     assert all(0 < l < 100 for l in losses) and summary["steps"] == 2
+
+
+def test_fresh_start_in_a_reused_folder_does_not_mix_runs(tiny_vl_config):
+    cfg = load_config(tiny_vl_config(train={"max_steps": 3, "resume": False}), [])
+    train(build_run(cfg))
+    cfg2 = load_config(tiny_vl_config(train={"max_steps": 2, "resume": False}), [])
+    train(build_run(cfg2))
+    out = Path(cfg.output_dir)
+    assert [r["step"] for r in _metrics(out)] == [1, 2]
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 
@@ -79,7 +80,6 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
         from ..config import dump_config
 
         (out / "config.resolved.yaml").write_text(dump_config(cfg))  # failure mode 23: the config in force
-    sinks = _sinks(cfg, out, main)
 
     # ---- resume -------------------------------------------------------------------------------
     step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
@@ -88,6 +88,18 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
         console.print(f"[bold]resumed[/] from {ckpt} at step {step}")
+    # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
+    # metrics.jsonl never mixes two runs.
+    if main and ckpt is None:
+        for name in ("metrics.jsonl", "predictions.jsonl", "summary.json"):
+            (out / name).unlink(missing_ok=True)
+        stale = list_checkpoints(out)
+        if stale:  # train.resume=false: this folder's earlier checkpoints would be mistaken for this run's
+            for p in stale:
+                shutil.rmtree(p)
+            (out / "best").unlink(missing_ok=True)
+            console.print(f"train.resume=false: removed {len(stale)} checkpoint(s) of an earlier run in {out}")
+    sinks = _sinks(cfg, out, main)
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
