@@ -26,7 +26,8 @@ def _config(args):
           "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
           f"train.micro_batch_size={args.mbs}", f"train.grad_accum={args.accum}", "train.precision=fp32",
           "train.lr=1e-4", "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null",
-          "logging.tensorboard=false", f"output_dir={args.out}/ours", "train.resume=false"]
+          "logging.tensorboard=false", f"output_dir={args.out}/ours", "train.resume=false",
+          f"train.num_workers={args.workers}"]
     from pathlib import Path
 
     return load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
@@ -109,6 +110,7 @@ def main() -> None:
     ap.add_argument("--model", default="tiny/qwen2-vl")
     ap.add_argument("--out", default="runs/bench_throughput")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--workers", type=int, default=0, help="train.num_workers for mmtune (the plain loop has none)")
     ap.add_argument("--repeats", type=int, default=2,
                     help="runs per variant, interleaved; the best of each is reported (least disturbed by load)")
     ap.add_argument("--variant", choices=["ours", "plain"], help=argparse.SUPPRESS)
@@ -120,7 +122,8 @@ def main() -> None:
     results: dict = {}
     for variant in ("ours", "plain") * args.repeats:
         cmd = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-               "--accum", str(args.accum), "--model", args.model, "--out", args.out]
+               "--accum", str(args.accum), "--model", args.model, "--out", args.out,
+               "--workers", str(args.workers)]
         out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
         line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
         if out.returncode != 0 or not line:
@@ -130,7 +133,7 @@ def main() -> None:
             results[variant] = res
     ratio = {"tokens_per_s": results["ours"]["tokens_per_s"] / results["plain"]["tokens_per_s"],
              "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results["plain"]["peak_memory_bytes"]}
-    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "micro_batch_size": args.mbs, "grad_accum": args.accum,
+    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers, "micro_batch_size": args.mbs, "grad_accum": args.accum,
               "ours": results["ours"], "plain": results["plain"], "ratio_ours_over_plain": ratio}
     if args.json:
         print(json.dumps(report, indent=2))
