@@ -22,7 +22,9 @@ tracing branch for fake masks, which would make the plan follow a different path
 from __future__ import annotations
 
 import torch
-from torch._subclasses.fake_tensor import _DISPATCH_HANDLE_DIRECTLY, _DISPATCH_META_HANDLERS, FakeTensorMode
+from torch._prims_common import suggest_memory_format
+from torch._subclasses.fake_tensor import (_DISPATCH_HANDLE_DIRECTLY, _DISPATCH_META_HANDLERS, FakeTensor,
+                                           FakeTensorMode)
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
@@ -43,6 +45,16 @@ _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.defa
               _aten._unsafe_index.Tensor, _aten._unsafe_index_put.default}
 
 
+# Argument types FakeTensorMode's cache key records as (type, value) (see `_prep_args_for_hash`).
+_PLAIN_ARGS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
+                         torch.memory_format})
+_CONTIGUOUS = torch.contiguous_format
+
+
+class _SlowKey(Exception):
+    """An argument the fast cache key does not handle: build this key with FakeTensorMode's own code."""
+
+
 class NoValueError(RuntimeError):
     """Model code read the value of an integer tensor computed from floating data (e.g. argmax)."""
 
@@ -60,10 +72,13 @@ def _numel(x) -> int:
 class ValueFakeMode(FakeTensorMode):
     """FakeTensorMode in which small tensors computed from real inputs stay real (see module docstring)."""
 
-    def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, **kw):
+    def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, fast_keys: bool = True, **kw):
         kw.setdefault("allow_non_fake_inputs", True)
         super().__init__(**kw)
         self.max_real_numel = max_real_numel
+        # Build FakeTensorMode's dispatch-cache keys with `_fast_key_values` (the same key, fewer Python
+        # calls); False uses torch's own code (tests compare the two keys op by op).
+        self.fast_keys = fast_keys
         # A StorageTracker observing this mode's top-level ops (set by execute.run_steps). Observing here
         # instead of stacking the tracker as a second dispatch mode saves one Python mode per op; ops the
         # fake mode dispatches to itself (decompositions) are nested (depth > 0) and, as before, not seen.
@@ -85,6 +100,83 @@ class ValueFakeMode(FakeTensorMode):
                 raise NoValueError(t)
             return t.constant
         return t
+
+    # ------------------------------------------------------------------------------------ cache key
+    def _prep_args_for_hash(self, result, args, state, id_hashed_objects):
+        """FakeTensorMode's cache key, built without its generic per-field walk (about a third of the
+        plan's time was spent here). Appends exactly what torch's version appends for plain arguments
+        and strided, non-symbolic fake tensors; anything else is handed to torch's version whole."""
+        if not self.fast_keys:
+            return super()._prep_args_for_hash(result, args, state, id_hashed_objects)
+        n = len(result)
+        try:
+            self._fast_key_values(result, args)
+        except _SlowKey:
+            del result[n:]
+            super()._prep_args_for_hash(result, args, state, id_hashed_objects)
+
+    def _fast_key_values(self, result, args):
+        append = result.append
+        if isinstance(args, (list, tuple, dict)):
+            append(type(args))
+            append(f"length_{len(args)}")
+        if isinstance(args, dict):
+            self._fast_key_values(result, args.keys())
+            self._fast_key_values(result, args.values())
+            return
+        for arg in args:
+            tp = type(arg)
+            if tp in _PLAIN_ARGS:
+                append(tp)
+                append(arg)
+            elif tp is FakeTensor:
+                self._fast_tensor_key(append, arg)
+            elif tp is list or tp is tuple:
+                self._fast_key_values(result, arg)
+            else:
+                raise _SlowKey  # SymInt, non-fake tensors, callables, torch.Size...: torch's rules
+
+    def _fast_tensor_key(self, append, t):
+        """`extract_tensor_metadata(t)._flatten_into(...)` for a strided, non-symbolic fake tensor."""
+        if t.fake_mode is not self or t.constant is not None or t.layout is not torch.strided \
+                or t._has_symbolic_sizes_strides:
+            raise _SlowKey  # torch bypasses the cache or converts symbols: let it decide
+        shape = t.shape
+        stride = t.stride()
+        ndim = len(shape)
+        # suggest_memory_format only differs from contiguous_format for 4-D and 5-D tensors.
+        fmt = suggest_memory_format(t) if ndim == 4 or ndim == 5 else _CONTIGUOUS
+        if not t.is_contiguous(memory_format=fmt):
+            fmt = None
+        append(t.dtype)
+        append(torch.Size)
+        append(f"length_{ndim}")
+        for v in shape:
+            if type(v) is not int:
+                raise _SlowKey
+            append(int)
+            append(v)
+        append(tuple)
+        append(f"length_{len(stride)}")
+        for v in stride:
+            if type(v) is not int:
+                raise _SlowKey
+            append(int)
+            append(v)
+        append(t.device)
+        append(torch.strided)
+        append(fmt)
+        append(t.storage_offset())
+        append(t.untyped_storage().nbytes())
+        append(t.requires_grad)
+        append(t.is_quantized)
+        append(t.is_conj())
+        append(t.is_neg())
+        append(t.is_inference())
+        append(False)  # is_sparse
+        append(None)  # is_coalesced
+        append(None)  # dense_dim
+        append(None)  # sparse_dim
 
     # ------------------------------------------------------------------------------------ dispatch
     def dispatch(self, func, types, args=(), kwargs=None):
