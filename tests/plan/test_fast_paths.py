@@ -55,14 +55,30 @@ def test_fast_trace_is_identical_to_the_slow_trace(over, declared):
         assert a == b
 
 
-def test_fast_cache_keys_equal_torchs_keys(monkeypatch):
-    """Every dispatch-cache key of a traced step, built by fake.py and by torch's own code, is equal."""
+def test_fast_cache_keys_and_tensor_walks_equal_torchs(monkeypatch):
+    """Every dispatch-cache key of a traced step, built by fake.py and by torch's own code, is equal;
+    fake.py's walk over an op's arguments and outputs finds the tensors pytree finds, in order."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
     from mmtune.plan import fake
     from mmtune.plan.planner import trace_config
 
-    seen = {"n": 0, "fast_path": 0}
+    seen = {"n": 0, "fast_path": 0, "walks": 0}
+
+    def same(x):
+        a = fake._tensors_in(x, [])
+        b = [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+        assert len(a) == len(b) and all(u is v for u, v in zip(a, b))
+        seen["walks"] += 1
 
     class Checked(fake.ValueFakeMode):
+        def _dispatch(self, func, types, args=(), kwargs=None):
+            same((args, kwargs))
+            out = super()._dispatch(func, types, args, kwargs)
+            same(out)
+            return out
+
         def _cache_key(self, state, func, args, kwargs):
             self.fast_keys = False
             try:
@@ -81,4 +97,4 @@ def test_fast_cache_keys_equal_torchs_keys(monkeypatch):
     monkeypatch.setattr(fake, "ValueFakeMode", Checked)
     cfg = load_config(None, COMMON + CASES[3][0])
     trace_config(cfg, declared=CASES[3][1], target_cuda=True)
-    assert seen["n"] > 1000 and seen["fast_path"] > 1000
+    assert seen["n"] > 1000 and seen["fast_path"] > 1000 and seen["walks"] > 5000

@@ -65,6 +65,23 @@ class NoValueError(RuntimeError):
                          "as a Python value; its value is unknown without running the model for real")
 
 
+def _tensors_in(x, out: list) -> list:
+    """The tensors in an op's (args, kwargs): what `tree_leaves` finds, without pytree's generic
+    per-node dispatch (aten arguments nest only lists, tuples and dicts)."""
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            if isinstance(v, torch.Tensor):
+                out.append(v)
+            elif isinstance(v, (list, tuple, dict)):
+                _tensors_in(v, out)
+    elif isinstance(x, dict):
+        for v in x.values():
+            _tensors_in(v, out)
+    return out
+
+
 def _numel(x) -> int:
     return sum(t.numel() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
 
@@ -197,8 +214,7 @@ class ValueFakeMode(FakeTensorMode):
                                                        if isinstance(a, torch.Tensor)):
             return super().dispatch(func, types, args, kwargs)
         kwargs = kwargs or {}
-        flat = tree_leaves((args, kwargs))
-        tensors = [a for a in flat if isinstance(a, torch.Tensor)]
+        tensors = _tensors_in((args, kwargs), [])
         fakes = [t for t in tensors if self.is_our_fake(t)]
         if func is _aten._local_scalar_dense.default and fakes:
             t = fakes[0]

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from torch.utils.flop_counter import flop_registry as _FLOPS
 
-from .fake import META_QUERIES
+from .fake import META_QUERIES, _tensors_in
 from .kernel_workspace import cpu_kernel_workspaces
 
 _aten = torch.ops.aten
@@ -152,9 +151,8 @@ class StorageTracker(TorchDispatchMode):
             except (TypeError, ValueError, RuntimeError, IndexError):
                 flops = 0
         nbytes = 0
-        for t in tree_leaves((args, kwargs, out)):
-            if isinstance(t, torch.Tensor):
-                nbytes += t.numel() * t.element_size()
+        for t in _tensors_in((args, kwargs, out), []):
+            nbytes += t.numel() * t.element_size()
         self.trace.costs.append((flops, nbytes, phase))
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -169,9 +167,8 @@ class StorageTracker(TorchDispatchMode):
         if self.record_costs:
             self._cost(func, args, kwargs, out, phase)
         tag = self.tag if phase != "backward" else ""
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                self._see(t, phase, tag, func.__name__)
+        for t in _tensors_in(out, []):
+            self._see(t, phase, tag, func.__name__)
         if self.cpu_kernel_threads:
             self._scratch(cpu_kernel_workspaces(func, args, self.cpu_kernel_threads), phase, tag, func.__name__)
 
