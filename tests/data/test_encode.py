@@ -13,8 +13,8 @@ from mmtune.errors import DataError
 from .conftest import write_png
 
 
-def cfg(model="tiny/qwen2-vl", **data):
-    return RunConfig.model_validate({"model": {"name": model}, "data": data})
+def cfg(model="tiny/qwen2-vl", video_frames=8, **data):
+    return RunConfig.model_validate({"model": {"name": model, "video_frames": video_frames}, "data": data})
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +114,12 @@ def test_video_frames_labels(vl, tmp_path):
     frames.mkdir()
     for i in range(6):
         write_png(frames / f"{i:03d}.png", (40 * i, 0, 0), size=(56, 56))
-    enc = Encoder(vl, None, cfg())
     r = rec([{"role": "user", "content": [{"type": "video", "path": str(frames)}, {"type": "text", "text": "What?"}]},
              {"role": "assistant", "content": "red"}])
+    with pytest.raises(DataError) as e:  # 6 frames, 8 asked: a clear error with the way out
+        Encoder(vl, None, cfg()).encode(r)
+    assert "6 frame(s)" in str(e.value) and "model.video_frames=6" in e.value.fix and str(frames) in str(e.value)
+    enc = Encoder(vl, None, cfg(video_frames=6))
     out = enc.encode(r)
     assert unmasked(out, vl.tokenizer) == "red<|im_end|>"
     t, h, w = out["video_grid_thw"][0].tolist()

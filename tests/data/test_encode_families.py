@@ -34,7 +34,7 @@ def _encoder(name):
     if name not in TINY:
         pytest.skip(f"{name} is not built yet")
     proc = tiny_config_and_processor(name)[1]
-    return Encoder(proc, None, RunConfig.model_validate({"model": {"name": name}}))
+    return Encoder(proc, None, RunConfig.model_validate({"model": {"name": name, "video_frames": 4}}))
 
 
 @pytest.mark.parametrize("name", TINY_NAMES)

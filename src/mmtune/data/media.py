@@ -168,9 +168,16 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     path = Path(part["path"])
     if not path.exists():
         raise _bad("video file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
-    if path.is_dir():
-        return _frames_folder(path, part, where, n_frames, fps, max_pixels)
-    return _frames_file(path, part, where, n_frames, fps, max_pixels)
+    clip = (_frames_folder if path.is_dir() else _frames_file)(path, part, where, n_frames, fps, max_pixels)
+    if fps is None and clip.source_frames < n_frames:
+        # Fewer frames than asked would silently give this record fewer video tokens than the others
+        # (and than the plan assumed): say so, with the ways out.
+        raise BadRecord("video too short",
+                        f"video has {clip.source_frames} frame(s), fewer than model.video_frames={n_frames}: "
+                        f"{media_label(part)}", where,
+                        f"model.video_frames={clip.source_frames} (or fewer), model.video_fps=N to sample by time, "
+                        "or data.on_bad_record=skip to drop such records (they are counted)")
+    return clip
 
 
 # ----------------------------------------------------------------------------------------------- audio
