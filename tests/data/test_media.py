@@ -95,3 +95,16 @@ def test_resample_in_memory():
     wave = np.sin(np.linspace(0, 200 * np.pi, 8000)).astype(np.float32)
     out = media.load_audio({"type": "audio", "audio": wave, "sampling_rate": 8000}, "r", sampling_rate=16000)
     assert len(out) == pytest.approx(16000, abs=40)
+
+
+def test_unexpected_sample_rate_is_a_clear_error(tmp_path):
+    import soundfile as sf
+
+    sf.write(tmp_path / "odd.wav", np.zeros(400, dtype=np.float32), 200)  # a 200 Hz "recording"
+    with pytest.raises(DataError) as e:
+        media.load_audio({"type": "audio", "path": str(tmp_path / "odd.wav")}, "f.jsonl:4 (record 3)")
+    assert "200" in str(e.value) and "odd.wav" in str(e.value) and "f.jsonl:4" in str(e.value)
+    with pytest.raises(DataError, match="sample rate"):
+        media.load_audio({"type": "audio", "audio": np.zeros(10, dtype=np.float32), "sampling_rate": 22050.5}, "r")
+    ok = media.load_audio({"type": "audio", "audio": np.zeros(44100, dtype=np.float32), "sampling_rate": 44100}, "r")
+    assert len(ok) == 16000  # a usual rate is resampled, not rejected

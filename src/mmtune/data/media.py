@@ -225,6 +225,19 @@ def _decode_audio_av(path: str, part, where: str, target_sr: int, from_video: bo
     return np.concatenate(chunks).astype(np.float32)
 
 
+MIN_AUDIO_RATE, MAX_AUDIO_RATE = 1000, 384000
+
+
+def _check_rate(sr, part: dict, where: str) -> int:
+    """A rate outside what audio is recorded at means a mislabelled array or a broken header: resampling
+    it would feed the model noise that looks like audio."""
+    if not isinstance(sr, (int, float)) or sr != int(sr) or not MIN_AUDIO_RATE <= sr <= MAX_AUDIO_RATE:
+        raise BadRecord("bad sample rate", f"unexpected audio sample rate {sr!r} Hz: {media_label(part)}", where,
+                        f"give the real rate ({MIN_AUDIO_RATE}-{MAX_AUDIO_RATE} Hz; it is resampled to the "
+                        "processor's), re-encode the file, or set data.on_bad_record=skip")
+    return int(sr)
+
+
 def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
     """An audio part (or a video part with use_audio) -> mono float32 numpy array at `sampling_rate`.
 
@@ -240,7 +253,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         wave = np.asarray(obj, dtype=np.float32)
         if wave.ndim == 2:
             wave = wave.mean(axis=1 if wave.shape[1] < wave.shape[0] else 0)
-        return resample(wave, int(sr), sampling_rate)
+        return resample(wave, _check_rate(sr, part, where), sampling_rate)
     from_video = part.get("type") == "video"
     path = part.get("path")
     if path is None and part.get("bytes") is None:
@@ -255,7 +268,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         except (sf.LibsndfileError, RuntimeError) as e:
             raise _bad(f"audio cannot be decoded ({e})", part, where,
                        "replace the file, or set data.on_bad_record=skip") from None
-        return resample(wave.mean(axis=1), sr, sampling_rate)
+        return resample(wave.mean(axis=1), _check_rate(sr, part, where), sampling_rate)
     if path is None:  # bytes from a datasets Audio column
         import tempfile
 
