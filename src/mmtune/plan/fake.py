@@ -93,13 +93,16 @@ def _numel(x) -> int:
 class ValueFakeMode(FakeTensorMode):
     """FakeTensorMode in which small tensors computed from real inputs stay real (see module docstring)."""
 
-    def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, fast_keys: bool = True, **kw):
+    def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, fast: bool = True, **kw):
         kw.setdefault("allow_non_fake_inputs", True)
         super().__init__(**kw)
         self.max_real_numel = max_real_numel
-        # Build FakeTensorMode's dispatch-cache keys with `_fast_key_values` (the same key, fewer Python
-        # calls); False uses torch's own code (tests compare the two keys op by op).
-        self.fast_keys = fast_keys
+        # Shortcuts that give the same trace faster (cache keys built by `_fast_key_values`, metadata
+        # queries answered directly, `_unsafe_view` through the cached `view`); False takes torch's own
+        # paths everywhere (tests compare the two traces, and the two cache keys op by op).
+        self.fast = fast
+        self._shape_keys: dict = {}
+        self._stride_keys: dict = {}
         # A StorageTracker observing this mode's top-level ops (set by execute.run_steps). Observing here
         # instead of stacking the tracker as a second dispatch mode saves one Python mode per op; ops the
         # fake mode dispatches to itself (decompositions) are nested (depth > 0) and, as before, not seen.
@@ -127,7 +130,7 @@ class ValueFakeMode(FakeTensorMode):
         """FakeTensorMode's cache key, built without its generic per-field walk (about a third of the
         plan's time was spent here). Appends exactly what torch's version appends for plain arguments
         and strided, non-symbolic fake tensors; anything else is handed to torch's version whole."""
-        if not self.fast_keys:
+        if not self.fast:
             return super()._prep_args_for_hash(result, args, state, id_hashed_objects)
         n = len(result)
         try:
@@ -151,13 +154,13 @@ class ValueFakeMode(FakeTensorMode):
                 append(tp)
                 append(arg)
             elif tp is FakeTensor:
-                self._fast_tensor_key(append, arg)
+                self._fast_tensor_key(result, arg)
             elif tp is list or tp is tuple:
                 self._fast_key_values(result, arg)
             else:
                 raise _SlowKey  # SymInt, non-fake tensors, callables, torch.Size...: torch's rules
 
-    def _fast_tensor_key(self, append, t):
+    def _fast_tensor_key(self, result, t):
         """`extract_tensor_metadata(t)._flatten_into(...)` for a strided, non-symbolic fake tensor."""
         if t.fake_mode is not self or t.constant is not None or t.layout is not torch.strided \
                 or t._has_symbolic_sizes_strides:
@@ -169,36 +172,26 @@ class ValueFakeMode(FakeTensorMode):
         fmt = suggest_memory_format(t) if ndim == 4 or ndim == 5 else _CONTIGUOUS
         if not t.is_contiguous(memory_format=fmt):
             fmt = None
-        append(t.dtype)
-        append(torch.Size)
-        append(f"length_{ndim}")
-        for v in shape:  # plain ints: symbolic sizes were sent to torch's version above
-            append(int)
-            append(v)
-        append(tuple)
-        append(f"length_{len(stride)}")
-        for v in stride:
-            append(int)
-            append(v)
-        append(t.device)
-        append(torch.strided)
-        append(fmt)
-        append(t.storage_offset())
-        append(t.untyped_storage().nbytes())
-        append(t.requires_grad)
-        append(t.is_quantized)
-        append(t.is_conj())
-        append(t.is_neg())
-        append(t.is_inference())
-        append(False)  # is_sparse
-        append(None)  # is_coalesced
-        append(None)  # dense_dim
-        append(None)  # sparse_dim
+        # (type, "length_n", int, v0, int, v1, ...) of the shape and the stride, as torch flattens
+        # them (plain ints: symbolic sizes went to torch's version above); few distinct ones recur.
+        sk = self._shape_keys.get(shape)
+        if sk is None:
+            sk = self._shape_keys[shape] = (torch.Size, f"length_{ndim}") + tuple(x for v in shape for x in (int, v))
+        tk = self._stride_keys.get(stride)
+        if tk is None:
+            tk = self._stride_keys[stride] = (tuple, f"length_{len(stride)}") + tuple(x for v in stride for x in (int, v))
+        result.append(t.dtype)
+        result += sk
+        result += tk
+        # device, layout, memory format, storage offset, storage bytes, requires_grad, is_quantized,
+        # is_conj, is_neg, is_inference, is_sparse, is_coalesced, dense_dim, sparse_dim
+        result += (t.device, torch.strided, fmt, t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
+                   t.is_quantized, t.is_conj(), t.is_neg(), t.is_inference(), False, None, None, None)
 
     # ------------------------------------------------------------------------------------ dispatch
     def dispatch(self, func, types, args=(), kwargs=None):
         handler = _META_HANDLERS.get(func)
-        if handler is not None and self.fast_keys and not kwargs and not _fake_log.isEnabledFor(logging.DEBUG) \
+        if handler is not None and self.fast and not kwargs and not _fake_log.isEnabledFor(logging.DEBUG) \
                 and all(type(a) is FakeTensor and a.fake_mode is self for a in args):
             # `.device`/`.size()`/`.stride()` of our fake tensors (two thirds of all dispatches): what
             # FakeTensorMode.dispatch returns for them, without its per-call no_dispatch/logging preamble.
@@ -240,6 +233,12 @@ class ValueFakeMode(FakeTensorMode):
         if fakes and len(fakes) != len(tensors):
             args, kwargs = tree_map(lambda a: self.with_value(a) if isinstance(a, torch.Tensor)
                                     and not self.is_our_fake(a) else a, (args, kwargs))
+        if func is _aten._unsafe_view.default and self.fast and not kwargs and len(args) == 2 \
+                and type(args[0]) is FakeTensor and args[0].constant is None and args[0].is_contiguous():
+            # FakeTensorMode never caches `_unsafe_view` (reshape of a fresh matmul output, ~5 % of all
+            # ops, each through its slow uncached path). Below autograd it is `view` of a contiguous
+            # tensor: same metadata, same storage; autograd above still records `_unsafe_view`.
+            return super().dispatch(_aten.view.default, types, args, kwargs)
         return super().dispatch(func, types, args, kwargs)
 
     def _run_real(self, func, args, kwargs):

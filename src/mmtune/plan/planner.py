@@ -122,8 +122,8 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
                  fast: bool = True):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
-    `fast=False` turns off the dispatch shortcuts (fake.py's cache keys) that give the same trace
-    faster; tests compare both."""
+    `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
+    same trace faster; tests compare both."""
     import torch
 
     from ..optim import make_optimizer
@@ -136,7 +136,7 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
     dtype = getattr(torch, DTYPES[cfg.train.precision])
     pm = build_planned_model(cfg, dtype)
     pb = worst_case_batch(cfg, pm.processor, pm.family, declared=declared)
-    mode = ValueFakeMode(fast_keys=fast)
+    mode = ValueFakeMode(fast=fast)
     groups = materialize_fake(pm.model, mode, pm.param_groups)
     optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
