@@ -77,10 +77,11 @@ def _planning_processor(family, facts: dict):
         if hasattr(p, "size") and isinstance(p.size, dict) and "max_pixels" in facts:
             p.size = {"shortest_edge": facts["min_pixels"], "longest_edge": facts["max_pixels"]}
     fe = getattr(proc, "feature_extractor", None)
-    if fe is not None:
-        for key in ("feature_size", "sampling_rate", "hop_length"):
-            if key in facts and hasattr(fe, key):
-                setattr(fe, key, facts[key])
+    keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft")
+    if fe is not None and any(k in facts for k in keys):
+        # Rebuilt, not patched: the mel filter bank is computed from feature_size at construction, so
+        # setting the attribute afterwards would still produce the tiny twin's mel count.
+        proc.feature_extractor = type(fe)(**{k: facts.get(k, getattr(fe, k)) for k in keys if hasattr(fe, k)})
     return proc
 
 
