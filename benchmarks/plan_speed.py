@@ -1,8 +1,12 @@
 """Time to plan a 7B/8B run on this machine's CPU (issue target: <= 15 s on 2 cores).
 
-    python benchmarks/plan_speed.py [--json] [CONFIG ...]
-Reports wall time and this process's CPU time (on a shared machine the wall time includes waiting
-for the cores), plus the machine's load average when it ran. Imports are timed separately.
+    python benchmarks/plan_speed.py [--json] [--only N]
+Each case runs in a fresh `python` (cold: no module imported, no FakeTensor cache filled by an earlier
+case), as `mmtune plan` would. Reports `predict()`'s wall time (the target's figure: it includes the
+first imports of transformers/peft/bitsandbytes, the model build and the traced steps) and its CPU
+time (on a shared machine the wall time includes waiting for the cores), the time to import torch and
+mmtune before it, the whole child process's wall time (interpreter start to exit), and the machine's
+load average when it ran.
 """
 
 from __future__ import annotations
@@ -21,8 +25,10 @@ DEFAULT = [("seed001 Qwen2.5-7B LoRA r128 seq512 fp16", "recipes/seed001_qwen2.5
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--only", type=int, default=None, help="index of the default case to run")
+    ap.add_argument("--only", type=int, default=None, help="index of the default case to run (in this process)")
     args = ap.parse_args(argv)
+    if args.only is None:
+        return _fresh_processes(args.json)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     t0, c0 = time.perf_counter(), time.process_time()
     import torch  # noqa: F401
@@ -45,10 +51,35 @@ def main(argv=None):
             x = rows[-1]
             print(f"{name}: plan {x['wall_s']} s wall, {x['cpu_s']} s CPU (load {x['load_avg_1m']} on {x['cores']} cores); "
                   f"{x['process_total_gib']} GiB on {gpu}, fits={x['fits']}", flush=True)
+    for r in rows:
+        r["import_s"] = round(import_s, 2)
     if args.json:
         print(json.dumps({"import_s": round(import_s, 2), "rows": rows}, indent=2))
     else:
         print(f"imports: {import_s:.1f} s")
+    return 0
+
+
+def _fresh_processes(as_json: bool) -> int:
+    """Every default case in its own `python` process, one after the other."""
+    import subprocess
+
+    rows = []
+    for i in range(len(DEFAULT)):
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, __file__, "--only", str(i), "--json"], capture_output=True,
+                             text=True, check=True).stdout
+        total = time.perf_counter() - t0
+        row = json.loads(out[out.index("{"):])["rows"][0]
+        row["process_wall_s"] = round(total, 2)
+        rows.append(row)
+        if not as_json:
+            print(f"{row['name']}: plan {row['wall_s']} s wall, {row['cpu_s']} s CPU (load {row['load_avg_1m']} on "
+                  f"{row['cores']} cores); {row['process_total_gib']} GiB on {row['gpu']}, fits={row['fits']}; "
+                  f"fresh process {row['process_wall_s']} s in all (import torch+mmtune {row['import_s']} s)",
+                  flush=True)
+    if as_json:
+        print(json.dumps({"rows": rows}, indent=2))
     return 0
 
 

@@ -26,7 +26,7 @@ import logging
 import torch
 from torch._prims_common import suggest_memory_format
 from torch._subclasses.fake_tensor import (_DISPATCH_HANDLE_DIRECTLY, _DISPATCH_META_HANDLERS, FakeTensor,
-                                           FakeTensorMode)
+                                           FakeTensorMode, in_kernel_invocation_manager)
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
@@ -187,6 +187,32 @@ class ValueFakeMode(FakeTensorMode):
         # is_conj, is_neg, is_inference, is_sparse, is_coalesced, dense_dim, sparse_dim
         result += (t.device, torch.strided, fmt, t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
                    t.is_quantized, t.is_conj(), t.is_neg(), t.is_inference(), False, None, None, None)
+
+    def _get_output_tensor_from_cache_entry(self, state, entry, key, func, args):
+        """torch's version for a mode without a ShapeEnv (every cached size a plain int): the same
+        steps (constant, in-place alias, or a new fake of the cached metadata sharing the input's
+        storage for views) without its per-value symbolic checks and guard suppression."""
+        if not self.fast or self.shape_env is not None:
+            return super()._get_output_tensor_from_cache_entry(state, entry, key, func, args)
+        if entry.inplace_idx is None and entry.metadata is None and entry.view_idx is None:
+            return entry.constant_value
+        if entry.inplace_idx is not None:
+            return args[entry.inplace_idx]
+        md = entry.metadata
+        if md is None:
+            return None
+        if md.layout is not torch.strided:
+            return super()._get_output_tensor_from_cache_entry(state, entry, key, func, args)
+        with in_kernel_invocation_manager(self):
+            empty = torch.empty_strided(md.shape, md.stride, dtype=md.dtype, layout=md.layout, device="meta",
+                                        requires_grad=md.requires_grad)
+            if md.is_conj:
+                torch._C._set_conj(empty, True)
+            if md.is_neg:
+                torch._C._set_neg(empty, True)
+            if isinstance(func, torch._ops.OpOverload) and func.is_view:
+                empty.set_(args[entry.view_idx].untyped_storage(), md.storage_offset, md.shape, md.stride)
+        return FakeTensor(self, empty, md.device)
 
     # ------------------------------------------------------------------------------------ dispatch
     @classmethod
