@@ -51,6 +51,7 @@ _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.defa
 _PLAIN_ARGS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
                          torch.memory_format})
 _CONTIGUOUS = torch.contiguous_format
+_META = torch.device("meta")
 _META_HANDLERS = dict(_DISPATCH_META_HANDLERS)
 _fake_log = logging.getLogger(FakeTensorMode.__module__)
 
@@ -185,7 +186,9 @@ class ValueFakeMode(FakeTensorMode):
         result += tk
         # device, layout, memory format, storage offset, storage bytes, requires_grad, is_quantized,
         # is_conj, is_neg, is_inference, is_sparse, is_coalesced, dense_dim, sparse_dim
-        result += (t.device, torch.strided, fmt, t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
+        # FakeTensor.device: "meta" inside a kernel invocation, else the fake device (t is ours).
+        device = _META if self.in_kernel_invocation else t.fake_device
+        result += (device, torch.strided, fmt, t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
                    t.is_quantized, t.is_conj(), t.is_neg(), t.is_inference(), False, None, None, None)
 
     def _get_output_tensor_from_cache_entry(self, state, entry, key, func, args):
