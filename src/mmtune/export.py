@@ -14,22 +14,7 @@ import shutil
 from pathlib import Path
 
 from .errors import MMTuneError
-
-
-def resolve_checkpoint(path: Path) -> Path:
-    from .train.checkpoint import latest_checkpoint
-
-    path = Path(path)
-    if (path / "trainable.safetensors").is_file():
-        return path
-    best = path / "best"
-    if best.exists():
-        return best.resolve()
-    latest = latest_checkpoint(path)
-    if latest is None:
-        raise MMTuneError(f"{path} holds no checkpoint", where=str(path),
-                          fix="give runs/NAME/checkpoint-N or a run folder with checkpoints")
-    return latest
+from .train.checkpoint import resolve_checkpoint
 
 
 def run_config_of(ckpt: Path):

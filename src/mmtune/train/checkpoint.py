@@ -36,6 +36,23 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
     return ckpts[-1] if ckpts else None
 
 
+def resolve_checkpoint(path: Path) -> Path:
+    """A checkpoint folder as given, else a run folder's best, else its latest."""
+    from ..errors import MMTuneError
+
+    path = Path(path)
+    if (path / "trainable.safetensors").is_file():
+        return path
+    best = path / "best"
+    if best.exists():
+        return best.resolve()
+    latest = latest_checkpoint(path)
+    if latest is None:
+        raise MMTuneError(f"{path} holds no checkpoint", where=str(path),
+                          fix="give runs/NAME/checkpoint-N or a run folder with checkpoints")
+    return latest
+
+
 def rng_state() -> dict:
     import numpy as np
     import torch
@@ -103,15 +120,18 @@ def export_weights(model, run, folder: Path) -> None:
         run.processor.save_pretrained(str(target))
 
 
-def load_checkpoint(run, ckpt: Path) -> dict:
-    """Restore trainable tensors, optimizer, scheduler, scaler and RNG; return the saved train_state."""
+def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
+    """Copy the checkpoint's trainable tensors into `model` (by parameter name, unwrapped model).
+
+    strict: every trainable parameter of the model must be in the checkpoint (resume); evaluation only
+    needs every saved tensor to have a home.
+    """
     import torch
     from safetensors.torch import load_file
 
-    model = run.unwrapped_model()
     saved = load_file(str(ckpt / "trainable.safetensors"))
     params = dict(model.named_parameters())
-    missing = [n for n, p in params.items() if p.requires_grad and n not in saved]
+    missing = [n for n, p in params.items() if p.requires_grad and n not in saved] if strict else []
     unexpected = [n for n in saved if n not in params]
     if missing or unexpected:
         from ..errors import MMTuneError
@@ -120,11 +140,18 @@ def load_checkpoint(run, ckpt: Path) -> dict:
             f"checkpoint {ckpt} does not match this run's trainable parameters "
             f"({len(missing)} missing, {len(unexpected)} unexpected, e.g. {(missing or unexpected)[0]})",
             where=str(ckpt),
-            fix="resume with the config that wrote it, or start fresh with train.resume=false or a new output_dir",
+            fix="use the config that wrote it; to start fresh, train.resume=false or a new output_dir",
         )
     with torch.no_grad():
         for n, t in saved.items():
             params[n].copy_(t.to(params[n].device, params[n].dtype))
+
+
+def load_checkpoint(run, ckpt: Path) -> dict:
+    """Restore trainable tensors, optimizer, scheduler, scaler and RNG; return the saved train_state."""
+    import torch
+
+    load_trainable(run.unwrapped_model(), ckpt)
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])

@@ -109,7 +109,7 @@ def run_eval(config_path, overrides: list[str]) -> dict:
 
     from ..build import build_run
     from ..evaluate.run_eval import evaluate
-    from .checkpoint import latest_checkpoint
+    from .checkpoint import latest_checkpoint, load_trainable, resolve_checkpoint
 
     ov = list(overrides)
     ckpt = None
@@ -123,27 +123,11 @@ def run_eval(config_path, overrides: list[str]) -> dict:
         if ckpt is None:
             raise MMTuneError("no checkpoint given and none found in output_dir", where=cfg.output_dir,
                               fix="mmtune eval CONFIG checkpoint=runs/.../checkpoint-N")
-    if ckpt.is_dir() and not (ckpt / "trainable.safetensors").is_file():
-        inner = (ckpt / "best") if (ckpt / "best").exists() else latest_checkpoint(ckpt)
-        if inner is None:
-            raise MMTuneError(f"{ckpt} is not a checkpoint folder", where="checkpoint=",
-                              fix="point at runs/NAME/checkpoint-N or a run folder that holds checkpoints")
-        ckpt = inner
+    ckpt = resolve_checkpoint(ckpt)
     if cfg.data.eval is None:
         raise MMTuneError("the config has no eval set", where="data.eval", fix="data.eval=path/to/eval.jsonl")
     run = build_run(cfg, with_optimizer=False)
-    from safetensors.torch import load_file
-    import torch
-
-    saved = load_file(str(ckpt / "trainable.safetensors"))
-    params = dict(run.unwrapped_model().named_parameters())
-    unknown = [n for n in saved if n not in params]
-    if unknown:
-        raise MMTuneError(f"checkpoint {ckpt} does not match this config ({len(unknown)} unknown tensors, "
-                          f"e.g. {unknown[0]})", where=str(ckpt), fix="evaluate with the config that trained it")
-    with torch.no_grad():
-        for n, t in saved.items():
-            params[n].copy_(t.to(params[n].device, params[n].dtype))
+    load_trainable(run.unwrapped_model(), ckpt, strict=False)
     metrics, preds = evaluate(run, run.eval_set.records[: cfg.data.eval_max_samples or None])
     (ckpt / "eval.json").write_text(json.dumps({"metrics": metrics, "predictions": preds}, indent=2))
     return metrics
