@@ -10,10 +10,8 @@ from .config.schema import RunConfig
 
 
 def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
-    from .models.tiny import is_tiny
-
     from .models.families import get_family
-    from .models.tiny import tiny_spec
+    from .models.tiny import is_tiny, tiny_spec
 
     notes = []
     data = cfg.model_dump()

@@ -6,7 +6,6 @@ import json
 import struct
 
 import pytest
-
 from doctor_helpers import TINY_VL
 
 GOOD = TINY_VL
@@ -159,7 +158,6 @@ def test_mm027_max_length_beyond_positions(doctor):
 def test_mm023_resume_into_a_run_with_another_config(doctor, tmp_path):
     from mmtune.config import dump_config
     from mmtune.config.loader import validate
-
     from mmtune.train.checkpoint import CKPT_RE
 
     out = tmp_path / "run"

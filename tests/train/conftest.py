@@ -9,8 +9,9 @@ import pytest
 
 
 def make_dataset(folder: Path, n: int, seed: int = 0) -> Path:
-    from PIL import Image, ImageDraw
     import random
+
+    from PIL import Image, ImageDraw
 
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)

@@ -76,7 +76,7 @@ def test_checkpoints_eval_best_and_summary(tiny_vl_config):
     assert json.loads((out / "summary.json").read_text())["steps"] == 4
     ckpts = sorted(p.name for p in out.glob("checkpoint-*"))
     best = summary["best"]["step"]
-    assert f"checkpoint-4" in ckpts and f"checkpoint-{best}" in ckpts and len(ckpts) <= 2
+    assert "checkpoint-4" in ckpts and f"checkpoint-{best}" in ckpts and len(ckpts) <= 2
     assert (out / "best").resolve().name == f"checkpoint-{best}"
     assert (out / "config.resolved.yaml").is_file()
     assert len(_metrics(out, "eval")) == 2

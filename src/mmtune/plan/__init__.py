@@ -6,8 +6,6 @@ imported until it is called.
 
 from __future__ import annotations
 
-
 from .predict import predict  # noqa: E402 - a light module (the planner is imported when called)
-
 
 __all__ = ["predict"]

@@ -97,11 +97,11 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
 
 def worst_case_batch(cfg, processor, family, encoder_cls=None, *, declared: Declared | None = None,
                      max_records: int = 5000) -> PlanBatch:
+    import torch
+
     from ..data.collate import Collator
     from ..data.encode import Encoder
     from ..errors import DataError
-
-    import torch
 
     enc = (encoder_cls or Encoder)(processor, family, cfg)
     tok = enc.tokenizer

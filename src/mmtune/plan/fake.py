@@ -25,8 +25,13 @@ import logging
 
 import torch
 from torch._prims_common import suggest_memory_format
-from torch._subclasses.fake_tensor import (_DISPATCH_HANDLE_DIRECTLY, _DISPATCH_META_HANDLERS, FakeTensor,
-                                           FakeTensorMode, in_kernel_invocation_manager)
+from torch._subclasses.fake_tensor import (
+    _DISPATCH_HANDLE_DIRECTLY,
+    _DISPATCH_META_HANDLERS,
+    FakeTensor,
+    FakeTensorMode,
+    in_kernel_invocation_manager,
+)
 from torch.utils._mode_utils import no_dispatch
 from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 

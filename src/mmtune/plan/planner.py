@@ -126,7 +126,6 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
     same trace faster; tests compare both."""
     import torch
 
-    from ..optim import make_optimizer
     from ..train.schedule import make_scheduler
     from .batch import worst_case_batch
     from .execute import run_steps

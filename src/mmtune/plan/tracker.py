@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-
 from torch.utils.flop_counter import flop_registry as _FLOPS
 
 from .fake import META_QUERIES, _tensors_in

@@ -20,7 +20,13 @@ from pathlib import Path
 from ..console import console
 from ..errors import MMTuneError
 from .batches import BatchStream
-from .checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, prune_checkpoints, save_checkpoint
+from .checkpoint import (
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    prune_checkpoints,
+    save_checkpoint,
+)
 
 
 class EncodedDataset:

@@ -61,7 +61,7 @@ def trainable_parts(ctx):
                           where="adapter.target_modules", fix="adapter.target_modules=auto (decoder only)")
         elif by_comp.get(comp):
             yield warning(f"component {comp} has {by_comp[comp]:,} trainable parameters but is not in "
-                          "adapter.train_components", where=f"adapter.freeze_components",
+                          "adapter.train_components", where="adapter.freeze_components",
                           fix=f"adapter.freeze_components=[{comp}]")
 
 

@@ -36,11 +36,11 @@ def embedded_names() -> list[str]:
 
 def hf_config(spec: dict):
     """The transformers config object of an embedded spec."""
+    import copy
+
     from transformers import AutoConfig
 
     from ..loading import normalize_legacy_rope
-
-    import copy
 
     # A deep copy: the specs are cached for the process, and configs keep (and normalise) nested dicts.
     cfg = copy.deepcopy(spec["config"])
