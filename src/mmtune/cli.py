@@ -14,6 +14,20 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Fine-tune multimodal LMs; plan memory and catch failures before renting a GPU.")
 
 
+def _quiet_library_noise() -> None:
+    """The command line shows what mmtune decided and why; library chatter that is not actionable for a
+    user (deprecations inside transformers/peft, bitsandbytes' optional CPU kernel hub, transformers'
+    info about rope names mmtune normalises) is kept out of it. A user's own TRANSFORMERS_VERBOSITY wins."""
+    import logging
+    import os
+    import warnings
+
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
+    warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(transformers|torch)\.")
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+
+
 def _register_all() -> None:
     from .commands import register_core
 
@@ -28,6 +42,7 @@ def _register_all() -> None:
         mod.register(app)
 
 
+_quiet_library_noise()
 _register_all()
 
 
