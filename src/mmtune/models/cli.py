@@ -42,15 +42,23 @@ def register(app: typer.Typer) -> None:
 
     @app.command("compose")
     @user_errors
-    def compose_cmd(vision: str = typer.Option(..., "--vision", help="CLIP/SigLIP hub id or folder"),
+    def compose_cmd(vision: str = typer.Option(None, "--vision", help="CLIP/SigLIP hub id or folder"),
+                    audio: str = typer.Option(None, "--audio", help="Whisper hub id or folder (instead of --vision)"),
                     lm: str = typer.Option(..., "--lm", help="causal LM hub id or folder"),
                     out: Path = typer.Option(..., "--out", help="folder to write the composed model to"),
-                    projector: str = typer.Option("mlp2x_gelu", "--projector", help="mlp2x_gelu | linear"),
+                    projector: str = typer.Option("mlp2x_gelu", "--projector", help="mlp2x_gelu | linear (vision)"),
                     vision_feature_layer: int = typer.Option(-2, "--vision-feature-layer")):
-        """Build a LLaVA-style model (vision encoder + projector + LM) as an ordinary transformers folder."""
-        from .compose import compose_llava, save_composed
+        """Build a vision (LLaVA-style) or audio (Qwen2-Audio-style) model from parts, as a transformers folder."""
+        from ..errors import ConfigError
+        from .compose import compose_audio, compose_llava, save_composed
 
-        composed = compose_llava(vision, lm, projector=projector, vision_feature_layer=vision_feature_layer)
+        if (vision is None) == (audio is None):
+            raise ConfigError("give exactly one of --vision (CLIP/SigLIP) and --audio (Whisper)", where="compose",
+                              fix="mmtune compose --vision openai/clip-vit-large-patch14-336 --lm Qwen/Qwen2.5-7B-Instruct --out DIR")
+        if audio is not None:
+            composed = compose_audio(audio, lm)
+        else:
+            composed = compose_llava(vision, lm, projector=projector, vision_feature_layer=vision_feature_layer)
         save_composed(composed, out)
         for n in composed.notes:
             console.print(f"  {n}")

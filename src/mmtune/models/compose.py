@@ -12,9 +12,11 @@ Projectors: "mlp2x_gelu" (LLaVA-1.5: Linear-GELU-Linear) or "linear". LlavaConfi
 Linear layers; "linear" sets the activation to identity, so the projector is a linear map (factored as
 two matrices, which trains the same function class with a few more parameters).
 
-Not done: grafting an audio encoder (Whisper) next to the vision tower. LlavaForConditionalGeneration
-has no audio path; a model that needs audio + video should start from Qwen2.5-Omni (its Thinker has
-both), which is what the seed-000 recipe does.
+Audio: `compose_audio` grafts a Whisper encoder onto any causal LM the same way, producing a real
+`Qwen2AudioForConditionalGeneration` (Qwen2-Audio *is* Whisper's encoder + a linear projector + an LM;
+its encoder's weights have Whisper's names). Vision and audio in one composed model is not offered:
+no transformers class takes a CLIP tower and a Whisper encoder together; a model that needs audio +
+video should start from Qwen2.5-Omni (its Thinker has both), which is what the seed-000 recipe does.
 """
 
 from __future__ import annotations
@@ -143,6 +145,90 @@ def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector
                                vision_feature_select_strategy=strategy,
                                num_additional_image_tokens=0 if siglip else 1, image_token=IMAGE_TOKEN,
                                chat_template=template)
+    return Composed(model=model, processor=processor, notes=notes)
+
+
+WHISPER_ENCODER_KEYS = ("num_mel_bins", "encoder_layers", "encoder_attention_heads", "encoder_ffn_dim", "d_model",
+                        "dropout", "attention_dropout", "activation_function", "activation_dropout",
+                        "scale_embedding", "init_std", "max_source_positions")
+AUDIO_TOKENS = ("<|audio_bos|>", "<|AUDIO|>", "<|audio_eos|>")
+
+
+def _audio_encoder(audio):
+    """The WhisperEncoder of a WhisperModel / WhisperForConditionalGeneration / encoder, folder or hub id."""
+    if isinstance(audio, str):
+        from transformers import WhisperModel
+
+        from .loading import model_folder
+
+        audio = WhisperModel.from_pretrained(str(model_folder(audio, tokenizer=False)))
+    if hasattr(audio, "get_encoder"):
+        audio = audio.get_encoder()
+    if type(audio).__name__ != "WhisperEncoder":
+        raise ModelLoadError(f"audio encoder is a {type(audio).__name__}; compose takes a Whisper model or encoder",
+                             where="compose --audio")
+    return audio
+
+
+def compose_audio(audio, lm, *, tokenizer=None, feature_extractor=None, device="cpu", dtype=None,
+                  chat_template: str | None = None, seed: int = 0) -> Composed:
+    """Build a Qwen2AudioForConditionalGeneration from a Whisper encoder and a causal LM.
+
+    The encoder's and the LM's weights are copied in (strict); the linear projector is new and
+    initialised on a real device. The processor pairs the Whisper feature extractor with the LM's
+    tokenizer, which gains Qwen2-Audio's audio tokens when it lacks them.
+    """
+    import torch
+    from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor
+
+    from .loading import check_no_meta
+
+    notes: list[str] = []
+    enc = _audio_encoder(audio)
+    if feature_extractor is None:
+        if not isinstance(audio, str):
+            raise ConfigError("compose: an in-memory audio encoder needs its feature_extractor passed explicitly")
+        from transformers import WhisperFeatureExtractor
+
+        from .loading import model_folder
+
+        feature_extractor = WhisperFeatureExtractor.from_pretrained(str(model_folder(audio, tokenizer=False)))
+    text, tok = _lm(lm, tokenizer)
+    missing = [t for t in AUDIO_TOKENS if t not in tok.get_vocab()]
+    if missing:
+        tok.add_special_tokens({"additional_special_tokens": missing})
+        notes.append(f"added {', '.join(missing)} to the tokenizer")
+    audio_id = tok.convert_tokens_to_ids("<|AUDIO|>")
+    vocab = max(len(tok), text.get_input_embeddings().num_embeddings)
+    acfg = {k: getattr(enc.config, k) for k in WHISPER_ENCODER_KEYS}
+    tcfg = text.config.to_dict()
+    tcfg["vocab_size"] = vocab
+    config = Qwen2AudioConfig(audio_config={"model_type": "qwen2_audio_encoder", **acfg}, text_config=tcfg,
+                              audio_token_index=audio_id,
+                              tie_word_embeddings=bool(getattr(text.config, "tie_word_embeddings", False)))
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with device:  # a real device: the new projector is allocated and initialised, never left on meta
+            model = Qwen2AudioForConditionalGeneration(config)
+    model.model.audio_tower.load_state_dict(enc.state_dict(), strict=True)
+    if text.get_input_embeddings().num_embeddings < vocab:
+        text.resize_token_embeddings(vocab)
+        notes.append(f"resized the LM's embeddings to {vocab} for the audio tokens")
+    base = text.get_decoder() if hasattr(text, "get_decoder") else text.model
+    model.model.language_model.load_state_dict(base.state_dict(), strict=True)
+    model.lm_head.load_state_dict(text.get_output_embeddings().state_dict(), strict=True)
+    if dtype is not None:
+        model.to(dtype)
+    check_no_meta(model)
+    notes.append(f"composed {type(enc).__name__} + linear projector + {type(text).__name__} "
+                 "-> Qwen2AudioForConditionalGeneration")
+    if chat_template is None:
+        from .local_tokenizer import chat_template as chatml
+
+        chat_template = chatml(audio="".join(AUDIO_TOKENS))
+        notes.append("chat template: ChatML with Qwen2-Audio's audio placeholders (pass chat_template= to override)")
+    processor = Qwen2AudioProcessor(feature_extractor=feature_extractor, tokenizer=tok, chat_template=chat_template)
     return Composed(model=model, processor=processor, notes=notes)
 
 
