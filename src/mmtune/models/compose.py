@@ -80,14 +80,39 @@ def _lm(lm, tokenizer):
     return lm, tokenizer
 
 
+def _assemble(model_cls, config, encoder_attr: str, encoder, text, vocab: int, notes: list[str], *,
+              device, dtype, seed: int):
+    """Create the composed model on a real device and copy the encoder and the LM into it.
+
+    New modules (the projector) are allocated and initialised on `device`, never left on meta (failure
+    mode 8); strict loading proves every copied weight found its place.
+    """
+    import torch
+
+    from .loading import check_no_meta
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = model_cls(config)
+    getattr(model.model, encoder_attr).load_state_dict(encoder.state_dict(), strict=True)
+    if text.get_input_embeddings().num_embeddings < vocab:
+        text.resize_token_embeddings(vocab)
+        notes.append(f"resized the LM's embeddings to {vocab} for the new special tokens")
+    base = text.get_decoder() if hasattr(text, "get_decoder") else text.model
+    model.model.language_model.load_state_dict(base.state_dict(), strict=True)
+    model.lm_head.load_state_dict(text.get_output_embeddings().state_dict(), strict=True)
+    if dtype is not None:
+        model.to(dtype)
+    check_no_meta(model)
+    return model
+
+
 def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector: str = "mlp2x_gelu",
                   vision_feature_layer: int = -2, device="cpu", dtype=None, chat_template: str | None = None,
                   seed: int = 0) -> Composed:
     """Build a LlavaForConditionalGeneration from a vision encoder and a causal LM (see module docstring)."""
-    import torch
     from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
-
-    from .loading import check_no_meta
 
     if projector not in PROJECTORS:
         raise ConfigError(f"unknown projector {projector!r}", where="compose --projector",
@@ -114,23 +139,8 @@ def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector
                          vision_feature_layer=vision_feature_layer, vision_feature_select_strategy=strategy,
                          image_seq_length=n_patches,
                          tie_word_embeddings=bool(getattr(text.config, "tie_word_embeddings", False)))
-    device = torch.device(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        with device:  # a real device: new modules are allocated and initialised, never left on meta
-            model = LlavaForConditionalGeneration(config)
-    # Copy the parts in; strict loading proves every weight found its place.
-    vis_sd = vis.state_dict()
-    model.model.vision_tower.load_state_dict(vis_sd, strict=True)
-    if text.get_input_embeddings().num_embeddings < vocab:
-        text.resize_token_embeddings(vocab)
-        notes.append(f"resized the LM's embeddings to {vocab} for {IMAGE_TOKEN}")
-    base = text.get_decoder() if hasattr(text, "get_decoder") else text.model
-    model.model.language_model.load_state_dict(base.state_dict(), strict=True)
-    model.lm_head.load_state_dict(text.get_output_embeddings().state_dict(), strict=True)
-    if dtype is not None:
-        model.to(dtype)
-    check_no_meta(model)
+    model = _assemble(LlavaForConditionalGeneration, config, "vision_tower", vis, text, vocab, notes,
+                      device=device, dtype=dtype, seed=seed)
     notes.append(f"composed {type(vis).__name__} + {projector} projector + {type(text).__name__} "
                  f"-> LlavaForConditionalGeneration ({n_patches} image tokens, feature layer {vision_feature_layer})")
     if chat_template is None:
@@ -178,10 +188,7 @@ def compose_audio(audio, lm, *, tokenizer=None, feature_extractor=None, device="
     initialised on a real device. The processor pairs the Whisper feature extractor with the LM's
     tokenizer, which gains Qwen2-Audio's audio tokens when it lacks them.
     """
-    import torch
     from transformers import Qwen2AudioConfig, Qwen2AudioForConditionalGeneration, Qwen2AudioProcessor
-
-    from .loading import check_no_meta
 
     notes: list[str] = []
     enc = _audio_encoder(audio)
@@ -206,21 +213,8 @@ def compose_audio(audio, lm, *, tokenizer=None, feature_extractor=None, device="
     config = Qwen2AudioConfig(audio_config={"model_type": "qwen2_audio_encoder", **acfg}, text_config=tcfg,
                               audio_token_index=audio_id,
                               tie_word_embeddings=bool(getattr(text.config, "tie_word_embeddings", False)))
-    device = torch.device(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        with device:  # a real device: the new projector is allocated and initialised, never left on meta
-            model = Qwen2AudioForConditionalGeneration(config)
-    model.model.audio_tower.load_state_dict(enc.state_dict(), strict=True)
-    if text.get_input_embeddings().num_embeddings < vocab:
-        text.resize_token_embeddings(vocab)
-        notes.append(f"resized the LM's embeddings to {vocab} for the audio tokens")
-    base = text.get_decoder() if hasattr(text, "get_decoder") else text.model
-    model.model.language_model.load_state_dict(base.state_dict(), strict=True)
-    model.lm_head.load_state_dict(text.get_output_embeddings().state_dict(), strict=True)
-    if dtype is not None:
-        model.to(dtype)
-    check_no_meta(model)
+    model = _assemble(Qwen2AudioForConditionalGeneration, config, "audio_tower", enc, text, vocab, notes,
+                      device=device, dtype=dtype, seed=seed)
     notes.append(f"composed {type(enc).__name__} + linear projector + {type(text).__name__} "
                  "-> Qwen2AudioForConditionalGeneration")
     if chat_template is None:

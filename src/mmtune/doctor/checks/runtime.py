@@ -67,17 +67,21 @@ def batch_device_findings(batch: dict):
                     fix="collate on the CPU; move batches to the GPU in the training step")
 
 
+def _text_batch(ctx):
+    """(grad-model piece, adapted model, a text example batch of its processor) for MM021 / MM022."""
+    from ..gradflow import example_batches
+
+    g = ctx.need("grad_model")
+    loaded = g.adapted.loaded
+    return g, g.adapted.result.model, example_batches(loaded.processor, loaded.family, ["text"])["text"]
+
+
 @check("MM021", "the loss extractor handles this model's output form", needs=("cfg", "grad_model"),
        failure_mode=21)
 def output_forms(ctx):
     import torch
 
-    from ..gradflow import example_batches
-
-    g = ctx.need("grad_model")
-    loaded, model = g.adapted.loaded, g.adapted.result.model
-    sig = "+".join(m for m in loaded.family.modalities if m != "text")[:0] or "text"
-    batch = example_batches(loaded.processor, loaded.family, [sig])[sig]
+    g, model, batch = _text_batch(ctx)
     with torch.no_grad():
         out = model(**{k: v for k, v in batch.items() if k != "labels"}, use_cache=False)
     yield from output_form_findings(out, batch["input_ids"].shape, g.where("model output"))
@@ -110,12 +114,9 @@ def loss_value(ctx):
     import torch
 
     from ...train.step import loss_sum
-    from ..gradflow import example_batches
     from ..pieces import compute_dtype
 
-    g = ctx.need("grad_model")
-    loaded, model = g.adapted.loaded, g.adapted.result.model
-    batch = example_batches(loaded.processor, loaded.family, ["text"])["text"]
+    g, model, batch = _text_batch(ctx)
     dtype = compute_dtype(g.cfg, True)
     with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
         total, n = loss_sum(model, batch)
