@@ -50,11 +50,24 @@ class _DS:
 
 
 def test_dataloader_order_and_resume_skip():
+    from mmtune.train.batches import BatchStream, micro_batches_of_epoch
+    from mmtune.train.loop import _FromStream
+
     col = Collator(0)
-    full = [b["input_ids"][:, 0].tolist() for b in make_dataloader(_DS(), col, 3, seed=5, epoch=2)]
-    order = [i + 1 for i in epoch_order(10, 5, 2)]
-    assert [x for b in full for x in b] == order
-    resumed = [b["input_ids"][:, 0].tolist() for b in make_dataloader(_DS(), col, 3, seed=5, epoch=2, skip_batches=2)]
-    assert resumed == full[2:]
-    loader = make_dataloader(_DS(), col, 3, num_workers=1)
+    args = dict(n=10, seed=5, micro_batch_size=3, epoch=2)
+    loader = iter(make_dataloader(_DS(), col, _FromStream(args)))
+    full = [next(loader)["input_ids"][:, 0].tolist() for _ in range(3)]
+    order = [[i + 1 for i in b] for b in micro_batches_of_epoch(10, seed=5, epoch=2, micro_batch_size=3)]
+    assert full == order and [x for b in full for x in b] == [i + 1 for i in epoch_order(10, 5, 2)][:9]
+    resumed = iter(make_dataloader(_DS(), col, _FromStream({**args, "index": 2})))
+    assert next(resumed)["input_ids"][:, 0].tolist() == full[2]
+    stream = BatchStream(**args)
+    assert [[i + 1 for i in stream.next()] for _ in range(3)] == full
+    loader = make_dataloader(_DS(), col, [[0, 1, 2]], num_workers=1)
     assert loader.multiprocessing_context.get_start_method() == "spawn"
+
+
+def test_left_padding_for_generation():
+    b = Collator(0, padding_side="left")([item(2), item(4)])
+    assert b["input_ids"].tolist() == [[0, 0, 1, 2], [1, 2, 3, 4]]
+    assert b["labels"][0].tolist() == [-100, -100, 7, 7] and b["attention_mask"][0].tolist() == [0, 0, 1, 1]

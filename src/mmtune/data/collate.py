@@ -1,7 +1,8 @@
 """Encoded records -> a batch, on the CPU only (failure mode 20: no CUDA in DataLoader workers).
 
 Per-token keys (`input_ids`, `labels`, `attention_mask`, `mm_token_type_ids`, and any other 1-D
-tensor as long as the record's `input_ids`) are right-padded to the longest record: `input_ids` with
+tensor as long as the record's `input_ids`) are padded to the longest record (on the right for
+training; on the left for batched generation, so every answer starts at the same column): `input_ids` with
 the pad id, `labels` with -100 (ignored by the loss), everything else with 0. Media tensors
 (`pixel_values`, `image_grid_thw`, `input_features`, ...) index items or patches on dim 0 and are
 concatenated, which is how the processors batch them themselves. Floating tensors are cast to the
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 from ..train.batches import epoch_order  # one definition of the shuffle order, shared with resume
 
-__all__ = ["Collator", "EpochSampler", "epoch_order", "make_dataloader"]
+__all__ = ["Collator", "epoch_order", "make_dataloader"]
 
 PAD_VALUES = {"labels": -100}
 
 
 class Collator:
-    def __init__(self, pad_token_id: int, compute_dtype=None):
+    def __init__(self, pad_token_id: int, compute_dtype=None, padding_side: str = "right"):
+        if padding_side not in ("right", "left"):
+            raise ValueError(f"padding_side must be 'right' or 'left', not {padding_side!r}")
         self.pad_token_id = int(pad_token_id)
         self.compute_dtype = compute_dtype
+        self.padding_side = padding_side
 
     def _fill(self, key: str) -> int:
         if key == "input_ids":
@@ -48,7 +52,10 @@ class Collator:
                 fill = self._fill(key)
                 out = torch.full((len(items), longest), fill, dtype=vals[0].dtype)
                 for row, v in enumerate(vals):
-                    out[row, : v.shape[0]] = v
+                    if self.padding_side == "right":
+                        out[row, : v.shape[0]] = v
+                    else:
+                        out[row, longest - v.shape[0]:] = v
                 batch[key] = out
             else:
                 cat = torch.cat([v if v.dim() else v.reshape(1) for v in vals], dim=0)
@@ -58,35 +65,16 @@ class Collator:
         return batch
 
 
-class EpochSampler:
-    """Batches of indices in `epoch_order(n, seed, epoch)`, starting after `skip_batches` (resume)."""
-
-    def __init__(self, n: int, batch_size: int, seed: int, epoch: int = 0, shuffle: bool = True,
-                 skip_batches: int = 0, drop_last: bool = False):
-        self.n, self.batch_size, self.seed, self.epoch = n, batch_size, seed, epoch
-        self.shuffle, self.skip_batches, self.drop_last = shuffle, skip_batches, drop_last
-
-    def _batches(self) -> list[list[int]]:
-        order = epoch_order(self.n, self.seed, self.epoch) if self.shuffle else list(range(self.n))
-        stop = (self.n // self.batch_size) * self.batch_size if self.drop_last else self.n
-        return [order[i:i + self.batch_size] for i in range(0, stop, self.batch_size)]
-
-    def __iter__(self):
-        return iter(self._batches()[self.skip_batches:])
-
-    def __len__(self) -> int:
-        return max(0, len(self._batches()) - self.skip_batches)
-
-
-def make_dataloader(dataset, collator, batch_size: int, shuffle: bool = True, seed: int = 0,
-                    num_workers: int = 0, epoch: int = 0, skip_batches: int = 0, drop_last: bool = False):
-    """A DataLoader whose order is a function of (seed, epoch) only, so resume reproduces it by
-    skipping the batches already consumed. Workers are spawned, never forked (failure mode 20)."""
+def make_dataloader(dataset, collator, batch_sampler, *, num_workers: int = 0, seed: int = 0):
+    """The training DataLoader: `batch_sampler` decides the order (the loop's resumable stream), the
+    collator runs in the workers. Workers are spawned, never forked: a forked worker cannot touch CUDA
+    (failure mode 20). The loader has its own generator: creating its iterator draws a seed, which must
+    not consume the global RNG that resume restores (dropout would then differ after a resume)."""
     import torch
 
-    sampler = EpochSampler(len(dataset), batch_size, seed, epoch, shuffle, skip_batches, drop_last)
     return torch.utils.data.DataLoader(
-        dataset, batch_sampler=sampler, collate_fn=collator, num_workers=num_workers,
+        dataset, batch_sampler=batch_sampler, collate_fn=collator, num_workers=num_workers,
         multiprocessing_context="spawn" if num_workers > 0 else None,
-        persistent_workers=False,
+        persistent_workers=num_workers > 0,
+        generator=torch.Generator().manual_seed(seed),
     )

@@ -3,34 +3,19 @@
 from __future__ import annotations
 
 
-def left_pad_collate(items: list[dict], pad_id: int, dtype) -> dict:
-    """Prompts for batched generation are padded on the left so every answer starts at the same column."""
-    import torch
-
-    n = max(x["input_ids"].shape[-1] for x in items)
-    batch: dict = {}
-    for key in items[0]:
-        vals = [x[key] for x in items]
-        if key in ("input_ids", "attention_mask", "mm_token_type_ids", "labels") or (
-                vals[0].dim() == 1 and vals[0].shape[0] == items[0]["input_ids"].shape[-1]):
-            fill = pad_id if key == "input_ids" else (-100 if key == "labels" else 0)
-            batch[key] = torch.stack([torch.cat([torch.full((n - v.shape[-1],), fill, dtype=v.dtype), v]) for v in vals])
-        else:
-            cat = torch.cat(vals, dim=0)
-            batch[key] = cat.to(dtype) if cat.is_floating_point() else cat
-    return batch
-
-
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
                      max_new_tokens: int, autocast) -> list[str]:
     import torch
 
+    from ..data.collate import Collator
+
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
+    collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
     for start in range(0, len(records), batch_size):
         chunk = records[start:start + batch_size]
-        batch = left_pad_collate([encoder.encode_prompt(r) for r in chunk], pad_id, dtype)
+        batch = collate([encoder.encode_prompt(r) for r in chunk])
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad(), autocast():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,

@@ -55,22 +55,11 @@ class _FromStream:
 
 
 def _micro_batch_loader(run, stream_args: dict):
-    import torch
+    from ..data.collate import make_dataloader
 
-    workers = run.cfg.train.num_workers
-    return iter(torch.utils.data.DataLoader(
-        EncodedDataset(run.train_set.records, run.encoder),
-        batch_sampler=_FromStream(stream_args),
-        collate_fn=run.collator,
-        num_workers=workers,
-        # Workers are spawned, never forked: a forked worker cannot touch CUDA (failure mode 20), and
-        # the collator keeps everything on the CPU anyway.
-        multiprocessing_context="spawn" if workers > 0 else None,
-        persistent_workers=workers > 0,
-        # Its own generator: creating the iterator draws a seed, which must not consume the global
-        # RNG that resume restores (dropout would then differ after a resume).
-        generator=torch.Generator().manual_seed(run.cfg.train.seed),
-    ))
+    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder), run.collator,
+                                _FromStream(stream_args), num_workers=run.cfg.train.num_workers,
+                                seed=run.cfg.train.seed))
 
 
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
