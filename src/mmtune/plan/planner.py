@@ -81,15 +81,15 @@ def _target(gpu):
 
 
 def _precision(cfg, spec, decisions) -> str:
-    p = cfg.train.precision
-    if spec is not None and p == "bf16" and not spec.bf16:
-        decisions.append(f"precision: bf16 unsupported on {spec.name} (sm_{spec.compute_capability[0]}"
-                         f"{spec.compute_capability[1]}) -> fp16 + GradScaler, as train decides")
-        return "fp16"
-    if spec is None and p == "fp16":
-        decisions.append("precision: fp16 on CPU -> fp32, as train decides")
-        return "fp32"
-    return p
+    """The precision `train` would use on the target (the same rule, precision.decide_precision)."""
+    from ..precision import decide_precision
+
+    arch = f"{spec.name} (sm_{spec.compute_capability[0]}{spec.compute_capability[1]})" if spec else ""
+    precision, reason = decide_precision(cfg.train.precision, gpu=spec is not None,
+                                         bf16_ok=bool(spec and spec.bf16), arch=arch)
+    if reason:
+        decisions.append(f"precision: {reason}, as train decides")
+    return precision
 
 
 def _largest_unit_bytes(model) -> int:

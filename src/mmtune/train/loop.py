@@ -94,7 +94,9 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
                 shutil.rmtree(p)
             (out / "best").unlink(missing_ok=True)
             console.print(f"train.resume=false: removed {len(stale)} checkpoint(s) of an earlier run in {out}")
-    sinks = _sinks(cfg, out, main)
+    from .logging_sinks import Sinks
+
+    sinks = Sinks(cfg, out, enabled=main)
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
@@ -182,12 +184,6 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
-
-def _sinks(cfg, out, main):
-    from .logging_sinks import Sinks
-
-    return Sinks(cfg, out, enabled=main)
-
 
 def _evaluate(run, step, sinks, bar):
     from ..evaluate.run_eval import evaluate

@@ -8,6 +8,7 @@ and it is computed from detached fp32 values before any gradient scaling (failur
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 IGNORE_INDEX = -100
@@ -94,7 +95,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         input_tokens += int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
         last = i == len(micro_batches) - 1
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
-        ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else _nullcontext()
+        ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
             total, _ = loss_sum(model, mb)
             accelerator.backward(total * scale)
@@ -112,10 +113,3 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     return StepResult(loss=loss_global / global_tokens, answer_tokens=int(global_tokens),
                       input_tokens=input_tokens, grad_norm=grad_norm, skipped=skipped)
 
-
-class _nullcontext:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
