@@ -61,10 +61,8 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     preds: list[dict] = []
     gen = cfg.eval.generate if with_generation is None else with_generation
     if gen and cfg.eval.metrics:
-        from ..build import _pad_token_id
-
         answers = generate_answers(model, run.encoder, records, device=device, dtype=run.precision.compute_dtype,
-                                   pad_id=_pad_token_id(run.processor), batch_size=cfg.eval.batch_size,
+                                   pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
                                    max_new_tokens=cfg.eval.max_new_tokens, autocast=run.accelerator.autocast)
         refs = [references(run.encoder, r) for r in records]
         out.update(M.compute(cfg.eval.metrics, answers, refs))
