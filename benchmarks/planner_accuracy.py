@@ -48,13 +48,10 @@ COMMON = ["data.max_length=512", "train.precision=fp32", "train.device=auto", "t
 
 
 def run_one(name, overrides, declared, gpu=None):
-    import torch
-
     from mmtune.config import load_config
     from mmtune.plan.batch import Declared, worst_case_batch
     from mmtune.plan.measure import measure_step
-    from mmtune.plan.model import build_planned_model
-    from mmtune.plan.planner import predict
+    from mmtune.plan.planner import predict, resolve_for_plan
 
     cfg = load_config(None, COMMON + overrides)
     decl = Declared(images=declared.get("images", []), videos=declared.get("videos", []),
@@ -62,8 +59,7 @@ def run_one(name, overrides, declared, gpu=None):
     t0 = time.perf_counter()
     res = predict(cfg, gpu=gpu, declared=decl, plan_eval=False)  # the measured run is the train steps only
     plan_s = time.perf_counter() - t0
-    pm = build_planned_model(cfg, getattr(torch, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[res.precision]))
-    batch = worst_case_batch(cfg, pm.processor, pm.family, declared=decl).micro_batch
+    batch = worst_case_batch(resolve_for_plan(cfg, gpu), declared=decl).micro_batch
     m = measure_step(cfg, batch)
     pred = res.peak_allocated_bytes if m.device == "cuda" else res.tensor_peak_bytes
     return {"name": name, "predicted_bytes": int(pred), "measured_bytes": int(m.peak_allocated_bytes),

@@ -16,7 +16,7 @@ def test_there_are_recipes():
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
 def test_recipe_smoke(recipe, tmp_path, monkeypatch):
-    from mmtune.train.run import run_training
+    from mmtune.commands.train import run_training
 
     monkeypatch.chdir(recipe.parents[1])  # recipes name their data relative to the repo root
     summary = run_training(recipe, [f"output_dir={tmp_path / 'run'}"], smoke=True)

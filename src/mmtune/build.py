@@ -1,7 +1,7 @@
-"""`build_run(cfg)`: the one code path that turns a validated config into a runnable training run.
+"""`build_run(resolved)`: the one code path that turns a resolved run into a runnable training run.
 
 `train` executes it, `plan` executes the same step on fake tensors, `doctor` inspects the same
-objects. Every automatic decision is collected in `run.decisions` with its reason and printed at start.
+objects. Every automatic decision was made by `mmtune.resolve.resolve_run`; this module only builds.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config.schema import RunConfig
+from .resolve import ResolvedRun
 
 
 @dataclass
 class Run:
     cfg: RunConfig
-    precision: Any  # PrecisionPlan
+    resolved: ResolvedRun
     accelerator: Any
     model: Any  # prepared (possibly DDP-wrapped) model
     processor: Any
@@ -32,6 +33,10 @@ class Run:
     train_lengths: list = field(default_factory=list)  # per-record token counts by modality
     decisions: list[str] = field(default_factory=list)
 
+    @property
+    def precision(self) -> ResolvedRun:  # precision, device, compute_dtype, accelerate_mixed_precision
+        return self.resolved
+
     def unwrapped_model(self):
         return self.accelerator.unwrap_model(self.model)
 
@@ -45,7 +50,7 @@ class Run:
             scaler.load_state_dict(state)
 
 
-def make_accelerator(precision):
+def make_accelerator(resolved: ResolvedRun):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
@@ -53,18 +58,24 @@ def make_accelerator(precision):
     # train) must start from a clean state or it inherits the first run's mixed precision.
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    return Accelerator(mixed_precision=precision.accelerate_mixed_precision, cpu=precision.device == "cpu")
+    return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
 
 
-def build_model_and_adapters(cfg: RunConfig, *, device, dtype, meta: bool = False):
-    """Model + processor + family with adapters applied and trainable weights in fp32."""
+def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None, meta: bool = False):
+    """Model + processor + family with adapters applied and trainable weights in fp32 (every command's
+    model: train real, doctor real or meta, plan meta then fake)."""
     import torch
 
     from .adapters import apply_adapters
     from .models.loading import load_model
 
-    loaded = load_model(cfg, device=device, dtype=dtype, meta=meta)
-    result = apply_adapters(loaded.model, loaded.family, cfg.adapter, cfg.train)
+    loaded = load_model(resolved, device=device, dtype=dtype, meta=meta)
+    cfg = resolved.cfg
+    if meta:  # new LoRA weights on meta too: nothing allocated, no init computed
+        with torch.device("meta"):
+            result = apply_adapters(loaded.model, loaded.family, cfg.adapter, cfg.train)
+    else:
+        result = apply_adapters(loaded.model, loaded.family, cfg.adapter, cfg.train)
     model = result.model
     # Trainable weights in fp32: AdamW on 16-bit weights loses small updates, and fp16's GradScaler
     # refuses to unscale fp16 gradients. Frozen weights stay in the compute dtype.
@@ -74,7 +85,8 @@ def build_model_and_adapters(cfg: RunConfig, *, device, dtype, meta: bool = Fals
     return loaded, result
 
 
-def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = True) -> Run:
+def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with_optimizer: bool = True) -> Run:
+    """A RunConfig is resolved for this machine first (tests, benchmarks); commands pass a ResolvedRun."""
     import torch
 
     from .data.collate import Collator
@@ -82,21 +94,22 @@ def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = 
     from .data.inspect import scan_records
     from .data.sources import load_records
     from .optim import make_optimizer
-    from .precision import resolve_precision
+    from .resolve import resolve_here
     from .train.schedule import make_scheduler
 
-    precision = resolve_precision(cfg.train.device, cfg.train.precision)
-    accelerator = make_accelerator(precision)
+    resolved = resolve_here(resolved)
+    cfg = resolved.cfg
+    accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)
-    loaded, adapters = build_model_and_adapters(cfg, device=accelerator.device, dtype=precision.compute_dtype)
-    decisions = list(precision.reasons) + list(getattr(loaded, "decisions", []) or [])
+    loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device)
+    decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
-    run = Run(cfg=cfg, precision=precision, accelerator=accelerator, model=adapters.model,
+    run = Run(cfg=cfg, resolved=resolved, accelerator=accelerator, model=adapters.model,
               processor=loaded.processor, family=loaded.family, adapter_table=adapters.table,
               param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions)
     if with_data:
-        run.encoder = Encoder(loaded.processor, loaded.family, cfg)
+        run.encoder = Encoder.for_run(resolved)
         if not cfg.data.train:
             from .errors import ConfigError
 
@@ -116,8 +129,7 @@ def build_run(cfg: RunConfig, *, with_data: bool = True, with_optimizer: bool = 
 
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
-        pad_id = _pad_token_id(loaded.processor)
-        run.collator = Collator(pad_id, precision.compute_dtype)
+        run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
     if with_optimizer:
         _configure_ddp(run)
         run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
@@ -144,14 +156,3 @@ def _configure_ddp(run: Run) -> None:
         run.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
         run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} trained in full can get "
                              "no gradient on batches without that modality")
-
-
-def _pad_token_id(processor) -> int:
-    tok = getattr(processor, "tokenizer", processor)
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    if pad is None:
-        from .errors import ModelLoadError
-
-        raise ModelLoadError("the tokenizer has neither a pad nor an eos token", where="model.name",
-                             fix="use a tokenizer with a pad token")
-    return pad

@@ -38,20 +38,18 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     if not merge:
         shutil.copytree(ckpt / "adapter", out)
         return out
-    import torch
     from peft import PeftModel
 
     from .models.loading import load_model
-    from .precision import resolve_precision
+    from .resolve import local_target, resolve_run
 
     cfg = run_config_of(ckpt)
     if cfg.adapter.method == "qlora":
         # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
-    dtype = resolve_precision("cpu", cfg.train.precision).compute_dtype
-    if cfg.train.precision == "bf16":
-        dtype = torch.bfloat16
-    loaded = load_model(cfg, device="cpu", dtype=dtype)
+    resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU: fp16 -> fp32
+    dtype = resolved.compute_dtype
+    loaded = load_model(resolved, device="cpu")
     model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
     merged = model.merge_and_unload()
     merged.to(dtype)

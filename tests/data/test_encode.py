@@ -89,10 +89,14 @@ def test_max_pixels_config_is_applied(tmp_path):
     write_png(tmp_path / "a.png", size=(112, 112))
     r = rec([{"role": "user", "content": [{"type": "image", "path": str(tmp_path / "a.png")}, {"type": "text", "text": "q"}]},
              {"role": "assistant", "content": "1"}])
+    from mmtune.resolve import local_target, resolve_run
+
     c = RunConfig.model_validate({"model": {"name": "tiny/qwen2-vl", "max_pixels": 56 * 56, "min_pixels": 28 * 28}})
-    enc = Encoder(proc, None, c)
-    assert "image_processor.max_pixels=3136" in enc.decisions
+    resolved = resolve_run(c, local_target("cpu"))
+    assert resolved.media.max_pixels == 3136 and resolved.decision("model.max_pixels").reason == "model.max_pixels"
+    enc = Encoder.for_run(resolved)
     assert enc.token_counts(r)["image"] == 4  # 56x56 -> 2x2 merged tokens
+    del proc
 
 
 def test_multi_image_multi_turn_labels(vl, tmp_path):

@@ -57,10 +57,19 @@ def test_mm015_split_alias(doctor, tmp_path):
     (tmp_path / "val.jsonl").write_text("{}\n")
     rep = doctor({**GOOD, "data": {"train": "synthetic:counting", "eval": str(tmp_path / "validation.jsonl")}},
                  "MM015", "MM026")
-    assert [f.code for f in rep.errors] == ["MM015"]
-    assert rep.errors[0].fix == f"data.eval={tmp_path / 'val.jsonl'}"
+    # `train` reads the `val` split (the resolved run's split rule): said, not an error
+    assert rep.errors == [] and [f.code for f in rep.findings] == ["MM015"]
+    assert rep.findings[0].fix == f"data.eval={tmp_path / 'val.jsonl'} to say so in the config"
+    from mmtune.config import load_config
+    from mmtune.resolve import local_target, resolve_run
+
+    cfg = load_config(None, [f"model.name=tiny/qwen2-vl", f"data.eval={tmp_path / 'validation.jsonl'}"])
+    assert resolve_run(cfg, local_target("cpu")).cfg.data.eval == str(tmp_path / "val.jsonl")
     assert doctor({**GOOD, "data": {"train": "synthetic:counting", "eval": str(tmp_path / "val.jsonl")}},
-                  "MM015").errors == []
+                  "MM015").findings == []
+    rep = doctor({**GOOD, "data": {"train": "synthetic:counting", "eval": str(tmp_path / "nothing.jsonl")}},
+                 "MM015", "MM026")
+    assert [f.code for f in rep.errors] == ["MM026"]
 
 
 def test_mm028_eval_settings(doctor):
@@ -90,9 +99,11 @@ def test_mm032_full_finetune_lr(doctor, tmp_path):
     assert doctor({**GOOD, "adapter": {"method": "full"}, "train": {"lr": 2e-3}}, "MM032").findings == []  # random init
 
 
-def test_mm005_bf16_on_t4_is_an_error_with_fp16_fix(doctor):
+def test_mm005_bf16_on_t4_is_the_runs_own_decision(doctor):
+    """bf16 on a T4: train switches to fp16 + GradScaler itself, so doctor says so (info), never an error."""
     rep = doctor({**GOOD, "train": {"precision": "bf16"}}, "MM005", gpu="t4")
-    assert [f.code for f in rep.errors] == ["MM005"] and rep.errors[0].fix.startswith("train.precision=fp16")
+    assert rep.errors == [] and [f.code for f in rep.findings] == ["MM005"]
+    assert "fp16 + GradScaler (bf16 unsupported on T4 (sm_75))" in rep.findings[0].message
     assert doctor({**GOOD, "train": {"precision": "bf16"}}, "MM005", gpu="a100-80gb").findings == []
     assert doctor({**GOOD, "train": {"precision": "fp16"}}, "MM005", gpu="t4").findings == []
 

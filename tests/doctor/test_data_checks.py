@@ -35,8 +35,7 @@ def dataset(tmp_path):
 
     def write(names, path="train.jsonl"):
         with open(tmp_path / path, "w") as f:
-            for n in names:
-                f.write(json.dumps(rows[n]) + "\n")
+            f.writelines(json.dumps(rows[n]) + "\n" for n in names)
         return str(tmp_path / path)
 
     return write
@@ -79,30 +78,31 @@ def test_each_broken_record_is_found(doctor, dataset, bad, code, reason):
 def test_mm017_media_cut_by_truncation(doctor, dataset):
     rep = doctor(_tree(dataset(["big"]), max_length=12), "MM017")
     bad = rep.tables["data"].splits[0].bad
-    assert bad == {"media cut by truncation": 1}, rep.tables["data"].splits[0].examples
+    assert bad == {"too long": 1}, rep.tables["data"].splits[0].examples
+    assert "media" in rep.errors[0].message
     assert "data.max_length=" in rep.errors[0].fix
     assert doctor(_tree(dataset(["big", "ok_text"]), max_length=64), "MM017").errors == []
 
 
 def test_mm017_answer_cut(doctor, dataset):
     rep = doctor(_tree(dataset(["ok_text"]), max_length=12), "MM017")
-    assert rep.tables["data"].splits[0].bad == {"answer cut by truncation": 1}
+    assert rep.tables["data"].splits[0].bad == {"too long": 1}
+    assert "(0 of them media)" in rep.errors[0].message
 
 
 def test_token_lengths_match_the_encoder(dataset):
-    """The header arithmetic gives the exact length the real encoder produces."""
+    """The scan's lengths are the encoder's: the same records give the same totals as encoding them."""
     from mmtune.config.loader import validate
+    from mmtune.data.encode import Encoder
     from mmtune.data.sources import load_records
-    from mmtune.doctor.pieces import build_processor_info
-    from mmtune.doctor.tokens import TokenCounter
+    from mmtune.doctor.datascan import scan_dataset
+    from mmtune.resolve import local_target, resolve_run
 
-    cfg = validate(_tree(dataset(["ok", "ok_text"])))
-    pinfo = build_processor_info(cfg)
-    tc = TokenCounter(pinfo.processor, pinfo.family, cfg)
-    for rec in load_records(cfg.data.train, cfg.data).records:
-        counts = [tc.media_tokens(p) for p in rec.media_parts()]
-        ln = tc.lengths([tc.render(rec)], [counts])[0]
-        assert ln.total == tc.encoder.encode(rec)["input_ids"].numel()
+    resolved = resolve_run(validate(_tree(dataset(["ok", "ok_text"]))), local_target("cpu"))
+    scan = scan_dataset(resolved).splits[0]
+    enc = Encoder.for_run(resolved)
+    encoded = [enc.encode(r)["input_ids"].numel() for r in load_records(resolved.cfg.data.train, resolved.cfg.data).records]
+    assert list(scan.lengths) == encoded
 
 
 def test_write_clean_keeps_only_passing_rows(doctor, dataset, tmp_path):

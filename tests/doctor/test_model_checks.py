@@ -26,8 +26,9 @@ def test_mm010_lora_on_the_vision_tower_by_accident(doctor):
 def _adapted(cfg_tree):
     from mmtune.config.loader import validate
     from mmtune.doctor.pieces import build_adapted
+    from mmtune.resolve import local_target, resolve_run
 
-    return build_adapted(validate(cfg_tree))
+    return build_adapted(resolve_run(validate(cfg_tree), local_target("cpu")))
 
 
 def test_mm011_parameter_without_gradient():

@@ -21,7 +21,10 @@ def test_load_tiny_one_dtype_sdpa_checkpointing(name):
     assert floats == {torch.bfloat16}
     assert lm.attn_implementation == "sdpa"
     assert lm.model.config._attn_implementation == "sdpa"
-    assert any(d.startswith("attention: sdpa (auto:") for d in lm.decisions)  # the reason is logged
+    from mmtune.resolve import resolve_here
+
+    d = resolve_here(cfg(name)).decision("model.attn_implementation")  # the decision, with its reason
+    assert d.value == "sdpa" and d.reason.startswith("auto:")
     assert is_checkpointing(lm.model)
     assert lm.family.name == ("qwen2" if name == "tiny/qwen2" else "qwen2_vl")
 

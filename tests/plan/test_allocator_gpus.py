@@ -1,8 +1,8 @@
 import pytest
 
 from mmtune.errors import ConfigError
+from mmtune.gpus import GPUS, get_gpu
 from mmtune.plan.allocator import CachingAllocatorModel, round_size, segment_size
-from mmtune.plan.gpus import GPUS, get_gpu
 
 
 def test_rounding_and_segments_follow_the_caching_allocator():

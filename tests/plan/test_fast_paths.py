@@ -32,10 +32,10 @@ def _canonical(events):
 
 
 def _trace(over, declared, fast):
-    from mmtune.plan.planner import trace_config
+    from mmtune.plan.planner import resolve_for_plan, trace_config
 
     cfg = load_config(None, COMMON + over)
-    _, _, ex, _ = trace_config(cfg, declared=declared, target_cuda=True, fast=fast)
+    _, _, ex, _ = trace_config(resolve_for_plan(cfg, "h100"), declared=declared, fast=fast)
     tr = ex.tracker.trace
     # Up to the last allocation: the frees after it (the model and optimizer going away when this
     # function returns) change no figure, and under pytest the first trace of a process keeps them alive.
@@ -62,7 +62,7 @@ def test_fast_cache_keys_and_tensor_walks_equal_torchs(monkeypatch):
     from torch.utils._pytree import tree_leaves
 
     from mmtune.plan import fake
-    from mmtune.plan.planner import trace_config
+    from mmtune.plan.planner import resolve_for_plan, trace_config
 
     seen = {"n": 0, "fast_path": 0, "walks": 0}
 
@@ -96,5 +96,5 @@ def test_fast_cache_keys_and_tensor_walks_equal_torchs(monkeypatch):
 
     monkeypatch.setattr(fake, "ValueFakeMode", Checked)
     cfg = load_config(None, COMMON + CASES[3][0])
-    trace_config(cfg, declared=CASES[3][1], target_cuda=True)
+    trace_config(resolve_for_plan(cfg, "h100"), declared=CASES[3][1])
     assert seen["n"] > 1000 and seen["fast_path"] > 1000 and seen["walks"] > 5000

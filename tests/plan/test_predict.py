@@ -20,17 +20,14 @@ def _cfg(*over):
      Declared(images=[(112, 112)])),
 ])
 def test_planned_peak_matches_measured_on_cpu(over, declared):
-    import torch
 
     from mmtune.plan.batch import worst_case_batch
     from mmtune.plan.measure import measure_step
-    from mmtune.plan.model import build_planned_model
-    from mmtune.plan.planner import predict
+    from mmtune.plan.planner import predict, resolve_for_plan
 
     cfg = _cfg(*over)
     res = predict(cfg, declared=declared)
-    pm = build_planned_model(cfg, torch.float32)
-    batch = worst_case_batch(cfg, pm.processor, pm.family, declared=declared).micro_batch
+    batch = worst_case_batch(resolve_for_plan(cfg), declared=declared).micro_batch
     measured = measure_step(cfg, batch).peak_allocated_bytes
     err = abs(res.tensor_peak_bytes - measured) / measured
     assert err <= 0.02, (res.tensor_peak_bytes, measured)
@@ -67,7 +64,7 @@ def test_distributed_shards_state_per_gpu():
 
 
 def test_search_result_fits_by_the_planner():
-    from mmtune.plan.gpus import GPUS
+    from mmtune.gpus import GPUS
     from mmtune.plan.planner import predict
     from mmtune.plan.search import _with, search
 

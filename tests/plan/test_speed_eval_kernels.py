@@ -75,15 +75,13 @@ def test_sdpa_cpu_kernel_scratch_matches_the_profiler():
 def test_audio_encoder_under_checkpointing_within_2_percent_on_cpu():
     from mmtune.plan.batch import worst_case_batch
     from mmtune.plan.measure import measure_step
-    from mmtune.plan.model import build_planned_model
-    from mmtune.plan.planner import predict
+    from mmtune.plan.planner import predict, resolve_for_plan
 
     cfg = load_config(None, COMMON + ["model.name=tiny/qwen2-audio", "adapter.method=lora",
                                       "model.gradient_checkpointing=true"])
     decl = Declared(audio_seconds=[3.0])
     res = predict(cfg, declared=decl)
-    pm = build_planned_model(cfg, torch.float32)
-    measured = measure_step(cfg, worst_case_batch(cfg, pm.processor, pm.family, declared=decl).micro_batch)
+    measured = measure_step(cfg, worst_case_batch(resolve_for_plan(cfg), declared=decl).micro_batch)
     assert abs(res.tensor_peak_bytes - measured.peak_allocated_bytes) / measured.peak_allocated_bytes <= 0.02
 
 
@@ -100,9 +98,9 @@ def test_eval_phases_are_planned_and_can_be_the_peak(bs):
     assert train_only.eval == {} and res.train_tensor_peak_bytes == train_only.tensor_peak_bytes
     # KV cache: 2 (k, v) x layers x kv heads x head dim x fp32 x batch x (prompt + new tokens)
     hc = load_config(None, COMMON + ["model.name=tiny/qwen2"])
-    from mmtune.plan.model import resolve_source
+    from mmtune.models.loading import load_hf_config
 
-    c = resolve_source(hc)[0]
+    c = load_hf_config(hc.model.name)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     assert ev["kv_cache_bytes"] == 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4 * bs * (256 + 64)
     if bs == 1:

@@ -83,8 +83,9 @@ def test_cli_config_typo_is_a_clean_error(tiny_vl_config):
 
 def test_train_runs_doctor_fast_checks_first_and_stops_on_errors(tiny_vl_config):
     cfg_path = tiny_vl_config()
-    r = CliRunner().invoke(app, ["train", str(cfg_path), "train.gpu=t4", "train.precision=bf16"])
+    r = CliRunner().invoke(app, ["train", str(cfg_path), "train.gpu=t4", "train.precision=bf16",
+                                 "model.attn_implementation=flash_attention_2"])
     assert r.exit_code == 2, r.output
-    assert "MM005" in r.output and "train.precision=fp16" in r.output
+    assert "MM025" in r.output and "model.attn_implementation=sdpa" in r.output
     assert "the run was not started" in r.output
     assert not (Path(load_config(cfg_path, []).output_dir) / "metrics.jsonl").exists()

@@ -24,10 +24,12 @@ def inspect_cmd(
 
     from ..config import load_config
     from ..console import console
+    from ..resolve import resolve_run, target_for
     from .inspect import inspect_data
 
     cfg = load_config(config, overrides or [])
-    report = inspect_data(cfg, split=split, n_examples=examples)
+    resolved = resolve_run(cfg, target_for(cfg, local=False), require_processor=True)
+    report = inspect_data(resolved, split=split, n_examples=examples)
     if as_json:
         console.print_json(json.dumps(report))
         return

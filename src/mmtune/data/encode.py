@@ -26,38 +26,15 @@ from .records import answer_text as _answer_text
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 
-def apply_media_caps(processor, model_cfg) -> list[str]:
-    """Set model.max_pixels / min_pixels on the image and video processors (Qwen-style `size` dicts
-    with shortest_edge/longest_edge in pixels, or min_pixels/max_pixels attributes). Returns what was
-    changed, for the log."""
-    changed = []
-    for name in ("image_processor", "video_processor"):
-        sub = getattr(processor, name, None)
-        if sub is None:
-            continue
-        for key, value, edge in (("max_pixels", model_cfg.max_pixels, "longest_edge"),
-                                 ("min_pixels", model_cfg.min_pixels, "shortest_edge")):
-            if value is None:
-                continue
-            done = False
-            size = getattr(sub, "size", None)
-            if size is not None and getattr(size, edge, None) is not None if not isinstance(size, dict) else edge in size:
-                if isinstance(size, dict):
-                    size = dict(size)
-                    size[edge] = value
-                    sub.size = size
-                else:
-                    setattr(size, edge, value)
-                done = True
-            if hasattr(sub, key):
-                setattr(sub, key, value)
-                done = True
-            if done:
-                changed.append(f"{name}.{key}={value}")
-    return changed
-
-
 class Encoder:
+    """The one code that says what a record becomes: `encode` (the tensors training sees) and
+    `measure` (the same token counts without decoding pixels, for scans and the planner's worst case).
+    Media caps are the resolved run's: they are set on the processor by mmtune.resolve, not here."""
+
+    @classmethod
+    def for_run(cls, resolved) -> Encoder:
+        return cls(resolved.need_processor(), resolved.family, resolved.cfg)
+
     def __init__(self, processor, family, cfg):
         self.processor = processor
         self.family = family
@@ -73,7 +50,6 @@ class Encoder:
             self.modalities.add("video")
         if getattr(processor, "feature_extractor", None) is not None:
             self.modalities.add("audio")
-        self.decisions = apply_media_caps(processor, cfg.model)
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
         self.media_token_id = {}
@@ -340,5 +316,87 @@ class Encoder:
         total = int(ids.numel())
         return {"text": total - sum(counts.values()), **counts, "total": total}
 
+    # ------------------------------------------------------------------ lengths without pixels
+    def measure(self, record: Record) -> dict:
+        """`token_counts(record)` without decoding pixels or samples: media sizes from file headers,
+        tokens per item from the processor's own arithmetic, text from the tokenizer. The same checks
+        as `encode` (answer present, placeholders, modalities, audio length, short videos) raise the
+        same BadRecords. Where that arithmetic cannot be exact (Qwen3-VL writes frame timestamps as text,
+        a video's own audio track is interleaved) the record is encoded in full instead.
+        tests/data/test_lengths.py asserts measure == token_counts for every family and modality."""
+        if last_assistant_index(record.messages) is None:
+            raise BadRecord("no answer", "record has no assistant turn", record.where(),
+                            "end the conversation with an assistant message holding the answer")
+        parts = record.media_parts()
+        if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.name == "qwen3_vl"
+                                                         or self.cfg.model.video_fps
+                                                         or any(p.get("use_audio") for p in parts)):
+            return self.token_counts(record)
+        tmessages = self._template_messages(record.messages)
+        full = self.render(tmessages)
+        self._check_media(record, tmessages, full)
+        per_item = self._media_token_counts(record, parts)
+        ids = self.tokenizer(full, add_special_tokens=self._add_special(full))["input_ids"]
+        counts = {k: 0 for k in MEDIA_TYPES}
+        total = len(ids)
+        for kind, tokens in per_item.items():
+            counts[kind] = sum(tokens)
+            total += sum(tokens) - len(tokens)  # each placeholder token becomes its expansion
+        return {"text": total - sum(counts.values()), **counts, "total": total}
+
+    def _media_token_counts(self, record: Record, parts) -> dict[str, list[int]]:
+        from ..compat.processors import has_media_token_arithmetic, num_media_tokens
+        from . import media_probe
+
+        where = record.where()
+        mc = self.cfg.model
+        sizes: dict[str, list] = {k: [] for k in MEDIA_TYPES}
+        for p in parts:
+            try:
+                if p["type"] == "image":
+                    sizes["image"].append(media_probe.image_size(p))
+                elif p["type"] == "video":
+                    n, h, w = media_probe.video_shape(p, mc.video_frames, mc.video_fps, where=where)
+                    if mc.max_pixels and h * w > mc.max_pixels:  # the loader downsizes frames first
+                        from .media import capped_size
+
+                        w, h = capped_size(w, h, mc.max_pixels)
+                    sizes["video"].append((n, h, w))
+                elif p["type"] == "audio":
+                    seconds = media_probe.audio_seconds(p)
+                    if seconds > mc.audio_max_seconds:
+                        self._checked_audio([0] * int(seconds * self.sampling_rate), p, record)
+                    sizes["audio"].append(int(round(seconds * self.sampling_rate)))
+            except BadRecord:
+                raise
+            except DataError as e:
+                from .records import media_label
+
+                reason = "missing media" if e.what.startswith("missing") else "corrupt media"
+                raise BadRecord(reason, f"{media_label(p)}: {e.what}", where, e.fix) from None
+        out = {k: [] for k in MEDIA_TYPES}
+        if sizes["image"] or sizes["video"] or (sizes["audio"] and has_media_token_arithmetic(self.processor)
+                                                  and self.family is not None and self.family.name != "qwen2_audio"):
+            try:
+                got = num_media_tokens(self.processor, image_sizes=sizes["image"], video_sizes=sizes["video"],
+                                       audio_lengths=sizes["audio"] if self.family is None or
+                                       self.family.name != "qwen2_audio" else None)
+            except (ValueError, TypeError, RuntimeError) as e:  # what `_run` reports for the real call
+                raise BadRecord("processor error", f"the processor rejected the record: {e}", where,
+                                "check the record's media (sizes, frame counts) against the model's processor") from None
+            out.update({k: v for k, v in got.items() if v})
+        if sizes["audio"] and not out["audio"]:
+            out["audio"] = [whisper_audio_tokens(n, self.processor.feature_extractor) for n in sizes["audio"]]
+        return out
+
     def rendered(self, record: Record) -> str:
         return self.render(self._template_messages(record.messages))
+
+
+def whisper_audio_tokens(samples: int, feature_extractor) -> int:
+    """Qwen2-Audio's audio tokens for a clip of `samples`: mel frames (hop_length) -> conv stride 2 ->
+    pool 2, as its processor expands `<|AUDIO|>` from the feature attention mask."""
+    hop = int(getattr(feature_extractor, "hop_length", 160) or 160)
+    frames = samples // hop
+    after_conv = (frames - 1) // 2 + 1
+    return max(1, (after_conv - 2) // 2 + 1)

@@ -10,39 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..errors import ModelLoadError
 from .formats import BadRecord
 from .records import MEDIA_TYPES, RecordSet
 
 KINDS = ("text",) + MEDIA_TYPES
-
-
-def load_processor(cfg):
-    """(processor, family) for the config's model without loading any weights."""
-    from ..models.tiny import is_tiny, tiny_config_and_processor, tiny_spec
-
-    if is_tiny(cfg.model.name):
-        from ..models.families import get_family
-
-        return tiny_config_and_processor(cfg.model.name)[1], get_family(tiny_spec(cfg.model.name).family)
-    from ..models.loading import resolve_family
-
-    family = resolve_family(cfg)
-    try:
-        if family.modalities == ("text",):
-            from transformers import AutoTokenizer
-
-            proc = AutoTokenizer.from_pretrained(cfg.model.name, revision=cfg.model.revision, local_files_only=True,
-                                                 trust_remote_code=cfg.model.trust_remote_code)
-        else:
-            from transformers import AutoProcessor
-
-            proc = AutoProcessor.from_pretrained(cfg.model.name, revision=cfg.model.revision, local_files_only=True,
-                                                 trust_remote_code=cfg.model.trust_remote_code)
-    except OSError as e:
-        raise ModelLoadError(f"the processor of {cfg.model.name} is not available locally ({e.__class__.__name__})",
-                             where="model.name", fix=f"mmtune download {cfg.model.name}   (then run again)") from None
-    return proc, family
 
 
 @dataclass
@@ -112,18 +83,19 @@ def show_mask(encoded: dict, tokenizer, media_ids: set[int]) -> str:
     return "".join(out)
 
 
-def inspect_data(cfg, split: str = "train", n_examples: int = 3) -> dict:
+def inspect_data(resolved, split: str = "train", n_examples: int = 3) -> dict:
+    """Encode every record of a split of the resolved run, as training will (the run's processor and caps)."""
     from .encode import Encoder
     from .sources import load_records
 
+    cfg = resolved.cfg
     spec = cfg.data.train if split == "train" else cfg.data.eval
     if not spec:
         from ..errors import ConfigError
 
         key = "data.train" if split == "train" else "data.eval"
         raise ConfigError(f"no data for split {split!r}", where=key, fix=f"set {key}=path/to/file.jsonl")
-    processor, family = load_processor(cfg)
-    encoder = Encoder(processor, family, cfg)
+    encoder = Encoder.for_run(resolved)
     rs = load_records(spec, cfg.data, split)
     scan = scan_records(rs, encoder, cfg.data.on_bad_record)
     media_ids = set(encoder.media_token_id.values())
@@ -136,7 +108,8 @@ def inspect_data(cfg, split: str = "train", n_examples: int = 3) -> dict:
         "spec": spec, "split": split, "model": cfg.model.name,
         "ok": len(scan.records.records), "bad": dict(scan.records.skipped),
         "problems": [{"where": w, "what": what} for w, what in scan.records.problems[:20]],
-        "notes": scan.records.notes + encoder.decisions,
+        "notes": scan.records.notes + [d.line() for d in resolved.decisions if d.key.startswith(("model.", "data.",
+                                                                                                     "processor"))],
         "max_length": cfg.data.max_length,
         "tokens": scan.distribution(),
         "examples": examples,

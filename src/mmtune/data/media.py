@@ -58,9 +58,13 @@ def cap_pixels(img, max_pixels: int | None):
         return img
     from PIL import Image
 
-    scale = math.sqrt(max_pixels / (img.width * img.height))
-    size = (max(1, int(img.width * scale)), max(1, int(img.height * scale)))
-    return img.resize(size, Image.BICUBIC)
+    return img.resize(capped_size(img.width, img.height, max_pixels), Image.BICUBIC)
+
+
+def capped_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
+    """(width, height) after `cap_pixels`: the one formula the loader and the no-pixel measure share."""
+    scale = math.sqrt(max_pixels / (width * height))
+    return max(1, int(width * scale)), max(1, int(height * scale))
 
 
 # ----------------------------------------------------------------------------------------------- videos

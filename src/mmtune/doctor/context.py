@@ -1,9 +1,10 @@
 """The pieces checks inspect, each built once and only when a check asks for it.
 
-Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig),
-`gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny twins, on `meta`
-for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass over the
-dataset), `plan` (the planner's prediction). A piece that cannot be built raises NotAvailable with
+Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig as
+written), `resolved` (the one resolved run: every automatic decision, the processor and its media caps,
+on the target GPU), `gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny
+twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
+over the dataset through the training encoder's length engine), `plan` (the planner's prediction). A piece that cannot be built raises NotAvailable with
 the reason; the runner reports the checks that needed it as not run. A piece that fails because of
 the user's setup (a ModelLoadError, a DataError) also becomes a finding once, under `build_errors`.
 """
@@ -113,23 +114,30 @@ class DoctorContext:
         name = self.gpu_name or (cfg.train.gpu if cfg is not None else None)
         if not name:
             raise NotAvailable("no target GPU given (--gpu NAME or train.gpu)")
-        from .gpu import lookup_gpu
+        from ..gpus import get_gpu
 
-        return lookup_gpu(name)
+        return get_gpu(name)
+
+    def _build_resolved(self):
+        """The run as `train` on the target will run it: the same resolve_run, the same decisions."""
+        from ..resolve import resolve_run, target_for
+
+        cfg = self.need("cfg")
+        return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False))
 
     def _build_loaded(self):
         from .pieces import build_loaded
 
         if self.fast:
             raise NotAvailable("model checks are not part of the fast pre-train subset")
-        return build_loaded(self.need("cfg"))
+        return build_loaded(self.need("resolved"))
 
     def _build_adapted(self):
         from .pieces import build_adapted
 
         if self.fast:
             raise NotAvailable("model checks are not part of the fast pre-train subset")
-        return build_adapted(self.need("cfg"))
+        return build_adapted(self.need("resolved"))
 
     def _build_grad_model(self):
         """A real model with adapters for a real backward: the config's own model when it is a tiny
@@ -139,23 +147,24 @@ class DoctorContext:
 
         if self.fast:
             raise NotAvailable("model checks are not part of the fast pre-train subset")
-        return build_grad_model(self.need("cfg"))
+        return build_grad_model(self.need("resolved"))
 
     def _build_scan(self):
         from .datascan import scan_dataset
 
         if self.fast:
             raise NotAvailable("the data scan is not part of the fast pre-train subset")
-        cfg = self.need("cfg")
-        return scan_dataset(cfg, self.need("processor_info"), limit=self.max_records,
+        self.need("processor_info")  # a processor that cannot be had is its own finding, said once
+        return scan_dataset(self.need("resolved"), limit=self.max_records,
                             write_clean=Path(self.write_clean) if self.write_clean else None)
 
     def _build_processor_info(self):
         from .pieces import build_processor_info
 
-        return build_processor_info(self.need("cfg"), self._cache.get("loaded"))
+        return build_processor_info(self.need("resolved"))
 
     def _build_plan(self):
         from .pieces import build_plan
 
-        return build_plan(self.need("cfg"), self.need("gpu"))
+        self.need("gpu")
+        return build_plan(self.need("resolved"))

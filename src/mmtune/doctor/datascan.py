@@ -1,11 +1,12 @@
 """One streaming pass over the dataset: every record checked, nothing held but counters.
 
 Rows come from the data package's own readers (`iter_rows`, `row_to_records`, the same code
-training uses), so a record the scan passes is a record training accepts. Per record: its format
-fields (failure mode 14), placeholders vs media (16), media present and readable by header (18),
-modalities the model has, and its token length with media tokens against `data.max_length` (17).
-Memory stays bounded: counters, a few examples per reason, one int per record for the length
-distribution, and a batch of 256 records waiting for one tokenizer call.
+training uses), and each record's length comes from the training encoder's length engine
+(`Encoder.measure`: media sizes from headers, no pixels decoded), so a record the scan passes is a
+record training accepts, and its length is the length training sees. Per record: its format fields
+(failure mode 14), placeholders vs media (16), media present and readable by header (18), modalities
+the model has, and its token length with media tokens against `data.max_length` (17). Memory stays
+bounded: counters, a few examples per reason, one int per record for the length distribution.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ from pathlib import Path
 from ..errors import DataError
 from .context import NotAvailable
 
-BATCH = 256
 EXAMPLES_PER_REASON = 5
 
-# Reason keys (as counted in the table) -> the check that reports them.
+# Reason keys (as counted in the table; the encoder's BadRecord reasons) -> the check that reports them.
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
     "placeholder mismatch": "MM016",
-    "media cut by truncation": "MM017", "answer cut by truncation": "MM017",
-    "missing media": "MM018", "corrupt media": "MM018",
+    "too long": "MM017",
+    "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
     "unsupported modality": "MM033",
 }
 
@@ -89,32 +89,14 @@ class DataScan:
                     yield s, reason, n
 
 
-def _reason_of(err: DataError) -> str:
-    what = err.what
-    for r in ("missing media", "corrupt media"):
-        if what.startswith(r):
-            return r
-    if "not found" in what:
-        return "missing media"
-    return "corrupt media"
-
-
-class _Pending:
-    """Records waiting for one batched tokenizer call, grouped by source row (for --write-clean)."""
-
-    def __init__(self):
-        self.rows: list[tuple[object, list]] = []  # (raw row, [(record, media counts, bad reason or None)])
-        self.n = 0
-
-
-def scan_split(split: str, spec: str, cfg, pinfo, *, limit=None, write_clean: Path | None = None) -> SplitScan:
+def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None) -> SplitScan:
+    from ..data.encode import Encoder
     from ..data.formats import BadRecord, check_format, row_to_records
     from ..data.sources import iter_rows, make_resolver
-    from .tokens import TokenCounter
 
+    cfg = resolved.cfg
     scan = SplitScan(split, spec)
-    counter = TokenCounter(pinfo.processor, pinfo.family, cfg) if pinfo.processor is not None else None
-    modalities = set(pinfo.family.modalities)
+    encoder = Encoder.for_run(resolved)
     max_len = cfg.data.max_length
     out = None
     if write_clean is not None:
@@ -136,56 +118,6 @@ def scan_split(split: str, spec: str, cfg, pinfo, *, limit=None, write_clean: Pa
         base, rows = iter_rows(spec, split)
         resolve = make_resolver(base, cfg.data.media_root)
 
-    pending = _Pending()
-
-    def flush():
-        texts, counts, refs = [], [], []
-        for _, recs in pending.rows:
-            for i, (rec, cnt, bad) in enumerate(recs):
-                if bad is None and counter is not None:
-                    texts.append(counter.render(rec))
-                    counts.append(cnt)
-                    refs.append((recs, i))
-        lengths = counter.lengths(texts, counts) if texts else []
-        for (recs, i), ln, cnt in zip(refs, lengths, counts):
-            rec = recs[i][0]
-            where = rec.where()
-            if ln.n_placeholders != len(cnt):
-                recs[i] = (rec, cnt, ("placeholder mismatch",
-                                      f"{len(cnt)} media item(s) but {ln.n_placeholders} media placeholder token(s) "
-                                      "after the chat template (a literal placeholder in the text?)",
-                                      "remove media placeholder tokens typed into the text; give media as parts"))
-                continue
-            scan.lengths.append(ln.total)
-            scan.media_tokens_max = max(scan.media_tokens_max, ln.media_tokens)
-            if ln.total > scan.longest[0]:
-                scan.longest = (ln.total, where)
-            if ln.through_last_media > max_len:
-                recs[i] = (rec, cnt, ("media cut by truncation",
-                                      f"{ln.total} tokens ({ln.media_tokens} of them media) > data.max_length={max_len}: "
-                                      "truncation would cut media tokens and the model would fail on the mismatch",
-                                      f"data.max_length={_round_up(ln.total)} or model.max_pixels=<smaller>"))
-            elif ln.total > max_len:
-                recs[i] = (rec, cnt, ("answer cut by truncation",
-                                      f"{ln.total} tokens > data.max_length={max_len}: the answer would be cut",
-                                      f"data.max_length={_round_up(ln.total)}"))
-        for raw, recs in pending.rows:
-            row_ok = True
-            for rec, _, bad in recs:
-                if bad is None:
-                    scan.ok += 1
-                else:
-                    row_ok = False
-                    scan.add_bad(bad[0], rec.where(), bad[1], bad[2])
-            if row_ok and out is not None and isinstance(raw, dict):
-                try:
-                    out.write(json.dumps(raw, ensure_ascii=False) + "\n")
-                    scan.clean_written += 1
-                except (TypeError, ValueError):  # bytes or objects from parquet / datasets rows
-                    scan.clean_unwritable += 1
-        pending.rows.clear()
-        pending.n = 0
-
     try:
         for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
@@ -202,14 +134,15 @@ def scan_split(split: str, spec: str, cfg, pinfo, *, limit=None, write_clean: Pa
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue
-            recs = []
+            row_ok = True
             for rec in recs_in:
-                recs.append(_check_record(rec, counter, modalities, scan))
-            pending.rows.append((raw, recs))
-            pending.n += len(recs)
-            if pending.n >= BATCH:
-                flush()
-        flush()
+                row_ok = _check_record(rec, encoder, max_len, scan) and row_ok
+            if row_ok and out is not None and isinstance(raw, dict):
+                try:
+                    out.write(json.dumps(raw, ensure_ascii=False) + "\n")
+                    scan.clean_written += 1
+                except (TypeError, ValueError):  # bytes or objects from parquet / datasets rows
+                    scan.clean_unwritable += 1
     finally:
         if out is not None:
             out.close()
@@ -220,38 +153,49 @@ def _round_up(n: int) -> int:
     return ((n + 255) // 256) * 256
 
 
-def _check_record(rec, counter, modalities, scan):
-    """(record, media token counts, None or (reason, what, fix)) before the tokenizer pass."""
-    counts = []
+def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
+    """Measure one record through the training encoder; count it as ok or bad by the encoder's reason."""
+    from ..data.formats import BadRecord
+
     kinds = sorted({p["type"] for p in rec.media_parts()})
     scan.signatures["+".join(kinds) or "text"] += 1
     for part in rec.media_parts():
-        kind = part["type"]
-        scan.modalities[kind] += 1
-        if kind not in modalities or (counter is not None and not counter.supports(kind)):
-            return rec, counts, ("unsupported modality", f"record has {kind} but the model takes "
-                                 f"{'/'.join(sorted(modalities))}", "drop such records or pick a model family with "
-                                 f"{kind} input")
-        if counter is None:
-            continue
-        try:
-            counts.append(counter.media_tokens(part))
-        except DataError as e:
-            from ..data.records import media_label
+        scan.modalities[part["type"]] += 1
+    where = rec.where()
+    try:
+        counts = encoder.measure(rec)
+    except BadRecord as e:
+        scan.add_bad(e.reason, e.where or where, e.what, e.fix)
+        return False
+    except DataError as e:  # a record the encoder cannot line up: reported as its own reason
+        scan.add_bad("processor error", e.where or where, e.what, e.fix)
+        return False
+    total = counts["total"]
+    media = total - counts["text"]
+    scan.lengths.append(total)
+    scan.media_tokens_max = max(scan.media_tokens_max, media)
+    if total > scan.longest[0]:
+        scan.longest = (total, where)
+    if total > max_len:
+        cut = "media tokens and the answer" if media else "the answer"
+        scan.add_bad("too long", where, f"{total} tokens ({media} of them media) > data.max_length={max_len}: "
+                     f"mmtune never truncates (it would cut {cut}); the record would be refused",
+                     f"data.max_length={_round_up(total)}" + (" or model.max_pixels=<smaller>" if media else "")
+                     + ", or data.on_bad_record=skip")
+        return False
+    scan.ok += 1
+    return True
 
-            reason = _reason_of(e)
-            return rec, counts, (reason, f"{reason}: {media_label(part)}{e.what[len(reason):]}", e.fix)
-    return rec, counts, None
 
-
-def scan_dataset(cfg, pinfo, *, limit=None, write_clean: Path | None = None) -> DataScan:
+def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None) -> DataScan:
     t0 = time.perf_counter()
+    cfg = resolved.cfg
     result = DataScan()
     if cfg.data.train:
-        result.splits.append(scan_split("train", cfg.data.train, cfg, pinfo, limit=limit, write_clean=write_clean))
+        result.splits.append(scan_split("train", cfg.data.train, resolved, limit=limit, write_clean=write_clean))
     if cfg.data.eval:
         clean_eval = write_clean.with_name(write_clean.stem + ".eval" + write_clean.suffix) if write_clean else None
-        result.splits.append(scan_split("eval", cfg.data.eval, cfg, pinfo, limit=limit, write_clean=clean_eval))
+        result.splits.append(scan_split("eval", cfg.data.eval, resolved, limit=limit, write_clean=clean_eval))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

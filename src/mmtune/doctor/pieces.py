@@ -1,7 +1,7 @@
 """Builders for the heavier context pieces: processor, model (real for tiny twins, `meta` for
-full-size models), model with adapters, and the planner's prediction. Each uses the same functions
-training uses (models.loading, build.build_model_and_adapters), so what doctor inspects is what
-`mmtune train` would build."""
+full-size models), model with adapters, and the planner's prediction. Each starts from the resolved
+run and uses the builder training uses (build.build_model_and_adapters), so what doctor inspects is
+what `mmtune train` would build."""
 
 from __future__ import annotations
 
@@ -17,46 +17,31 @@ class ProcessorInfo:
     family: Any
 
 
-def is_small(cfg) -> bool:
+def is_small(resolved) -> bool:
     """Tiny twins are built for real (a real backward runs in a second); other models on meta."""
     from ..models.tiny import is_tiny
 
-    return is_tiny(cfg.model.name)
+    return is_tiny(resolved.cfg.model.name)
 
 
-def compute_dtype(cfg, real: bool):
+def real_dtype(resolved):
+    """The dtype a real CPU build of the run uses: the resolved compute dtype, except fp16, a GPU path;
+    the same parameters and graph in bf16 give the same gradient flow."""
     import torch
 
-    d = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.train.precision]
-    # fp16 kernels are a GPU path; a real CPU run of the same structure uses bf16 instead (same
-    # parameters, same graph, so the same gradient flow).
-    return torch.bfloat16 if (real and d == torch.float16) else d
+    d = resolved.compute_dtype
+    return torch.bfloat16 if d == torch.float16 else d
 
 
-def build_processor_info(cfg, loaded=None) -> ProcessorInfo:
-    from ..models.loading import _load_processor, model_folder, resolve_family
-    from ..models.tiny import is_tiny, tiny_config_and_processor
-
-    if loaded is not None and loaded.processor is not None:
-        return ProcessorInfo(loaded.processor, loaded.family)
-    family = resolve_family(cfg)
-    if is_tiny(cfg.model.name):
-        return ProcessorInfo(tiny_config_and_processor(cfg.model.name)[1], family)
-    src = model_folder(cfg.model.name, cfg.model.revision, family)
-    try:
-        return ProcessorInfo(_load_processor(str(src), family, cfg), family)
-    except OSError as e:
-        from ..errors import ModelLoadError
-
-        raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
-                             fix=f"mmtune download {cfg.model.name}") from None
+def build_processor_info(resolved) -> ProcessorInfo:
+    return ProcessorInfo(resolved.need_processor(), resolved.family)
 
 
-def build_loaded(cfg):
+def build_loaded(resolved):
     from ..models.loading import load_model
 
-    real = is_small(cfg)
-    return load_model(cfg, device="cpu", dtype=compute_dtype(cfg, real), meta=not real)
+    real = is_small(resolved)
+    return load_model(resolved, device="cpu", dtype=real_dtype(resolved) if real else None, meta=not real)
 
 
 @dataclass
@@ -66,57 +51,49 @@ class Adapted:
     real: bool
 
 
-def build_adapted(cfg, _loaded=None) -> Adapted:
+def build_adapted(resolved) -> Adapted:
     """A fresh model with adapters (peft wraps in place, so the `loaded` piece stays untouched)."""
     from ..build import build_model_and_adapters
 
-    real = is_small(cfg)
-    loaded, result = build_model_and_adapters(cfg, device="cpu", dtype=compute_dtype(cfg, real), meta=not real)
+    real = is_small(resolved)
+    loaded, result = build_model_and_adapters(resolved, device="cpu", dtype=real_dtype(resolved) if real else None,
+                                              meta=not real)
     return Adapted(loaded, result, real)
 
 
-def build_plan(cfg, gpu):
+def build_plan(resolved):
     try:
         from ..plan.predict import predict
     except ModuleNotFoundError as e:
         if not (e.name or "").startswith("mmtune.plan"):
             raise
         raise NotAvailable("the planner (mmtune.plan.predict) is not installed") from None
-    return predict(cfg, gpu=gpu.id)
+    return predict(resolved)
 
 
 @dataclass
 class GradModel:
     adapted: Adapted
-    cfg: Any  # the config actually built (the tiny twin's when `proxy`)
+    resolved: Any  # the run actually built (the tiny twin's when `proxy`)
     proxy: str | None  # the tiny twin used in place of the full-size model, if any
+
+    @property
+    def cfg(self):
+        return self.resolved.cfg
 
     def where(self, name: str) -> str:
         return f"{name} (checked on {self.proxy}, same architecture and adapters)" if self.proxy else name
 
 
-def family_of(cfg):
-    """The model's family from its config on disk, else from the embedded public config (no download)."""
-    from ..errors import ModelLoadError
-    from ..models.families import family_for_model_type, get_family
-    from ..models.loading import resolve_family
-
-    try:
-        return resolve_family(cfg)
-    except ModelLoadError:
-        from ..models.configs import embedded
-
-        spec = embedded(cfg.model.name)
-        if spec is None:
-            raise
-        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(spec["config"]["model_type"])
-
-
-def build_grad_model(cfg) -> GradModel:
-    if is_small(cfg):
-        return GradModel(build_adapted(cfg), cfg, None)
-    family = family_of(cfg)
+def build_grad_model(resolved) -> GradModel:
+    if is_small(resolved):
+        return GradModel(build_adapted(resolved), resolved, None)
+    family = resolved.family
     if not family.tiny:
         raise NotAvailable(f"family {family.name} has no tiny twin to run a real backward on")
-    twin = cfg.model_copy(update={"model": cfg.model.model_copy(update={"name": family.tiny, "family": family.name})})
+    from ..resolve import resolve_run
+
+    cfg = resolved.cfg
+    twin_cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"name": family.tiny, "family": family.name})})
+    twin = resolve_run(twin_cfg, resolved.target)
     return GradModel(build_adapted(twin), twin, family.tiny)

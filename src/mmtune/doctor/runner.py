@@ -104,14 +104,17 @@ def make_context(config_path, overrides=None, gpu: str | None = None, *, fast: b
 
 def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: bool = False,
                write_clean: str | None = None, max_records: int | None = None,
-               only: list[str] | None = None) -> DoctorReport:
-    """All checks (or the fast subset `mmtune train` runs first) on CPU; see docs/doctor.md."""
+               only: list[str] | None = None, resolved=None) -> DoctorReport:
+    """All checks (or the fast subset `mmtune train` runs first) on CPU; see docs/doctor.md.
+    `resolved`: the caller's resolved run (train's preflight), so doctor checks exactly that run."""
     from ..errors import ConfigError
 
     try:
         ctx = make_context(config_path, overrides, gpu, fast=fast, write_clean=write_clean, max_records=max_records)
     except ConfigError as e:  # an override that is not key=value: the same finding form as any config error
         return DoctorReport(findings=[Finding("MM019", "error", e.what, e.where, e.fix)])
+    if resolved is not None:
+        ctx.put("resolved", resolved)
     checks = [c for c in all_checks() if only is None or c.code in only]
     with no_downloads() as was_offline:
         ctx.user_offline = was_offline

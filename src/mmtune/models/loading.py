@@ -68,12 +68,12 @@ def resolve_family(cfg) -> Family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):
         return get_family(tiny_spec(cfg.model.name).family)
-    config = _meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision,
+    config = meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision,
                                                  trust_remote_code=cfg.model.trust_remote_code)
     return family_for_model_type(config.model_type)
 
 
-def _meta_config(cfg):
+def meta_config(cfg):
     """A config with no download: a local folder's, a cached one, or an embedded public config; else None."""
     name = cfg.model.name
     path = Path(name).expanduser()
@@ -106,7 +106,8 @@ def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
         return None
 
 
-def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = True) -> list[str]:
+def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = True,
+                  weights: bool = True) -> list[str]:
     """Files a loadable model folder needs and this one lacks (config, weights, tokenizer/processor)."""
     import json
 
@@ -114,7 +115,9 @@ def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = 
     if not (folder / "config.json").is_file():
         missing.append("config.json")
     index = folder / "model.safetensors.index.json"
-    if index.is_file():
+    if not weights:
+        pass
+    elif index.is_file():
         shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
         missing += [s for s in shards if not (folder / s).is_file()]
     elif not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
@@ -129,7 +132,7 @@ def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = 
 
 
 def model_folder(name: str, revision: str | None = None, family: Family | None = None,
-                 tokenizer: bool = True) -> Path | str:
+                 tokenizer: bool = True, weights: bool = True) -> Path | str:
     """A local folder holding the model, or the hub id when it may still be downloaded.
 
     Offline (HF_HUB_OFFLINE=1 or no network) a model that is not complete on disk is a
@@ -140,7 +143,7 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
         if not path.is_dir():
             raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
                                  fix="point model.name at a folder saved with save_pretrained, or use a hub id")
-        miss = missing_files(path, family, tokenizer)
+        miss = missing_files(path, family, tokenizer, weights)
         if miss:
             have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
             raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
@@ -148,7 +151,7 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
         return path
     snap = _cached_snapshot(name, revision)
     if snap is not None:
-        miss = missing_files(snap, family, tokenizer)
+        miss = missing_files(snap, family, tokenizer, weights)
         if not miss:
             return snap
         if _offline():
@@ -212,41 +215,6 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
 
 
 # --------------------------------------------------------------------------- decisions
-
-def resolve_attention(requested: str, device, dtype, decisions: list[str]) -> str:
-    """'sdpa' unless FlashAttention-2 is asked for (or 'auto' and usable: flash_attn + CUDA sm80+ + 16-bit)."""
-    import importlib.util
-
-    import torch
-
-    device = torch.device(device)
-    have_fa = importlib.util.find_spec("flash_attn") is not None
-    sm = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    half = dtype in (torch.bfloat16, torch.float16)
-    why_not = None
-    if not have_fa:
-        why_not = "flash_attn is not installed (pip install 'mmtune[gpu]')"
-    elif sm is None:
-        why_not = f"device is {device.type}, FlashAttention-2 needs CUDA"
-    elif sm < (8, 0):
-        why_not = f"GPU is sm_{sm[0]}{sm[1]}, FlashAttention-2 needs sm80+ (Ampere or newer) (failure mode 5)"
-    elif not half:
-        why_not = f"compute dtype is {dtype}, FlashAttention-2 needs fp16/bf16"
-    if requested == "flash_attention_2":
-        if why_not:
-            raise ConfigError(f"model.attn_implementation=flash_attention_2 cannot be used: {why_not}",
-                              where="model.attn_implementation", fix="set model.attn_implementation: sdpa (or auto)")
-        _decide(decisions, "attention: flash_attention_2 (requested)")
-        return "flash_attention_2"
-    if requested == "auto":
-        if why_not is None:
-            _decide(decisions, f"attention: flash_attention_2 (auto: flash_attn installed, sm_{sm[0]}{sm[1]}, {dtype})")
-            return "flash_attention_2"
-        _decide(decisions, f"attention: sdpa (auto: {why_not})")
-        return "sdpa"
-    _decide(decisions, f"attention: {requested} (requested)")
-    return requested
-
 
 def refuse_device_map(cfg) -> None:
     """Training never offloads layers with `device_map` (failure mode 7)."""
@@ -353,7 +321,8 @@ def _model_class(family: Family):
     return getattr(transformers, family.model_class)
 
 
-def _build_from_config(family: Family, config, dtype, attn: str):
+def build_from_config(family: Family, config, dtype, attn: str):
+    """The family's model class built from a config (random init; on whatever device is current)."""
     cls = _model_class(family)
     if family.sub_config and hasattr(config, family.sub_config):  # e.g. the Thinker inside Qwen2.5-Omni
         config = getattr(config, family.sub_config)
@@ -362,73 +331,113 @@ def _build_from_config(family: Family, config, dtype, attn: str):
     return cls._from_config(config, dtype=dtype, attn_implementation=attn)
 
 
-def load_model(cfg, *, device="cpu", dtype="bf16", meta: bool = False) -> LoadedModel:
-    """Build the model and processor a RunConfig names, ready for adapters (see module docstring)."""
+# Config keys that hold special token ids, and the processor attribute / token string they stand for.
+_TOKEN_KEYS = {
+    "image_token_id": ("image_token", "<|image_pad|>"), "image_token_index": ("image_token", "<|image_pad|>"),
+    "video_token_id": ("video_token", "<|video_pad|>"), "video_token_index": ("video_token", "<|video_pad|>"),
+    "audio_token_id": ("audio_token", "<|AUDIO|>"), "audio_token_index": ("audio_token", "<|AUDIO|>"),
+    "vision_start_token_id": (None, "<|vision_start|>"), "vision_end_token_id": (None, "<|vision_end|>"),
+    "audio_start_token_id": (None, "<|audio_bos|>"), "audio_end_token_id": (None, "<|audio_eos|>"),
+}
+
+
+def remap_token_ids(config, processor) -> None:
+    """Point the config's special-token ids at a stand-in tokenizer's ids for the same tokens.
+
+    A real-size config names hub token ids (151655 = <|image_pad|>); a stand-in processor tokenizes
+    with a local tokenizer whose ids differ. Ids only steer matching (which positions are media), so
+    matching ids make the model find its media tokens exactly as with the real tokenizer.
+    """
+    tok = getattr(processor, "tokenizer", processor)
+    for holder in [config] + [getattr(config, k) for k in ("text_config", "thinker_config") if hasattr(config, k)]:
+        for key, (attr, default) in _TOKEN_KEYS.items():
+            if getattr(holder, key, None) is None:
+                continue
+            token = getattr(processor, attr, None) if attr else None
+            tid = tok.convert_tokens_to_ids(token or default)
+            if tid is not None and tid != tok.unk_token_id:
+                setattr(holder, key, tid)
+
+
+def load_model(run, *, device="cpu", dtype=None, meta: bool = False) -> LoadedModel:
+    """Build the model a resolved run names, ready for adapters (see module docstring).
+
+    One builder, three materialisations: real weights (`meta=False`), structure on `meta` (doctor,
+    and the planner, which then turns every meta tensor into a fake one: plan/model.py). Attention,
+    quantization, precision and the processor come from the resolved run; `dtype` overrides the compute
+    dtype (the doctor runs an fp16 plan's tiny twin in bf16 on the CPU)."""
     import torch
 
-    refuse_device_map(cfg)
-    dtype = as_torch_dtype(dtype)
+    from ..resolve import ResolvedRun, local_target, resolve_here, resolve_run
+
+    if meta and not isinstance(run, ResolvedRun):  # structure only: no real processor needed
+        run = resolve_run(run, local_target(run.train.device))
+    run = resolve_here(run)  # a bare RunConfig (tests, export, compose): resolved for this machine
+    cfg, family = run.cfg, run.family
+    dtype = as_torch_dtype(dtype if dtype is not None else run.compute_dtype)
     device = torch.device("meta") if meta else torch.device(device)
+    attn = run.attn_implementation
+    if meta and attn == "flash_attention_2":
+        attn = "sdpa"  # FlashAttention-2 cannot be built without CUDA; same O(seq) memory as SDPA's kernels
     decisions: list[str] = []
-    family = resolve_family(cfg)
-    attn = resolve_attention(cfg.model.attn_implementation, "cpu" if meta else device, dtype, decisions)
-    qlora = cfg.adapter.method == "qlora"
+    qlora = run.quantization is not None
     name = cfg.model.name
+    processor = run.processor
 
-    if is_tiny(name):
-        from .tiny import build_tiny, tiny_config_and_processor
+    if meta:
+        if is_tiny(name):
+            from .tiny import tiny_config_and_processor
 
-        if meta:
-            config, processor = tiny_config_and_processor(name)
-            with torch.device("meta"):
-                model = _build_from_config(family, config, dtype, attn)
+            config = tiny_config_and_processor(name)[0]
         else:
-            model, processor = build_tiny(name, seed=cfg.train.seed, attn_implementation=attn)
-            model.to(device=device, dtype=dtype)
-            config = model.config
+            config = meta_config(cfg)
+        if config is None:
+            config = load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
+        if processor is not None and not run.exact_text_tokens:
+            remap_token_ids(config, processor)
+        from accelerate import init_empty_weights
+
+        # Parameters on meta (never allocated); buffers real, so integer buffers such as CLIP's
+        # `position_ids` keep their values for the planner's fake step (they are small).
+        with init_empty_weights(include_buffers=False):
+            model = build_from_config(family, config, dtype, attn)
+        for p in model.parameters():  # `_keep_in_fp32_modules` aside, one compute dtype (as below)
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        _decide(decisions, f"model: {name} built on meta from its config (no weights)")
+        if qlora:
+            from .packed4bit import replace_decoder_linears
+
+            n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+    elif is_tiny(name):
+        from .tiny import build_tiny
+
+        model, _ = build_tiny(name, seed=cfg.train.seed, attn_implementation=attn)
+        model.to(device=device, dtype=dtype)
+        config = model.config
         _decide(decisions, f"model: {name} (tiny random twin of {family.model_class})")
-        if qlora and not meta:
+        if qlora:
             n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
                                       cfg.adapter.bnb_4bit_double_quant)
             _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
-    elif meta and _meta_config(cfg) is not None:
-        # The planner's path: structure only, from the model's own config (local, cached or embedded).
-        config = _meta_config(cfg)
-        with torch.device("meta"):
-            model = _build_from_config(family, config, dtype, attn)
-        processor = None
-        _decide(decisions, f"model: {name} built on meta from its config (no weights)")
     else:
         src = model_folder(name, cfg.model.revision, family)
-        from transformers import AutoConfig
-
+        kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
+                      trust_remote_code=cfg.model.trust_remote_code,
+                      # the whole model on this process's device: placement, never offload (failure mode 7)
+                      device_map={"": device})
+        if qlora:
+            kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
+            _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
+                               "vision/audio/projector/lm_head unquantized")
         try:
-            config = AutoConfig.from_pretrained(str(src), revision=cfg.model.revision,
-                                                trust_remote_code=cfg.model.trust_remote_code)
+            model = _model_class(family).from_pretrained(str(src), **kwargs)
         except OSError as e:
-            raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
+            raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
                                  fix=f"mmtune download {name}") from None
-        if meta:
-            with torch.device("meta"):
-                model = _build_from_config(family, config, dtype, attn)
-            processor = None
-            _decide(decisions, f"model: {name} built on meta from its config (no weights)")
-        else:
-            kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
-                          trust_remote_code=cfg.model.trust_remote_code,
-                          # the whole model on this process's device: placement, never offload (failure mode 7)
-                          device_map={"": device})
-            if qlora:
-                kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
-                _decide(decisions, f"qlora: decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}, "
-                                   f"compute dtype {dtype}; vision/audio/projector/lm_head unquantized")
-            try:
-                model = _model_class(family).from_pretrained(str(src), **kwargs)
-                processor = _load_processor(str(src), family, cfg)
-            except OSError as e:
-                raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
-                                     fix=f"mmtune download {name}") from None
-            _decide(decisions, f"model: {name} from {src}")
+        config = model.config
+        _decide(decisions, f"model: {name} from {src}")
 
     if not meta:
         # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for
@@ -463,7 +472,9 @@ def is_checkpointing(model) -> bool:
     return False
 
 
-def _load_processor(src: str, family: Family, cfg):
+def load_processor_from(src: str, family: Family, cfg):
+    """The processor (multimodal) or tokenizer (text) saved in a model folder. Media caps are applied
+    by the resolved run (mmtune.resolve), not here."""
     if family.modalities == ("text",):
         from transformers import AutoTokenizer
 
@@ -475,12 +486,11 @@ def _load_processor(src: str, family: Family, cfg):
         return processor_without_torchvision(Path(src), family)
     from transformers import AutoProcessor
 
-    kwargs = {}
-    if cfg.model.max_pixels:
-        kwargs["max_pixels"] = cfg.model.max_pixels
-    if cfg.model.min_pixels:
-        kwargs["min_pixels"] = cfg.model.min_pixels
-    return AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code, **kwargs)
+    try:
+        return AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
+    except OSError as e:
+        raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
+                             fix=f"mmtune download {cfg.model.name}") from None
 
 
 def processor_without_torchvision(folder: Path, family: Family):

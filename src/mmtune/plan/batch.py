@@ -24,7 +24,7 @@ class Declared:
     tokens: int | None = None  # total tokens of the record; defaults to data.max_length
 
     @classmethod
-    def default_for(cls, modalities) -> "Declared":
+    def default_for(cls, modalities) -> Declared:
         d = cls()
         if "image" in modalities:
             d.images = [(512, 512)]
@@ -95,46 +95,56 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
     return out
 
 
-def worst_case_batch(cfg, processor, family, encoder_cls=None, *, declared: Declared | None = None,
-                     max_records: int = 5000) -> PlanBatch:
+def worst_case_batch(resolved, *, declared: Declared | None = None, max_records: int = 5000,
+                     spec: str | None = None, micro_batch_size: int | None = None) -> PlanBatch:
+    """`micro_batch_size` copies of the longest record of `spec` (default: the run's training data), found
+    by the one length engine (`Encoder.measure`, no pixels decoded) and then encoded for real; or the
+    declared media when there is no data."""
     import torch
 
     from ..data.collate import Collator
     from ..data.encode import Encoder
     from ..errors import DataError
 
-    enc = (encoder_cls or Encoder)(processor, family, cfg)
+    cfg, family = resolved.cfg, resolved.family
+    enc = Encoder.for_run(resolved)
     tok = enc.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    collate = Collator(pad, None)
-    mb = cfg.train.micro_batch_size
-    if cfg.data.train and declared is None:
+    collate = Collator(resolved.pad_token_id, None)
+    mb = micro_batch_size or cfg.train.micro_batch_size
+    spec = spec or cfg.data.train
+    if spec and declared is None:
         from ..data.sources import load_records
 
-        rs = load_records(cfg.data.train, cfg.data, split="train")
+        split = "train" if spec == cfg.data.train else "eval"
+        rs = load_records(spec, cfg.data, split=split)
         records = rs.records[:max_records]
         if not records:
-            raise DataError("the training set has no usable record to plan with", where=cfg.data.train,
+            raise DataError("the training set has no usable record to plan with", where=spec,
                             fix="check data.train; skipped: " + str(rs.skipped))
         worst, worst_n, counts = None, -1, {k: [] for k in MEDIA}
         skipped = dict(rs.skipped)
         for r in records:
             try:
-                item = enc.encode(r)
+                c = enc.measure(r)
+                if c["total"] > cfg.data.max_length:
+                    enc.encode(r)  # raises the "too long" BadRecord with its fix
             except DataError as e:
                 if cfg.data.on_bad_record == "skip":
                     reason = getattr(e, "reason", "bad record")
                     skipped[reason] = skipped.get(reason, 0) + 1
                     continue
                 raise
-            n = int(item["input_ids"].shape[-1])
-            for k, v in _media_counts(enc, item).items():
-                counts[k].append(v)
-            if n > worst_n:
-                worst, worst_n = item, n
-        src = f"worst-case record of {cfg.data.train} ({worst_n} tokens; {len(records)} records scanned" + \
+            for k in MEDIA:
+                counts[k].append(c[k])
+            if c["total"] > worst_n:
+                worst, worst_n = r, c["total"]
+        if worst is None:
+            raise DataError("no record of the training set can be planned with (all skipped)", where=spec,
+                            fix="see `mmtune data inspect CONFIG`; skipped: " + str(skipped))
+        item = enc.encode(worst)
+        src = f"worst-case record of {spec} ({worst_n} tokens; {len(records)} records scanned" + \
               (f" of {len(rs.records)}" if len(rs.records) > len(records) else "") + ")"
-        return PlanBatch(collate([worst] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
+        return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
     decl = declared or Declared.default_for(family.modalities)
     item = enc.encode(_declared_record(decl), check_length=False)

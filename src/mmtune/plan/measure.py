@@ -48,19 +48,22 @@ def _quant_state_tensors(model):
     return out
 
 
-def measure_step(cfg, micro_batch: dict, *, steps: int = 2) -> Measured:
+def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
+    """A real step of the run on this machine (a RunConfig is resolved for this machine first)."""
     import torch
 
     from ..build import build_model_and_adapters, make_accelerator
     from ..optim import make_optimizer
-    from ..precision import resolve_precision
+    from ..resolve import ResolvedRun, local_target, resolve_run
     from ..train.schedule import make_scheduler
     from ..train.step import optimizer_step
 
-    precision = resolve_precision(cfg.train.device, cfg.train.precision)
-    accelerator = make_accelerator(precision)
+    resolved = run if isinstance(run, ResolvedRun) else resolve_run(run, local_target(run.train.device),
+                                                                    for_training=True)
+    cfg = resolved.cfg
+    accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)
-    _, adapters = build_model_and_adapters(cfg, device=accelerator.device, dtype=precision.compute_dtype)
+    _, adapters = build_model_and_adapters(resolved, device=accelerator.device)
     model = adapters.model
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     model, optimizer = accelerator.prepare(model, optimizer)

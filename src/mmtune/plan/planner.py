@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 from ..errors import ConfigError, MMTuneError
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
 
 @dataclass
 class PlanResult:
@@ -60,38 +58,6 @@ class PlanResult:
         return json.dumps(self.to_dict(), indent=2)
 
 
-def _target(gpu):
-    """(GPUSpec or None for CPU, id)."""
-    from .gpus import get_gpu
-
-    if gpu is None:
-        import torch
-
-        if torch.cuda.is_available():
-            from .gpus import GPUS, GPUSpec
-
-            props = torch.cuda.get_device_properties(0)
-            for g in GPUS.values():
-                if g.name.lower() in props.name.lower():
-                    return g
-            return GPUSpec("cuda", props.name, props.total_memory, (props.major, props.minor),
-                           props.major >= 8, 100.0, 100.0 if props.major >= 8 else None, 1000.0, props.total_memory)
-        return None
-    return gpu if hasattr(gpu, "compute_capability") else get_gpu(gpu)
-
-
-def _precision(cfg, spec, decisions) -> str:
-    """The precision `train` would use on the target (the same rule, precision.decide_precision)."""
-    from ..precision import decide_precision
-
-    arch = f"{spec.name} (sm_{spec.compute_capability[0]}{spec.compute_capability[1]})" if spec else ""
-    precision, reason = decide_precision(cfg.train.precision, gpu=spec is not None,
-                                         bf16_ok=bool(spec and spec.bf16), arch=arch)
-    if reason:
-        decisions.append(f"precision: {reason}, as train decides")
-    return precision
-
-
 def _largest_unit_bytes(model) -> int:
     """Bytes of the largest decoder layer / encoder block (the unit FSDP and ZeRO-3 gather)."""
     from torch import nn
@@ -104,37 +70,35 @@ def _largest_unit_bytes(model) -> int:
     return best
 
 
-def _eval_batch(cfg, pm, declared):
-    """`eval.batch_size` copies of the worst-case eval record (the train set's when data.eval is not a file)."""
+def _eval_batch(resolved, declared):
+    """`eval.batch_size` copies of the worst-case eval record (the train set's when there is no eval file)."""
     from pathlib import Path
 
     from .batch import worst_case_batch
 
-    data = cfg.data
-    if data.eval and Path(str(data.eval)).expanduser().is_file() and declared is None:
-        data = data.model_copy(update={"train": data.eval})
-    ecfg = cfg.model_copy(update={"data": data, "train": cfg.train.model_copy(
-        update={"micro_batch_size": cfg.eval.batch_size})})
-    return worst_case_batch(ecfg, pm.processor, pm.family, declared=declared)
+    cfg = resolved.cfg
+    spec = cfg.data.eval if cfg.data.eval and Path(str(cfg.data.eval).partition("::")[0]).expanduser().exists() \
+        and not str(cfg.data.eval).startswith("synthetic:") else None
+    return worst_case_batch(resolved, declared=declared, spec=spec if declared is None else None,
+                            micro_batch_size=cfg.eval.batch_size)
 
 
-def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 2, plan_eval: bool = False,
-                 fast: bool = True):
+def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
     same trace faster; tests compare both."""
-    import torch
-
     from ..train.schedule import make_scheduler
     from .batch import worst_case_batch
     from .execute import run_steps
     from .fake import NoValueError, ValueFakeMode
     from .model import build_planned_model, materialize_fake
 
-    dtype = getattr(torch, DTYPES[cfg.train.precision])
-    pm = build_planned_model(cfg, dtype)
-    pb = worst_case_batch(cfg, pm.processor, pm.family, declared=declared)
+    cfg = resolved.cfg
+    target_cuda = resolved.target.gpu is not None
+    dtype = resolved.compute_dtype
+    pm = build_planned_model(resolved)
+    pb = worst_case_batch(resolved, declared=declared)
     mode = ValueFakeMode(fast=fast)
     groups = materialize_fake(pm.model, mode, pm.param_groups)
     optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
@@ -149,7 +113,7 @@ def trace_config(cfg, *, declared=None, target_cuda: bool = False, steps: int = 
         if plan_eval:
             from .execute import run_eval
 
-            eb = _eval_batch(cfg, pm, declared)
+            eb = _eval_batch(resolved, declared)
             ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
                                     max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate)
     except NoValueError as e:
@@ -200,26 +164,36 @@ def _untraceable(e: Exception, cfg) -> MMTuneError:
                            "settings and report the module to mmtune")
 
 
+def resolve_for_plan(cfg, gpu=None):
+    """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine."""
+    from ..resolve import ResolvedRun, resolve_run, target_for
+
+    if isinstance(cfg, ResolvedRun):
+        return cfg
+    return resolve_run(cfg, target_for(cfg, gpu, local=False), require_processor=True)
+
+
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=None,
             margin: float = 0.10, plan_eval: bool | None = None) -> PlanResult:
-    """Plan the run. `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the eval
-    phases (eval loss, generation) after the train steps; they count in the peak and in `fits`."""
+    """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
+    else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
+    eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
     from .timing import step_time
 
     t0 = time.perf_counter()
-    spec = _target(gpu)
-    decisions: list[str] = []
-    prec = _precision(cfg, spec, decisions)
-    if prec != cfg.train.precision:
-        cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": prec})})
+    resolved = resolve_for_plan(cfg, gpu)
+    cfg = resolved.cfg
+    spec = resolved.target.gpu
+    decisions: list[str] = resolved.summary_lines()
+    prec = resolved.precision
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
-    pm, pb, ex, _ = trace_config(cfg, declared=declared, target_cuda=spec is not None, plan_eval=plan_eval)
+    pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval)
     tr = ex.tracker.trace
     breakdown = breakdown_at_peak(ex)
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)

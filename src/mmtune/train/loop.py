@@ -74,7 +74,9 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
         out.mkdir(parents=True, exist_ok=True)
         from ..config import dump_config
 
-        (out / "config.resolved.yaml").write_text(dump_config(cfg))  # failure mode 23: the config in force
+        # Failure mode 23: the config in force, every automatic decision applied, each with its reason.
+        header = "".join(f"# {line}\n" for line in run.resolved.summary_lines())
+        (out / "config.resolved.yaml").write_text("# decisions (mmtune.resolve):\n" + header + dump_config(cfg))
 
     # ---- resume -------------------------------------------------------------------------------
     step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
@@ -195,8 +197,7 @@ def _evaluate(run, step, sinks, bar):
         metrics, preds = evaluate(run, records)
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
-            for p in preds:
-                f.write(json.dumps({"step": step, **p}) + "\n")
+            f.writelines(json.dumps({"step": step, **p}) + "\n" for p in preds)
         bar.note("eval " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     acc.wait_for_everyone()
     return metrics
@@ -249,4 +250,4 @@ def _baseline(run) -> dict:
         return {"error": str(e)}
 
 
-__all__ = ["train", "list_checkpoints"]
+__all__ = ["list_checkpoints", "train"]

@@ -115,13 +115,13 @@ def gradients_reach(ctx):
 def _grad_sources(ctx):
     """(batch kinds, {param: kinds that reached it}), computed once for MM011 and MM013."""
     from ..gradflow import example_batches, grad_sources
-    from ..pieces import compute_dtype
+    from ..pieces import real_dtype
 
     if "grad_sources" not in ctx._cache:
         g = ctx.need("grad_model")
         loaded = g.adapted.loaded
         batches = example_batches(loaded.processor, loaded.family, _record_signatures(ctx, loaded.family))
-        _, reached = grad_sources(g.adapted.result.model, batches, compute_dtype(g.cfg, True))
+        _, reached = grad_sources(g.adapted.result.model, batches, real_dtype(g.resolved))
         ctx.put("grad_sources", (sorted(batches), reached))
     return ctx._cache["grad_sources"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from ...data.sources import split_alias_of
 from ..findings import error, info, warning
 from ..registry import check
 
@@ -63,33 +64,6 @@ def _did_you_mean_file(p: Path) -> str | None:
     return str(parent / close[0]) if close else None
 
 
-# Split names datasets publish under, and the names users type (seed 002: ChartQA's `val`).
-SPLIT_ALIASES = {
-    "validation": ("val", "valid", "dev", "eval"),
-    "val": ("validation", "valid", "dev", "eval"),
-    "valid": ("validation", "val", "dev"),
-    "dev": ("validation", "val", "valid"),
-    "eval": ("validation", "val", "valid", "dev"),
-    "test": ("testing", "eval"),
-    "train": ("training",),
-    "training": ("train",),
-}
-
-
-def split_alias_of(p: Path) -> Path | None:
-    """An existing sibling whose name differs only by a split alias (val <-> validation, ...)."""
-    suffix = p.suffix if p.suffix in (".jsonl", ".json", ".parquet", ".arrow") else ""
-    stem = p.name[: len(p.name) - len(suffix)]
-    for name, aliases in SPLIT_ALIASES.items():
-        if stem == name or stem.endswith(("_" + name, "-" + name, "." + name)):
-            head = stem[: len(stem) - len(name)]
-            for alias in aliases:
-                cand = p.with_name(head + alias + suffix)
-                if cand.exists():
-                    return cand
-    return None
-
-
 def _data_paths(tree: dict):
     """Data paths from the raw tree, so they are checked even when another key fails validation."""
     data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
@@ -123,20 +97,14 @@ def data_files_exist(ctx):
 
 @check("MM015", "split names: val vs validation", needs=("tree",), fast=True, failure_mode=15)
 def split_names(ctx):
+    """What the resolved run reads for data.train / data.eval, where a split alias decided it (the same
+    rule `train` uses: mmtune.data.sources.resolve_split)."""
+    from ...data.sources import resolve_split
+
     for key, p in _data_paths(ctx.need("tree")):
-        if p.exists():
-            if p.is_dir() and (p / "dataset_dict.json").is_file():
-                import json
-
-                splits = json.loads((p / "dataset_dict.json").read_text()).get("splits", [])
-                yield info(f"{key}: dataset folder with splits {splits}; mmtune reads the "
-                           f"{'train' if key == 'data.train' else 'validation/val/eval'} split", where=key)
-            continue
-        alias = split_alias_of(p)
-        if alias is not None:
-            yield error(f"{key}: {str(p)!r} does not exist, but {str(alias)!r} does (the split is named "
-                        f"{alias.name!r} here)", where=key, fix=f"{key}={alias}")
-
+        chosen, note = resolve_split(str(p), "train" if key == "data.train" else "eval")
+        if note and chosen != str(p):
+            yield info(f"{key}: reads {chosen} ({note})", where=key, fix=f"{key}={chosen} to say so in the config")
 
 @check("MM028", "eval settings are consistent", fast=True)
 def eval_settings(ctx):

@@ -86,7 +86,7 @@ def checkpoint_dtypes(ctx):
 @check("MM004", "one compute dtype: no fp32/uint8 module left beside 4-bit weights", needs=("cfg", "adapted"),
        failure_mode=4)
 def compute_dtype_audit(ctx):
-    from ..pieces import compute_dtype
+    from ..pieces import real_dtype
 
     cfg, adapted = ctx.need("cfg"), ctx.need("adapted")
     if cfg.adapter.method == "qlora" and cfg.train.precision == "fp32":
@@ -94,7 +94,7 @@ def compute_dtype_audit(ctx):
                     "FlashAttention/bnb kernels expect fp16/bf16", where="train.precision",
                     fix="train.precision=bf16 (fp16 on GPUs without bf16)")
     if adapted.real:  # on meta, load_model casts and audits at real load time (check_dtypes)
-        yield from dtype_findings(adapted.result.model, adapted.loaded.family, compute_dtype(cfg, True),
+        yield from dtype_findings(adapted.result.model, adapted.loaded.family, real_dtype(ctx.need("resolved")),
                                   cfg.adapter.method == "qlora")
 
 

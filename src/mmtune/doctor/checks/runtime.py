@@ -21,7 +21,7 @@ def _first_records(ctx, n=2):
 
         raise NotAvailable("no usable training record (see the data findings)")
     data_cfg = cfg.data.model_copy(update={"on_bad_record": "skip"})
-    return load_records(cfg.data.train, data_cfg, split="train").records[:n]
+    return load_records(ctx.need("resolved").cfg.data.train, data_cfg, split="train").records[:n]
 
 
 @check("MM020", "batches are built on the CPU and can cross into spawned DataLoader workers",
@@ -33,14 +33,12 @@ def cpu_collate(ctx):
 
     from ...data.collate import Collator
     from ...data.encode import Encoder
-    from ..pieces import compute_dtype
 
-    cfg, pinfo = ctx.need("cfg"), ctx.need("processor_info")
+    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
+    ctx.need("processor_info")
     records = _first_records(ctx)
-    encoder = Encoder(pinfo.processor, pinfo.family, cfg)
-    tok = encoder.tokenizer
-    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    collator = Collator(pad, compute_dtype(cfg, False))
+    encoder = Encoder.for_run(resolved)
+    collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
     batch = collator([encoder.encode(r) for r in records])
     yield from batch_device_findings(batch)
     if cfg.train.num_workers > 0:
@@ -114,10 +112,10 @@ def loss_value(ctx):
     import torch
 
     from ...train.step import loss_sum
-    from ..pieces import compute_dtype
+    from ..pieces import real_dtype
 
     g, model, batch = _text_batch(ctx)
-    dtype = compute_dtype(g.cfg, True)
+    dtype = real_dtype(g.resolved)
     with torch.no_grad(), torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
         total, n = loss_sum(model, batch)
     yield from loss_findings(total, int(n), g.where("train.step.loss_sum"))

@@ -1,4 +1,11 @@
-"""Core sub-commands: train, eval, export. (plan, doctor, data, download register themselves.)"""
+"""The commands layer: what a command does, composed from the parts below it.
+
+`train` = load config -> resolve for the target -> preflight (doctor's fast checks, the memory plan)
+-> resolve for this machine -> build -> the loop. The parts (train/, plan/, doctor/, evaluate/) never
+import each other; only this layer (and the CLI above it) puts them together (docs/internals.md).
+Core sub-commands registered here: train, eval, export (plan, doctor, data, download register
+themselves from their own cli modules).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from .console import console, user_errors
+from ..console import console, user_errors
 
 CONFIG_ARG = typer.Argument(..., help="YAML config (a recipe), e.g. recipes/demo_counting.yaml")
 OVERRIDES_ARG = typer.Argument(None, help="dotted key=value overrides, e.g. train.max_steps=50 profile=t4_qlora")
@@ -22,12 +29,12 @@ def register_core(app: typer.Typer) -> None:
 @user_errors
 def train_cmd(
     config: Path = CONFIG_ARG,
-    overrides: Optional[list[str]] = OVERRIDES_ARG,
+    overrides: list[str] | None = OVERRIDES_ARG,
     smoke: bool = typer.Option(False, "--smoke", help="run through a tiny random twin of the model on CPU"),
     skip_checks: bool = typer.Option(False, "--skip-checks", help="do not run the doctor's fast checks first"),
 ):
     """Fine-tune: plan and check first, then train, evaluate and checkpoint."""
-    from .train.run import run_training
+    from .train import run_training
 
     summary = run_training(config, overrides or [], smoke=smoke, skip_checks=skip_checks)
     console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
@@ -35,9 +42,9 @@ def train_cmd(
 
 
 @user_errors
-def eval_cmd(config: Path = CONFIG_ARG, overrides: Optional[list[str]] = OVERRIDES_ARG):
+def eval_cmd(config: Path = CONFIG_ARG, overrides: list[str] | None = OVERRIDES_ARG):
     """Evaluate a checkpoint: mmtune eval CONFIG checkpoint=DIR [key=value ...]."""
-    from .train.run import run_eval
+    from .evaluate import run_eval
 
     metrics = run_eval(config, overrides or [])
     console.print_json(data=metrics)
@@ -47,10 +54,10 @@ def eval_cmd(config: Path = CONFIG_ARG, overrides: Optional[list[str]] = OVERRID
 def export_cmd(
     checkpoint: Path = typer.Argument(..., help="a checkpoint folder, or a run folder (its best, else latest)"),
     merge: bool = typer.Option(False, "--merge", help="merge LoRA into the base weights"),
-    out: Optional[Path] = typer.Option(None, "--out", help="output folder (default: <checkpoint>/export)"),
+    out: Path | None = typer.Option(None, "--out", help="output folder (default: <checkpoint>/export)"),
 ):
     """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model."""
-    from .export import export
+    from ..export import export
 
     path = export(checkpoint, merge=merge, out=out)
     console.print(f"exported to {path}")

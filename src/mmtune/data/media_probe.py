@@ -11,8 +11,8 @@ import io
 from functools import lru_cache
 from pathlib import Path
 
-from ..data.media import IMAGE_SUFFIXES, SOUNDFILE_SUFFIXES
 from ..errors import DataError
+from .media import IMAGE_SUFFIXES, SOUNDFILE_SUFFIXES
 
 
 def _src(part: dict):
@@ -49,15 +49,44 @@ def image_size(part: dict) -> tuple[int, int]:
     return _image_size_of_path(str(part["path"]))
 
 
-def video_shape(part: dict, n_frames: int, fps: float | None) -> tuple[int, int, int]:
-    """(frames sampled, height, width) of a video file or a folder of frames."""
+def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -> tuple[int, int, int]:
+    """(frames sampled, height, width) of an in-memory clip, a folder of frames or a video file.
+
+    Sampling by count (`fps=None`) takes exactly `n_frames`; a shorter video is the loader's
+    "video too short" BadRecord here too. By fps, the count is the clip's duration times fps."""
+    obj = part.get("video")
     path = part.get("path")
-    if path is not None and Path(path).is_dir():
+    if obj is not None:
+        total = len(obj)
+        first = obj[0]
+        h, w = (first.size[1], first.size[0]) if hasattr(first, "size") and not hasattr(first, "shape") \
+            else tuple(first.shape[:2])
+        seconds = None
+    elif path is not None and Path(path).is_dir():
         frames = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not frames:
             raise DataError("corrupt media (a video folder without image frames)", fix="put the frames (.jpg/.png) in the folder")
         h, w = _image_size_of_path(str(frames[0]))
-        return min(n_frames, len(frames)), h, w
+        total, seconds = len(frames), None
+    else:
+        total, seconds, h, w = _video_file_header(part)
+    if fps:
+        n = max(1, int(seconds * fps)) if seconds else n_frames
+    else:
+        if total and total < n_frames:
+            from .formats import BadRecord
+            from .records import media_label
+
+            raise BadRecord("video too short", f"video has {total} frame(s), fewer than model.video_frames={n_frames}: "
+                            f"{media_label(part)}", where,
+                            f"model.video_frames={total} (or fewer), model.video_fps=N to sample by time, "
+                            "or data.on_bad_record=skip to drop such records (they are counted)")
+        n = n_frames
+    return n, h, w
+
+
+def _video_file_header(part: dict) -> tuple[int, float | None, int, int]:
+    """(frame count or 0 when the container does not say, seconds or None, height, width)."""
     import av
 
     try:
@@ -67,18 +96,14 @@ def video_shape(part: dict, n_frames: int, fps: float | None) -> tuple[int, int,
             stream = container.streams.video[0]
             w, h = stream.codec_context.width, stream.codec_context.height
             total = stream.frames or 0
-            if fps and stream.average_rate and stream.duration and stream.time_base:
-                seconds = float(stream.duration * stream.time_base)
-                n = max(1, int(seconds * fps))
-            else:
-                n = n_frames if total == 0 else min(n_frames, total)
+            seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
     except FileNotFoundError:
         raise DataError("missing media", fix="check the path and data.media_root") from None
     except av.error.FFmpegError as e:
         raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
     if not w or not h:
         raise DataError("corrupt media (video without frame size)", fix="re-encode the video")
-    return n, h, w
+    return total, seconds, h, w
 
 
 def audio_seconds(part: dict) -> float:

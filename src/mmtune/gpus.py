@@ -2,8 +2,8 @@
 
 Figures from vendor spec sheets (see /work/shared/FACTS.md). `memory_bytes` is the card's nominal
 memory (GB as 2**30 bytes); what CUDA reports as usable is a little lower and the planner's CUDA
-overhead model accounts for the context on top. Created by the doctor engineer because the doctor's
-hardware checks needed it first; owned by the planner.
+overhead model accounts for the context on top. Below every command: the resolved run reads it for its
+precision and attention decisions on a target GPU, `plan` for memory and speed.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def get_gpu(name: str) -> GPUSpec:
     key = ALIASES.get(key, key)
     if key in GPUS:
         return GPUS[key]
-    from ..errors import ConfigError
+    from .errors import ConfigError
 
     close = difflib.get_close_matches(key, list(GPUS) + list(ALIASES), n=1)
     raise ConfigError(f"unknown GPU {name!r}", where="--gpu / train.gpu",

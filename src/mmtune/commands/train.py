@@ -1,0 +1,88 @@
+"""`mmtune train`: config -> target decisions -> preflight (doctor, plan) -> this machine's run -> loop."""
+
+from __future__ import annotations
+
+from rich.markup import escape
+
+from ..console import console
+from ..errors import MMTuneError
+
+# Preflight findings a --smoke run may ignore: it runs the tiny twin, so the real model need not be here.
+SMOKE_IGNORES = {"MM024"}
+
+
+def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
+    """(config as written, config that runs, notes): the same unless --smoke swaps in the tiny twin."""
+    from ..config import load_config
+    from ..smoke import smoke_config
+
+    cfg = load_config(config_path, overrides)
+    if not smoke:
+        return cfg, cfg, []
+    run_cfg, notes = smoke_config(cfg)
+    return cfg, run_cfg, notes
+
+
+def resolve_target(cfg):
+    """The run as it will execute on its target GPU (train.gpu), else on this machine."""
+    from ..resolve import resolve_run, target_for
+
+    return resolve_run(cfg, target_for(cfg, local=False))
+
+
+def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: bool = False) -> dict | None:
+    """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit), both
+    on the resolved run of the target. Returns the predicted peak bytes when a GPU plan was made."""
+    if not skip_checks:
+        from ..doctor.runner import run_doctor
+
+        report = run_doctor(config_path, list(overrides), gpu=None, fast=True, resolved=target_run)
+        errors = []
+        for f in report.findings:
+            if f.severity not in ("error", "warning"):
+                continue
+            if smoke and f.code in SMOKE_IGNORES:
+                continue
+            errors += [f] if f.severity == "error" else []
+            console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
+                          + escape(f.message) + (f"  ({escape(str(f.where))})" if f.where else "")
+                          + (f"\n    fix: {escape(f.fix)}" if f.fix else ""), soft_wrap=True)
+        if errors:
+            raise MMTuneError(f"mmtune doctor found {len(errors)} error(s); the run was not started",
+                              fix="fix them (see above; `mmtune doctor CONFIG` for all checks), or --skip-checks")
+    if smoke or target_run.target.gpu is None:
+        return None  # a smoke run is on the CPU by definition; no GPU, no GPU plan
+    try:
+        from ..plan import predict
+    except ImportError:
+        return None
+    plan = predict(target_run)
+    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB on {plan.gpu_name}, "
+                  f"{'fits' if plan.fits else 'does NOT fit'}")
+    if not plan.fits and not target_run.cfg.train.ignore_plan:
+        raise MMTuneError(
+            f"the planner predicts this run needs {plan.peak_reserved_bytes / 2**30:.2f} GiB, more than "
+            f"{plan.gpu_name} offers", where="train / model / data settings",
+            fix="run `mmtune plan CONFIG --search --gpu NAME` for a config that fits, or train.ignore_plan=true")
+    return {"predicted_peak_bytes": int(plan.peak_allocated_bytes),
+            "predicted_peak_reserved_bytes": int(plan.peak_reserved_bytes)}
+
+
+def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
+    from ..build import build_run
+    from ..resolve import local_target, resolve_run
+    from ..train.loop import train
+    from ..train.summary import print_start_summary
+
+    cfg, run_cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
+    target_run = resolve_target(cfg)
+    if smoke:
+        # What the real run will decide on its target, said before the twin runs on the CPU.
+        notes = [f"on {target_run.target.describe()}: {line}" for line in target_run.summary_lines()
+                 if not line.startswith("target:")] + notes
+    plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
+    here = resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
+    run = build_run(here)
+    if run.accelerator.is_main_process:
+        print_start_summary(run, notes)
+    return train(run, plan=plan)

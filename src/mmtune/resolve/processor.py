@@ -1,0 +1,147 @@
+"""The run's processor, from one place, and the media caps it applies.
+
+Sources, in order: a tiny twin's local processor; a model folder on disk; the local hub cache; for a
+model known only by an embedded public config (plan and doctor before any download), a stand-in: the
+family's processor class with a locally made tokenizer, configured with the real model's patch sizes,
+pixel caps and audio features, so media token counts are the real model's (text counts approximate).
+Training (`for_training=True`) never uses a stand-in: it loads the real processor (downloading it
+when the hub is reachable).
+
+Media caps are set on the processor here, once, and read back from it: what the resolved run reports
+is what the processor will do (a Qwen image processor keeps its caps in a `SizeDict`, not in
+`max_pixels` attributes; reading them back is how a cap that did not take is caught).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ModelLoadError
+
+
+@dataclass
+class ProcessorSource:
+    processor: Any
+    description: str
+    exact_text: bool  # False for the stand-in: its tokenizer is not the model's
+
+
+def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
+    from ..models.loading import _cached_snapshot, load_processor_from, model_folder
+    from ..models.tiny import is_tiny, tiny_config_and_processor
+
+    name = cfg.model.name
+    if is_tiny(name):
+        return ProcessorSource(tiny_config_and_processor(name)[1], f"{name} (tiny twin, made locally)", True)
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        folder = model_folder(name, cfg.model.revision, family, weights=for_training)
+        return ProcessorSource(load_processor_from(str(folder), family, cfg), f"model folder {folder}", True)
+    snap = _cached_snapshot(name, cfg.model.revision)
+    if snap is not None and _has_processor_files(snap):
+        return ProcessorSource(load_processor_from(str(snap), family, cfg), f"{name} (local hub cache)", True)
+    if for_training:
+        folder = model_folder(name, cfg.model.revision, family)
+        return ProcessorSource(load_processor_from(str(folder), family, cfg), f"{name} ({folder})", True)
+    from ..models.configs import embedded
+
+    spec = embedded(name)
+    if spec is not None:
+        proc = stand_in_processor(family, dict(spec.get("processor", {})))
+        return ProcessorSource(proc, f"stand-in for {spec['hub_id']}: {family.processor_class or 'tokenizer'} with "
+                               "the embedded media facts and a local tokenizer (media token counts exact, text "
+                               "approximate; the real processor is used once the model is downloaded)", False)
+    raise ModelLoadError(f"the processor of {name} is not on this machine and no embedded config knows it",
+                         where="model.name", fix=f"mmtune download {name}   (a few MB of processor files suffice "
+                                                 "for doctor and data inspect; weights only for training)")
+
+
+def _has_processor_files(folder: Path) -> bool:
+    return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
+
+
+def stand_in_processor(family, facts: dict):
+    """The family's processor class with the local tokenizer, configured with the real model's media facts."""
+    from ..models.tiny import tiny_config_and_processor
+
+    if not family.tiny:
+        raise ModelLoadError(f"no stand-in processor for family {family.name!r} (it has no tiny twin)",
+                             where="model.name", fix="point model.name at a local model folder that has its processor files")
+    _, proc = tiny_config_and_processor(family.tiny)
+    for part in ("image_processor", "video_processor"):
+        sub = getattr(proc, part, None)
+        if sub is None:
+            continue
+        for key in ("patch_size", "merge_size", "temporal_patch_size"):
+            if key in facts and hasattr(sub, key):
+                setattr(sub, key, facts[key])
+    set_pixel_caps(proc, facts.get("min_pixels"), facts.get("max_pixels"))
+    fe = getattr(proc, "feature_extractor", None)
+    keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft")
+    if fe is not None and any(k in facts for k in keys):
+        # Rebuilt, not patched: the mel filter bank is computed from feature_size at construction.
+        proc.feature_extractor = type(fe)(**{k: facts.get(k, getattr(fe, k)) for k in keys if hasattr(fe, k)})
+    return proc
+
+
+# --------------------------------------------------------------------------- pixel caps
+
+_EDGE = {"min_pixels": "shortest_edge", "max_pixels": "longest_edge"}
+
+
+def _pixel_parts(processor):
+    return [(n, getattr(processor, n)) for n in ("image_processor", "video_processor")
+            if getattr(processor, n, None) is not None]
+
+
+def _is_pixel_capped(sub) -> bool:
+    """Qwen-style processors resize to a pixel budget; CLIP/SigLIP-style ones crop to a fixed size."""
+    size = getattr(sub, "size", None)
+    edge = size.get("longest_edge") if isinstance(size, dict) else getattr(size, "longest_edge", None)
+    return hasattr(sub, "merge_size") and (edge is not None or getattr(sub, "max_pixels", None) is not None)
+
+
+def set_pixel_caps(processor, min_pixels: int | None, max_pixels: int | None) -> None:
+    """Set min/max pixels on every pixel-budget processor part, whatever holds them (attribute, dict or SizeDict)."""
+    for _, sub in _pixel_parts(processor):
+        if not _is_pixel_capped(sub):
+            continue
+        for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+            if value is None:
+                continue
+            size = getattr(sub, "size", None)
+            if isinstance(size, dict):
+                sub.size = dict(size, **{_EDGE[key]: value})
+            elif size is not None and hasattr(size, _EDGE[key]):
+                setattr(size, _EDGE[key], value)
+            if hasattr(sub, key):
+                setattr(sub, key, value)
+
+
+def read_pixel_caps(processor) -> dict[str, tuple[int | None, int | None]]:
+    """{part: (min_pixels, max_pixels)} as the processor will apply them; parts with a fixed crop omitted."""
+    out = {}
+    for name, sub in _pixel_parts(processor):
+        if not _is_pixel_capped(sub):
+            continue
+        size = getattr(sub, "size", None)
+
+        def get(key, sub=sub, size=size):
+            v = size.get(_EDGE[key]) if isinstance(size, dict) else getattr(size, _EDGE[key], None)
+            return v if v is not None else getattr(sub, key, None)
+
+        out[name] = (get("min_pixels"), get("max_pixels"))
+    return out
+
+
+def fixed_crop(processor) -> tuple[int, int] | None:
+    """(height, width) an image is resized/cropped to by CLIP/SigLIP-style processors, else None."""
+    sub = getattr(processor, "image_processor", None)
+    if sub is None or _is_pixel_capped(sub):
+        return None
+    crop = getattr(sub, "crop_size", None) or getattr(sub, "size", None)
+    h = crop.get("height") if isinstance(crop, dict) else getattr(crop, "height", None)
+    w = crop.get("width") if isinstance(crop, dict) else getattr(crop, "width", None)
+    return (int(h), int(w)) if h and w else None

@@ -1,0 +1,234 @@
+"""`resolve_run(cfg, target)`: the one place a run's automatic decisions are made.
+
+A `ResolvedRun` is immutable and holds every decision with its reason: device, precision and loss
+scaling, attention, quantization, pad id, the processor with its effective media caps, data splits,
+trainable components, evaluation metrics. `train`, `plan`, `doctor`, `eval` and `data inspect` all
+start from one and re-derive nothing; `config.resolved.yaml` and the start-up summary print it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.schema import RunConfig
+from ..errors import MMTuneError
+from .decisions import (
+    Decision,
+    decide_attention,
+    decide_best_metric,
+    decide_pad_id,
+    decide_precision,
+    decide_quantization,
+    trainable_components,
+)
+from .target import Target
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass(frozen=True)
+class MediaCaps:
+    """What one media item may become, as the processor and the media loader will apply it."""
+
+    min_pixels: int | None = None  # per image / video frame, after the processor's resize
+    max_pixels: int | None = None
+    fixed_crop: tuple[int, int] | None = None  # CLIP/SigLIP-style processors: every image -> this size
+    video_frames: int = 8
+    video_fps: float | None = None
+    audio_max_seconds: float = 30.0
+    sampling_rate: int = 16000
+
+
+@dataclass(frozen=True)
+class DataSplit:
+    key: str  # data.train / data.eval
+    spec: str  # what to read: a path (maybe PATH::SPLIT after alias resolution) or synthetic:NAME
+    split: str  # "train" or "eval": which split of a folder / dataset is read
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    cfg: RunConfig  # the config in force: automatic decisions applied (precision, attention, data specs)
+    requested: RunConfig  # the config as written (YAML + profile + overrides)
+    target: Target
+    family: Any  # models.families.Family
+    precision: str  # fp32 | bf16 | fp16
+    loss_scaling: bool  # fp16 + GradScaler
+    attn_implementation: str
+    quantization: str | None
+    trainable: tuple[str, ...]
+    metrics: tuple[str, ...]
+    greater_is_better: bool
+    splits: tuple[DataSplit, ...]
+    decisions: tuple[Decision, ...]
+    # Processor-dependent: None with `processor_error` set when the processor cannot be had here.
+    processor: Any = field(default=None, compare=False, repr=False)
+    processor_source: str = ""
+    exact_text_tokens: bool = True
+    pad_token_id: int | None = None
+    media: MediaCaps = MediaCaps()
+    processor_error: MMTuneError | None = field(default=None, compare=False)
+
+    @property
+    def device(self) -> str:
+        return self.target.device
+
+    @property
+    def compute_dtype(self):
+        import torch
+
+        return getattr(torch, _DTYPES[self.precision])
+
+    @property
+    def accelerate_mixed_precision(self) -> str:
+        return {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[self.precision]
+
+    def need_processor(self):
+        """The processor, or the reason it cannot be had here (raised as the original error)."""
+        if self.processor is None:
+            raise self.processor_error or MMTuneError("no processor was resolved for this run")
+        return self.processor
+
+    def decision(self, key: str) -> Decision | None:
+        return next((d for d in self.decisions if d.key == key), None)
+
+    def split(self, key: str) -> DataSplit | None:
+        return next((s for s in self.splits if s.key == key), None)
+
+    def summary_lines(self) -> list[str]:
+        return [d.line() for d in self.decisions]
+
+    def to_dict(self) -> dict:
+        """What config.resolved.yaml records under `resolved:`."""
+        return {
+            "target": self.target.describe(),
+            "family": self.family.name,
+            "precision": self.precision, "loss_scaling": self.loss_scaling,
+            "attn_implementation": self.attn_implementation, "quantization": self.quantization,
+            "pad_token_id": self.pad_token_id, "processor": self.processor_source,
+            "media": {k: v for k, v in vars(self.media).items()},
+            "data": {s.key: s.spec for s in self.splits},
+            "trainable": list(self.trainable), "metrics": list(self.metrics),
+            "greater_is_better": self.greater_is_better,
+            "decisions": [d.line() for d in self.decisions],
+        }
+
+
+def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
+                require_processor: bool = False) -> ResolvedRun:
+    """Decide everything about `cfg` on `target`, once.
+
+    `for_training`: the run executes here, so the real processor is loaded (downloaded if need be);
+    otherwise (plan, doctor, data inspect) a processor on disk or the embedded stand-in is used, and a
+    processor that cannot be had is recorded in `processor_error` unless `require_processor`.
+    """
+    from ..data.sources import resolve_split
+    from ..models.loading import refuse_device_map, resolve_family
+
+    refuse_device_map(cfg)
+    family = resolve_family(cfg)
+    decisions: list[Decision] = [Decision("target", target.describe(), "where the run executes" if target.local
+                                          else "the GPU the run is planned for")]
+    precision, scaled, d = decide_precision(cfg.train.precision, target)
+    decisions.append(d)
+    attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
+    decisions.append(d)
+    quant, d = decide_quantization(cfg.adapter)
+    if d:
+        decisions.append(d)
+    trainable = trainable_components(cfg.adapter, family)
+    decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
+    greater, d = decide_best_metric(cfg.eval)
+    decisions.append(d)
+
+    splits, data_updates = [], {}
+    for key, split in (("data.train", "train"), ("data.eval", "eval")):
+        spec = getattr(cfg.data, key.split(".")[1])
+        if not spec:
+            continue
+        chosen, note = resolve_split(spec, split)
+        splits.append(DataSplit(key, chosen, split))
+        if note:
+            decisions.append(Decision(key, chosen, note, changed=chosen != spec))
+        if chosen != spec:
+            data_updates[key.split(".")[1]] = chosen
+
+    updates = {"train": cfg.train.model_copy(update={"precision": precision}),
+               "model": cfg.model.model_copy(update={"attn_implementation": attn})}
+    if data_updates:
+        updates["data"] = cfg.data.model_copy(update=data_updates)
+    effective = cfg.model_copy(update=updates)
+    fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
+                  loss_scaling=scaled, attn_implementation=attn, quantization=quant, trainable=trainable,
+                  metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
+
+    from .processor import load_run_processor
+
+    try:
+        src = load_run_processor(cfg, family, for_training=for_training)
+    except MMTuneError as e:
+        if require_processor or for_training:
+            raise
+        decisions.append(Decision("processor", "unavailable", e.what))
+        return ResolvedRun(decisions=tuple(decisions), processor_error=e, **fields)
+    media, media_decisions = _media_caps(src.processor, cfg.model)
+    pad_id, d = decide_pad_id(src.processor)
+    decisions += [Decision("processor", src.description, "exact" if src.exact_text else "stand-in"), d,
+                  *media_decisions]
+    return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
+                       exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
+
+
+def resolve_here(run_or_cfg) -> ResolvedRun:
+    """A ResolvedRun as is; a RunConfig resolved for running on this machine (train.device)."""
+    if isinstance(run_or_cfg, ResolvedRun):
+        return run_or_cfg
+    from .target import local_target
+
+    return resolve_run(run_or_cfg, local_target(run_or_cfg.train.device), for_training=True)
+
+
+def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
+    """Apply the config's pixel caps to the processor (once), then read back what it will do."""
+    from .processor import fixed_crop, read_pixel_caps, set_pixel_caps
+
+    set_pixel_caps(processor, model_cfg.min_pixels, model_cfg.max_pixels)
+    caps = read_pixel_caps(processor)
+    decisions = []
+    lo = hi = None
+    for part, (mn, mx) in caps.items():
+        asked = [(k, v, got) for k, v, got in (("model.min_pixels", model_cfg.min_pixels, mn),
+                                               ("model.max_pixels", model_cfg.max_pixels, mx)) if v is not None]
+        for key, want, got in asked:
+            if got != want:
+                raise MMTuneError(f"{key}={want} did not take on the {part} (it applies {got})", where=key,
+                                  fix="report this processor to mmtune")
+        lo, hi = mn, mx
+    if caps:
+        src = "model.max_pixels" if model_cfg.max_pixels else "the processor's default"
+        decisions.append(Decision("model.max_pixels", f"{hi} ({_side(hi)})", src, changed=not model_cfg.max_pixels))
+        src = "model.min_pixels" if model_cfg.min_pixels else "the processor's default"
+        decisions.append(Decision("model.min_pixels", f"{lo} ({_side(lo)})", src, changed=not model_cfg.min_pixels))
+    crop = fixed_crop(processor)
+    if crop:
+        decisions.append(Decision("image size", f"{crop[1]}x{crop[0]}", "fixed by the processor (every image resized)"))
+    fe = getattr(processor, "feature_extractor", None)
+    rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
+    kinds = {k for k in ("video", "audio") if getattr(processor, f"{k}_processor" if k == "video" else "feature_extractor",
+                                                       None) is not None}
+    if "video" in kinds:
+        how = f"{model_cfg.video_fps:g} fps" if model_cfg.video_fps else f"{model_cfg.video_frames} frames uniformly"
+        decisions.append(Decision("model.video_frames", how, "model.video_fps" if model_cfg.video_fps else "model.video_frames"))
+    if "audio" in kinds:
+        decisions.append(Decision("model.audio_max_seconds", f"{model_cfg.audio_max_seconds:g} s at {rate} Hz",
+                                  "model.audio_max_seconds; the processor's sampling rate"))
+    return MediaCaps(min_pixels=lo, max_pixels=hi, fixed_crop=crop, video_frames=model_cfg.video_frames,
+                     video_fps=model_cfg.video_fps, audio_max_seconds=model_cfg.audio_max_seconds,
+                     sampling_rate=rate), decisions
+
+
+def _side(pixels: int | None) -> str:
+    if not pixels:
+        return "-"
+    return f"~{int(pixels ** 0.5)}px square"
