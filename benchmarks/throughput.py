@@ -63,7 +63,7 @@ def run_plain(args) -> dict:
 
     from mmtune.data.sources import load_records
     from mmtune.models.tiny import build_tiny
-    from mmtune.train.batches import BatchStream
+    from mmtune.data.batches import BatchStream
 
     cfg = _config(args)
     torch.manual_seed(0)

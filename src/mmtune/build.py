@@ -61,14 +61,130 @@ def make_accelerator(resolved: ResolvedRun):
     return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
 
 
+def load_model(run, *, device="cpu", dtype=None, meta: bool = False) -> LoadedModel:
+    """Build the model a resolved run names, ready for adapters (see module docstring).
+
+    One builder, three materialisations: real weights (`meta=False`), structure on `meta` (doctor,
+    and the planner, which then turns every meta tensor into a fake one: plan/model.py). Attention,
+    quantization, precision and the processor come from the resolved run; `dtype` overrides the compute
+    dtype (the doctor runs an fp16 plan's tiny twin in bf16 on the CPU)."""
+    import torch
+
+    from .models.loading import (
+        _bnb_config,
+        _decide,
+        _model_class,
+        as_torch_dtype,
+        build_from_config,
+        check_dtypes,
+        check_no_meta,
+        enable_checkpointing,
+        load_hf_config,
+        meta_config,
+        model_folder,
+        quantize_decoder_4bit,
+        remap_token_ids,
+    )
+    from .models.tiny import is_tiny
+    from .resolve import local_target, resolve_here, resolve_run
+
+    if meta and not isinstance(run, ResolvedRun):  # structure only: no real processor needed
+        run = resolve_run(run, local_target(run.train.device))
+    run = resolve_here(run)  # a bare RunConfig (tests, export, compose): resolved for this machine
+    cfg, family = run.cfg, run.family
+    dtype = as_torch_dtype(dtype if dtype is not None else run.compute_dtype)
+    device = torch.device("meta") if meta else torch.device(device)
+    attn = run.attn_implementation
+    if meta and attn == "flash_attention_2":
+        attn = "sdpa"  # FlashAttention-2 cannot be built without CUDA; same O(seq) memory as SDPA's kernels
+    decisions: list[str] = []
+    qlora = run.quantization is not None
+    name = cfg.model.name
+    processor = run.processor
+
+    if meta:
+        if is_tiny(name):
+            from .models.tiny import tiny_config_and_processor
+
+            config = tiny_config_and_processor(name)[0]
+        else:
+            config = meta_config(cfg)
+        if config is None:
+            config = load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
+        if processor is not None and not run.exact_text_tokens:
+            remap_token_ids(config, processor)
+        from accelerate import init_empty_weights
+
+        # Parameters on meta (never allocated); buffers real, so integer buffers such as CLIP's
+        # `position_ids` keep their values for the planner's fake step (they are small).
+        with init_empty_weights(include_buffers=False):
+            model = build_from_config(family, config, dtype, attn)
+        for p in model.parameters():  # `_keep_in_fp32_modules` aside, one compute dtype (as below)
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        _decide(decisions, f"model: {name} built on meta from its config (no weights)")
+        if qlora:
+            from .models.packed4bit import replace_decoder_linears
+
+            n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+    elif is_tiny(name):
+        from .models.tiny import build_tiny
+
+        model, _ = build_tiny(name, seed=cfg.train.seed, attn_implementation=attn)
+        model.to(device=device, dtype=dtype)
+        config = model.config
+        _decide(decisions, f"model: {name} (tiny random twin of {family.model_class})")
+        if qlora:
+            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
+                                      cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+    else:
+        src = model_folder(name, cfg.model.revision, family)
+        kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
+                      trust_remote_code=cfg.model.trust_remote_code,
+                      # the whole model on this process's device: placement, never offload (failure mode 7)
+                      device_map={"": device})
+        if qlora:
+            kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
+            _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
+                               "vision/audio/projector/lm_head unquantized")
+        try:
+            model = _model_class(family).from_pretrained(str(src), **kwargs)
+        except OSError as e:
+            from .errors import ModelLoadError
+
+            raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
+                                 fix=f"mmtune download {name}") from None
+        config = model.config
+        _decide(decisions, f"model: {name} from {src}")
+
+    if not meta:
+        # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for
+        # every non-quantized floating parameter is what FlashAttention and the optimizer expect.
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype != dtype:
+                p.data = p.data.to(dtype)
+        check_dtypes(model, dtype)
+        check_no_meta(model)
+    if cfg.model.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+        # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
+        enable_checkpointing(model)
+        model.config.use_cache = False
+        _decide(decisions, "gradient checkpointing: on (non-reentrant)")
+    _decide(decisions, f"dtype: {dtype} for every floating parameter; device: {device}")
+    from .models.loading import LoadedModel
+
+    return LoadedModel(model=model, processor=processor, family=family, config=config,
+                       attn_implementation=attn, quantized=qlora and not meta, decisions=decisions)
+
+
 def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None, meta: bool = False):
     """Model + processor + family with adapters applied and trainable weights in fp32 (every command's
     model: train real, doctor real or meta, plan meta then fake)."""
     import torch
 
     from .adapters import apply_adapters
-    from .models.loading import load_model
-
     loaded = load_model(resolved, device=device, dtype=dtype, meta=meta)
     cfg = resolved.cfg
     if meta:  # new LoRA weights on meta too: nothing allocated, no init computed

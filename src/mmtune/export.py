@@ -40,7 +40,7 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
         return out
     from peft import PeftModel
 
-    from .models.loading import load_model
+    from .build import load_model
     from .resolve import local_target, resolve_run
 
     cfg = run_config_of(ckpt)

@@ -9,7 +9,7 @@ from mmtune.adapters import apply_adapters, component_of
 from mmtune.config.schema import RunConfig
 from mmtune.errors import ConfigError
 from mmtune.models.examples import example_batch
-from mmtune.models.loading import load_model
+from mmtune.build import load_model
 
 
 def setup(name="tiny/qwen2-vl", dtype="fp32", ckpt=True, lr=1e-3, **adapter):

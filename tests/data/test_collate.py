@@ -50,7 +50,7 @@ class _DS:
 
 
 def test_dataloader_order_and_resume_skip():
-    from mmtune.train.batches import BatchStream, micro_batches_of_epoch
+    from mmtune.data.batches import BatchStream, micro_batches_of_epoch
     from mmtune.train.loop import _FromStream
 
     col = Collator(0)

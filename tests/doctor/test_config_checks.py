@@ -73,8 +73,11 @@ def test_mm015_split_alias(doctor, tmp_path):
 
 
 def test_mm028_eval_settings(doctor):
-    rep = doctor({**GOOD, "eval": {"every": 10, "best_metric": "accuracy"}}, "MM028")
-    assert {f.severity for f in rep.findings} == {"warning", "error"}
+    rep = doctor({**GOOD, "eval": {"every": 10}}, "MM028")  # evaluating every 10 steps with no eval set
+    assert {f.severity for f in rep.findings} == {"warning"}
+    # a best_metric that is not computed is a config error at load time (the schema's cross-field rule)
+    rep = doctor({**GOOD, "eval": {"best_metric": "accuracy"}}, "MM019")
+    assert [f.code for f in rep.errors] == ["MM019"] and "is not computed" in rep.errors[0].message
     assert doctor(GOOD, "MM028").findings == []
 
 

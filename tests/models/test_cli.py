@@ -25,7 +25,7 @@ def test_compose_command_writes_a_loadable_llava_folder(tmp_path):
 
     from mmtune.config.schema import RunConfig
     from mmtune.models.examples import example_batch
-    from mmtune.models.loading import load_model
+    from mmtune.build import load_model
     from mmtune.models.tiny import build_tiny
 
     clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -25,7 +25,7 @@ def test_compose_audio_copies_parts_trains_and_reloads(tmp_path):
     from transformers import Qwen2AudioForConditionalGeneration
 
     from mmtune.config.schema import RunConfig
-    from mmtune.models.loading import load_model
+    from mmtune.build import load_model
 
     whisper, fe, lm, tok = parts()
     c = compose_audio(whisper, lm, tokenizer=tok, feature_extractor=fe)

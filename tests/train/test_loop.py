@@ -18,7 +18,7 @@ def _metrics(out: Path, kind="train"):
 def test_logged_loss_equals_an_independent_computation(tiny_vl_config):
     """Step 1's logged loss is the token-weighted mean over all 4 records of the accumulated step,
     computed here with the model's own per-record loss (transformers' shift + mean), before the update."""
-    from mmtune.train.batches import BatchStream
+    from mmtune.data.batches import BatchStream
 
     cfg = load_config(tiny_vl_config(train={"max_steps": 1, "lr": 1e-2}), [])
     run = build_run(cfg)

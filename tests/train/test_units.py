@@ -3,7 +3,7 @@ import math
 import pytest
 
 from mmtune.evaluate import metrics as M
-from mmtune.train.batches import BatchStream, micro_batches_of_epoch
+from mmtune.data.batches import BatchStream, micro_batches_of_epoch
 from mmtune.train.schedule import lr_factor
 
 

@@ -133,6 +133,11 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
             elif err["type"] == "missing":
                 msg = f"missing required key {key!r}"
                 fix = f"add {key}: ... to the config or pass {key}=... on the command line"
+            elif err["type"] == "value_error":  # our cross-field rules: the message names the keys itself
+                text = str(err["msg"]).removeprefix("Value error, ")
+                key = text.split("=")[0].split(":")[0] if not key else key
+                where = _source_of(key, overrides, path)
+                msg, fix = (f"{key}: {text}" if not text.startswith(key) else text), None
             else:
                 msg = f"{key}: {err['msg']} (got {err.get('input')!r})"
                 fix = None

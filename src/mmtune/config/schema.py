@@ -95,6 +95,22 @@ class TrainConfig(Section):
 class EvalConfig(Section):
     every: int | None = Field(None, gt=0, description="evaluate every N steps (and at the end)")
     metrics: list[str] = Field(default_factory=lambda: ["exact_match"])
+
+    @field_validator("metrics")
+    @classmethod
+    def _known_metrics(cls, v: list[str]) -> list[str]:
+        # At load time, not at the first evaluation after hours of training.
+        import difflib
+
+        from ..evaluate.metrics import METRICS
+
+        for name in v:
+            if name not in METRICS:
+                close = difflib.get_close_matches(name, list(METRICS), n=1)
+                raise ValueError(f"unknown metric {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                                 + f" (known: {', '.join(sorted(METRICS))})")
+        return v
+
     best_metric: str = "eval_loss"
     greater_is_better: bool | None = None  # inferred from the metric name when unset
     max_new_tokens: int = Field(16, gt=0)
@@ -128,6 +144,10 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _consistent(self):
+        best = self.eval.best_metric
+        if best.split("/")[0] not in {"eval_loss", *self.eval.metrics}:
+            raise ValueError(f"eval.best_metric={best!r} is not computed: it must be eval_loss or one of "
+                             f"eval.metrics {self.eval.metrics} (add it there, or eval.best_metric=eval_loss)")
         comps = {"vision", "audio", "projector", "decoder", "lm_head"}
         for key in ("train_components", "freeze_components"):
             for c in getattr(self.adapter, key):

@@ -11,7 +11,7 @@ compute dtype here so the model never sees fp32 pixels next to bf16 weights (fai
 
 from __future__ import annotations
 
-from ..train.batches import epoch_order  # one definition of the shuffle order, shared with resume
+from .batches import epoch_order  # one definition of the shuffle order, shared with resume
 
 __all__ = ["Collator", "epoch_order", "make_dataloader"]
 

@@ -34,7 +34,7 @@ def grad_sources(model, batches: dict[str, dict], dtype) -> tuple[list[str], dic
     """(trainable parameter names, {name: signatures whose backward reached it})."""
     import torch
 
-    from ..train.step import loss_sum
+    from ..loss import loss_sum
 
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     reached: dict[str, set[str]] = {n: set() for n in trainable}

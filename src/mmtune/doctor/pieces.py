@@ -38,7 +38,7 @@ def build_processor_info(resolved) -> ProcessorInfo:
 
 
 def build_loaded(resolved):
-    from ..models.loading import load_model
+    from ..build import load_model
 
     real = is_small(resolved)
     return load_model(resolved, device="cpu", dtype=real_dtype(resolved) if real else None, meta=not real)

@@ -28,7 +28,7 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
 def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast) -> float:
     import torch
 
-    from ..train.step import loss_sum, to_device
+    from ..loss import loss_sum, to_device
 
     model.eval()
     total, tokens = 0.0, 0

@@ -74,11 +74,14 @@ def register(app: typer.Typer) -> None:
     ):
         """Predict peak GPU memory and step time of the exact run, without a GPU."""
         from ..config import load_config
+        from rich.markup import escape
+
         from ..console import console
         from ..errors import MMTuneError
         from .batch import Declared
         from .planner import predict
 
+        resolved = None
         try:
             cfg = load_config(config, list(overrides or []))
             declared = None
@@ -98,8 +101,14 @@ def register(app: typer.Typer) -> None:
                 if res.best is None:
                     raise typer.Exit(1)
                 return
-            r = predict(cfg, gpu=target, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
+            from ..resolve import resolve_run, target_for
+
+            resolved = resolve_run(cfg, target_for(cfg, target, local=False))
+            r = predict(resolved, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
         except MMTuneError as e:
+            if resolved is not None and not as_json:  # what the run decides on that GPU, even if planning failed
+                for line in resolved.summary_lines():
+                    console.print(f"decision: {escape(line)}", soft_wrap=True)
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
         if as_json:

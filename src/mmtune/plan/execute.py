@@ -194,7 +194,7 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     analytically (bytes per token of the traced cache x tokens, plus the growth of the one-layer
     `torch.cat` copy DynamicCache makes per step), as one block alive through that step.
     """
-    from ..train.step import loss_sum
+    from ..loss import loss_sum
     from .fake import ValueFunctionMode
 
     tracker = ex.tracker

@@ -185,6 +185,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
 
     t0 = time.perf_counter()
     resolved = resolve_for_plan(cfg, gpu)
+    resolved.need_processor()  # the plan encodes the worst-case record: the processor's absence is the error
     cfg = resolved.cfg
     spec = resolved.target.gpu
     decisions: list[str] = resolved.summary_lines()

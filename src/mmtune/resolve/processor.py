@@ -36,7 +36,7 @@ def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
     if is_tiny(name):
         return ProcessorSource(tiny_config_and_processor(name)[1], f"{name} (tiny twin, made locally)", True)
     path = Path(name).expanduser()
-    if path.exists() or name.startswith((".", "/", "~")):
+    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2:
         folder = model_folder(name, cfg.model.revision, family, weights=for_training)
         return ProcessorSource(load_processor_from(str(folder), family, cfg), f"model folder {folder}", True)
     snap = _cached_snapshot(name, cfg.model.revision)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..console import console
 from ..errors import MMTuneError
-from .batches import BatchStream
+from ..data.batches import BatchStream
 from .checkpoint import (
     latest_checkpoint,
     list_checkpoints,

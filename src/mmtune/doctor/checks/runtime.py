@@ -86,7 +86,7 @@ def output_forms(ctx):
 
 
 def output_form_findings(out, input_shape, where="model output"):
-    from ...train.step import extract_logits
+    from ...loss import extract_logits
 
     forms = {"as returned": out}
     if hasattr(out, "to_tuple"):
@@ -111,7 +111,7 @@ def output_form_findings(out, input_shape, where="model output"):
 def loss_value(ctx):
     import torch
 
-    from ...train.step import loss_sum
+    from ...loss import loss_sum
     from ..pieces import real_dtype
 
     g, model, batch = _text_batch(ctx)
