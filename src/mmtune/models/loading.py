@@ -89,10 +89,9 @@ def _meta_config(cfg):
 
 
 def _offline() -> bool:
-    from huggingface_hub import constants
+    from ..compat.hub import hub_offline
 
-    env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
-    return env.upper() in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
+    return hub_offline()
 
 
 def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
@@ -357,9 +356,9 @@ def _build_from_config(family: Family, config, dtype, attn: str):
     cls = _model_class(family)
     if family.sub_config and hasattr(config, family.sub_config):  # e.g. the Thinker inside Qwen2.5-Omni
         config = getattr(config, family.sub_config)
-    if hasattr(cls, "from_config"):  # Auto classes
-        return cls.from_config(config, dtype=dtype, attn_implementation=attn)
-    return cls._from_config(config, dtype=dtype, attn_implementation=attn)
+    from ..compat.transformers_internals import model_from_config
+
+    return model_from_config(cls, config, dtype=dtype, attn_implementation=attn)
 
 
 def load_model(cfg, *, device="cpu", dtype="bf16", meta: bool = False) -> LoadedModel:
@@ -496,9 +495,9 @@ def processor_without_torchvision(folder: Path, family: Family):
     from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+    from ..compat.transformers_internals import make_processor
+    from .video_frames import FramesVideoProcessor
 
-    allow_processor_without_torchvision()
     spec = json.loads((folder / "processor_config.json").read_text())
     parts: dict = {"tokenizer": AutoTokenizer.from_pretrained(str(folder))}
     if "image_processor" in spec:
@@ -520,4 +519,4 @@ def processor_without_torchvision(folder: Path, family: Family):
         parts["feature_extractor"] = WhisperFeatureExtractor.from_dict(d)
     template = folder / "chat_template.jinja"
     cls = getattr(transformers, spec.get("processor_class") or family.processor_class)
-    return cls(**parts, chat_template=template.read_text() if template.is_file() else None)
+    return make_processor(cls, **parts, chat_template=template.read_text() if template.is_file() else None)
