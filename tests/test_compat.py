@@ -60,6 +60,15 @@ def private_library_uses(path: Path, owned: set[str]) -> list[str]:
             lib_names |= {(a.asname or a.name.split(".")[0]) for a in node.names if _lib_module(a.name)}
         elif isinstance(node, ast.ImportFrom) and _lib_module(node.module):
             lib_names |= {a.asname or a.name for a in node.names}
+    # `self._x` / `cls._x` inside a method, where self / cls is the method's own first argument, is the
+    # class's own business; a local variable that happens to be called `cls` is not.
+    own_access = set()
+    for klass in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+        for fn in klass.body:
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) and fn.args.args:
+                first = fn.args.args[0].arg
+                own_access |= {id(n) for n in ast.walk(fn) if isinstance(n, ast.Attribute)
+                               and isinstance(n.value, ast.Name) and n.value.id == first}
     found = []
 
     def hit(node, what):
@@ -76,7 +85,7 @@ def private_library_uses(path: Path, owned: set[str]) -> list[str]:
                     hit(node, f"import {a.name}")
         elif isinstance(node, ast.Attribute):
             base = node.value
-            if isinstance(base, ast.Name) and base.id in ("self", "cls"):
+            if id(node) in own_access:
                 continue
             if _private(node.attr) and node.attr not in owned:
                 hit(node, f"private attribute .{node.attr}")
@@ -112,12 +121,13 @@ def test_the_rule_finds_what_it_forbids(tmp_path):
             "torch._C._current_graph_task_id()\n"
             "setattr(transformers, 'X', 1)\n"
             "constants.HF_HUB_OFFLINE = True\n"
-            "getattr(object(), '_gradient_checkpointing_func', None)\n")
+            "getattr(object(), '_gradient_checkpointing_func', None)\n"
+            "def build(cls, config):\n    return cls._from_config(config)\n")
     src.write_text(code)
     found = private_library_uses(src, set())
     text = "\n".join(found)
     for what in ("fake_tensor import", "_pytree import", "._reset_state", "._C", "._current_graph_task_id",
-                 "setattr(transformers", "constants.HF_HUB_OFFLINE", "'_gradient_checkpointing_func'"):
+                 "setattr(transformers", "constants.HF_HUB_OFFLINE", "'_gradient_checkpointing_func'", "._from_config"):
         assert what in text, (what, text)
 
 
