@@ -18,7 +18,6 @@ Every automatic decision is logged with its reason and kept in `LoadedModel.deci
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

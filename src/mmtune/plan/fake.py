@@ -24,7 +24,14 @@ from __future__ import annotations
 import torch
 
 from ..compat.fake_tensor import META_QUERIES, NOT_HANDLED, FakeModeBase, constant_of
-from ..compat.torch_internals import no_dispatch, private_aten, tree_flatten, tree_leaves, tree_map, tree_unflatten
+from ..compat.torch_internals import (
+    no_dispatch,
+    private_aten,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_unflatten,
+)
 
 _VALUE_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
 

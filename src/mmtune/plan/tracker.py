@@ -18,6 +18,7 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
+
 from ..compat.torch_internals import TorchDispatchMode, in_autograd_backward, private_aten
 from ..compat.torch_internals import flop_registry as _FLOPS
 from .fake import META_QUERIES, _tensors_in
