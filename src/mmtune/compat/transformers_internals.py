@@ -32,17 +32,17 @@ _PREFIX = "FramesVideoAccepting_"
 
 
 def _video_check_needs_help() -> bool:
-    """True when transformers' processor class check cannot resolve its video processor base class.
+    """True when transformers' processor class check cannot recognise a video processor: torchvision absent.
 
-    transformers 5.23 checks a processor's `video_processor` argument against
-    `transformers.VideoProcessorMixin`, a name its lazy top-level module exports only when torchvision is
-    installed (the class itself, in `video_processing_utils`, needs none). 5.17 checks against
-    `BaseVideoProcessor`, exported either way, so it needs no help.
+    The check looks the expected base class up by name on the lazy `transformers` module: 5.23 asks for
+    `VideoProcessorMixin`, which the module does not export without torchvision (ValueError); 5.17 asks
+    for `BaseVideoProcessor`, which without torchvision resolves to a placeholder ("requires torchvision")
+    class, so a real `BaseVideoProcessor` fails the isinstance check (TypeError). Both classes
+    themselves need no torchvision.
     """
-    import transformers
-    import transformers.video_processing_utils as vpu
+    import importlib.util
 
-    return hasattr(vpu, "VideoProcessorMixin") and not hasattr(transformers, "VideoProcessorMixin")
+    return importlib.util.find_spec("torchvision") is None
 
 
 @functools.cache
@@ -80,11 +80,11 @@ def make_processor(cls, **parts):
     """`cls(**parts)` for a transformers processor class, also when torchvision is absent.
 
     mmtune's CPU video processor (`models.video_frames.FramesVideoProcessor`) is a `BaseVideoProcessor`
-    that needs only PIL and numpy. transformers 5.23's processor `__init__` checks the video processor
-    against a class name it cannot resolve without torchvision (see `_video_check_needs_help`); then the
-    processor is built as a subclass whose check also accepts a `BaseVideoProcessor`, which changes
-    nothing else and mutates no library state (it replaces a `setattr` on the transformers module).
-    Checked on transformers 5.17 (no help needed) and 5.23 (help needed without torchvision).
+    that needs only PIL and numpy. Without torchvision, transformers' processor `__init__` cannot
+    recognise any video processor (see `_video_check_needs_help`); then the processor is built as a
+    subclass whose check also accepts a `BaseVideoProcessor`, which changes nothing else and mutates no
+    library state (it replaces a `setattr` on the transformers module). Checked on transformers 5.17
+    and 5.23, both without torchvision.
     """
     if "video_processor" in parts and _video_check_needs_help():
         cls = _accepting_subclass(cls)
