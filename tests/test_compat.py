@@ -341,3 +341,21 @@ def test_missing_accelerate_reset_is_a_clear_error(monkeypatch):
     with pytest.raises(CompatError) as e:
         reset_accelerate_state()
     _assert_clear(e.value, "accelerate", "a second run in one process")
+
+
+def test_omni_layout_of_the_installed_transformers_is_in_the_family_table():
+    """Every parameter of the tiny Omni twin has a component under this transformers' module names, and
+    the decoder's LoRA regex selects decoder layers only (5.17 and 5.23 name the parts differently)."""
+    import re
+
+    from mmtune.models.families import get_family
+    from mmtune.models.tiny import build_tiny
+
+    model, _ = build_tiny("tiny/qwen2.5-omni")
+    fam = get_family("qwen2_5_omni")
+    comps = {n: fam.component_of(n) for n, _ in model.named_parameters()}
+    assert "other" not in comps.values(), [n for n, c in comps.items() if c == "other"]
+    assert {"vision", "audio", "projector", "decoder", "lm_head"} <= set(comps.values())
+    regex = re.compile(fam.decoder_lora_regex())
+    hits = [n for n, _ in model.named_modules() if regex.match(n)]
+    assert hits and all(fam.component_of(n + ".") == "decoder" for n in hits)

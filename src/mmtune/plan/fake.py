@@ -10,7 +10,8 @@ tracing branch for fake masks, which would make the plan follow a different path
 `ValueFakeMode.dispatch` applies one rule to every aten op:
 - no fake input (all inputs real, or an integer/bool factory such as `zeros(dtype=long)`/`arange`):
   run it for real when its output is small (shape learnt first on `meta`); these are index/mask
-  computations. Floating factories (`empty`, `zeros` of a weight or activation) are always fake;
+  computations. Floating factories larger than a scalar (`empty`, `zeros`, `rand` of a weight, activation or
+  dropout mask) are always fake;
 - any fake input: real inputs join as fake tensors that carry their value as a FakeTensor constant;
   boolean-mask indexing with a known mask becomes indexing with the mask's (real) `nonzero()`, which
   has a static shape, so `embeds[mask]` works without a data-dependent error;
@@ -41,8 +42,10 @@ _VALUE_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
 DEFAULT_MAX_REAL_NUMEL = 1 << 23
 
 _aten = torch.ops.aten
+# `rand`/`randn`: a scalar draw that steers control flow (transformers 5.17's Whisper-style encoders
+# draw `torch.rand([])` for LayerDrop on every layer) is drawn for real; larger draws stay fake.
 _FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_strided, _aten.arange,
-              _aten.scalar_tensor}
+              _aten.scalar_tensor, _aten.rand, _aten.randn}
 _LOCAL_SCALAR_DENSE = private_aten("_local_scalar_dense").default
 _UNSAFE_VIEW = private_aten("_unsafe_view").default
 _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
