@@ -227,6 +227,16 @@ def test_omni_interleaving_on_the_installed_transformers():
             interleaves_video_audio(omni)
 
 
+def test_auto_image_processor_loads_a_saved_processor_with_pil(tmp_path):
+    from mmtune.compat.transformers_internals import auto_image_processor
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    saved = tiny_config_and_processor("tiny/llava")[1].image_processor
+    saved.save_pretrained(tmp_path)
+    loaded = auto_image_processor().from_pretrained(str(tmp_path), backend="pil")
+    assert type(loaded).__name__ == type(saved).__name__ and loaded.crop_size == saved.crop_size
+
+
 def test_checkpointing_function_reports_non_reentrant():
     from mmtune.compat.transformers_internals import checkpointing_function
     from mmtune.models.loading import enable_checkpointing
@@ -284,7 +294,7 @@ def test_offline_scope_is_local_and_mutates_nothing(monkeypatch):
 def _assert_clear(err: CompatError, lib: str, feature: str):
     text = str(err)
     assert f"{lib} {installed_version(lib)}" in text and feature in text and "Checked on" in text
-    assert "pip install" in err.fix
+    assert f"pip install '{lib}>=" in err.fix
     # no library traceback chained to it
     assert err.__cause__ is None and (err.__suppress_context__ or err.__context__ is None)
 
@@ -330,6 +340,7 @@ def test_missing_omni_mixin_is_a_clear_error(monkeypatch):
     with pytest.raises(CompatError) as e:
         interleaves_video_audio(omni)
     _assert_clear(e.value, "transformers", "use_audio")
+    assert "transformers>=5.23" in e.value.fix  # the version that has it, not the tested range
 
 
 def test_missing_accelerate_reset_is_a_clear_error(monkeypatch):

@@ -9,11 +9,13 @@ range, instead of an AttributeError from deep inside a library.
 
 Modules (each imports its library only when used; this file imports nothing heavy):
 - `fake_tensor`   torch's FakeTensorMode internals the planner builds on (cache key, cache entries,
-                  dispatch without wrappers, constants of fake tensors), private aten ops, pytree,
-                  dispatch modes, the autograd engine's graph-task id.
-- `transformers_` `_from_config`, the processor class check without torchvision, Omni's video-audio
-                  interleaving, the checkpointing function a module holds.
-- `accelerate_`   resetting accelerate's process-wide state singletons.
+                  dispatch without wrappers, constants of fake tensors).
+- `torch_internals`  pytree, dispatch modes, no_dispatch, the FLOP registry, the autograd engine's
+                  graph-task id, private aten operators.
+- `transformers_internals`  `_from_config`, the processor class check without torchvision, Omni's
+                  video-audio interleaving, the checkpointing function a module holds.
+- `layouts`       module-name prefixes that differ between transformers versions (Qwen2.5-Omni).
+- `accelerate_state`  resetting accelerate's process-wide state singletons.
 - `hub`           whether hub downloads are off, and a scoped (context-local) offline switch.
 
 tests/test_compat.py exercises every entry on the installed versions, simulates each missing feature,
@@ -30,11 +32,11 @@ CHECKED = {
     "transformers": "5.17, 5.23",
     "accelerate": "1.15",
     "peft": "0.21",
-    "huggingface_hub": "1.x as pulled by transformers 5.17 / 5.23",
+    "huggingface_hub": "1.33 (with transformers 5.17), 2.4 (with transformers 5.23)",
 }
 # The tested ranges pyproject.toml states (kept in one place for the error messages).
 TESTED = {
-    "torch": ">=2.13",
+    "torch": ">=2.11",
     "transformers": ">=5.17",
     "accelerate": ">=1.15",
     "peft": ">=0.21",
@@ -56,14 +58,16 @@ def installed_version(lib: str) -> str:
         return "not installed"
 
 
-def broken(lib: str, feature: str, needs: str, detail: str = "") -> CompatError:
-    """The error an entry raises when `lib` lacks what `feature` needs."""
+def broken(lib: str, feature: str, needs: str, detail: str = "", needs_range: str | None = None) -> CompatError:
+    """The error an entry raises when `lib` lacks what `feature` needs (`needs_range`: the versions that
+    have it, when that is narrower than the tested range)."""
     ver = installed_version(lib)
     what = (f"mmtune's {feature} needs {needs} from {lib}; {lib} {ver} changed or lacks it"
             + (f" ({detail})" if detail else "") + f". Checked on {lib} {CHECKED.get(lib, '?')}.")
     return CompatError(what, where=f"mmtune.compat ({lib} {ver})",
-                       fix=f"install a tested version: pip install '{lib}{TESTED.get(lib, '')}' "
-                           "(or report the version at which this broke)")
+                       fix=f"install a version that has it: pip install '{lib}{needs_range}'" if needs_range else
+                       f"install a tested version: pip install '{lib}{TESTED.get(lib, '')}' "
+                       "(or report the version at which this broke)")
 
 
 def need(module: str, name: str, lib: str, feature: str):

@@ -109,8 +109,29 @@ def interleaves_video_audio(processor) -> bool:
     if "omni" in type(processor).__name__.lower():
         raise broken(_LIB, "video parts with their own audio track (data: use_audio)",
                      "processing_utils.OmniModalProcessorMixin (load_audio_from_video)",
-                     f"present in transformers 5.23, absent in {installed_version(_LIB)}")
+                     f"present in transformers 5.23, absent in {installed_version(_LIB)}", needs_range=">=5.23")
     return False
+
+
+def supports_video_audio_tracks() -> bool:
+    """Whether the installed transformers can interleave a video's own audio track (5.23: yes, 5.17: no)."""
+    import transformers.processing_utils as pu
+
+    return hasattr(pu, "OmniModalProcessorMixin")
+
+
+# ------------------------------------------------------------------ auto classes without torchvision
+def auto_image_processor():
+    """transformers' `AutoImageProcessor` class (then `.from_pretrained(folder, backend="pil")`).
+
+    transformers 5.17 without torchvision exports a "requires torchvision" placeholder as
+    `transformers.AutoImageProcessor`, while the class in `models.auto.image_processing_auto` works and
+    picks the PIL backend; 5.23 exports the working class. Checked on transformers 5.17 and 5.23.
+    """
+    from . import need
+
+    return need("transformers.models.auto.image_processing_auto", "AutoImageProcessor", _LIB,
+                "image processor loading (compose)")
 
 
 # ------------------------------------------------------------------ activation checkpointing
@@ -124,4 +145,5 @@ def checkpointing_function(module):
     return getattr(module, "_gradient_checkpointing_func", None)
 
 
-__all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "checkpointing_function"]
+__all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
+           "auto_image_processor", "checkpointing_function"]
