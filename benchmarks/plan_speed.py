@@ -30,7 +30,7 @@ def main(argv=None):
     if args.only is None:
         return _fresh_processes(args.json)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0 = time.perf_counter()
     import torch  # noqa: F401
 
     from mmtune.config import load_config

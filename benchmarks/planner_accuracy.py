@@ -96,7 +96,8 @@ def main(argv=None):
     if args.json:
         print(json.dumps({"rows": rows, **summary}, indent=2))
     else:
-        print(f"mean |error| {summary['mean_abs_error_pct']:.2f} %, max {summary['max_abs_error_pct']:.2f} % over {len(rows)} runs")
+        print(f"mean |error| {summary['mean_abs_error_pct']:.2f} %, "
+              f"max {summary['max_abs_error_pct']:.2f} % over {len(rows)} runs")
     return 0
 
 

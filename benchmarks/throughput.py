@@ -84,8 +84,9 @@ def run_plain(args) -> dict:
             recs = [records[i] for i in stream.next()]
             texts, images = [], []
             for r in recs:
-                msgs = [{"role": m["role"], "content": [{"type": p["type"], **({"text": p["text"]} if p["type"] == "text" else {})}
-                                                       for p in m["content"]]} for m in r.messages]
+                msgs = [{"role": m["role"],
+                         "content": [{"type": p["type"], **({"text": p["text"]} if p["type"] == "text" else {})}
+                                     for p in m["content"]]} for m in r.messages]
                 texts.append(processor.apply_chat_template(msgs, tokenize=False))
                 images.extend(p["image"] for m in r.messages for p in m["content"] if p["type"] == "image")
             batch = processor(text=texts, images=images, padding=True, return_tensors="pt").to(device)
@@ -125,7 +126,7 @@ def main() -> None:
                "--accum", str(args.accum), "--model", args.model, "--out", args.out,
                "--workers", str(args.workers)]
         out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
-        line = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
         res = json.loads(line[0][7:])
@@ -133,7 +134,8 @@ def main() -> None:
             results[variant] = res
     ratio = {"tokens_per_s": results["ours"]["tokens_per_s"] / results["plain"]["tokens_per_s"],
              "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results["plain"]["peak_memory_bytes"]}
-    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers, "micro_batch_size": args.mbs, "grad_accum": args.accum,
+    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
+              "micro_batch_size": args.mbs, "grad_accum": args.accum,
               "ours": results["ours"], "plain": results["plain"], "ratio_ours_over_plain": ratio}
     if args.json:
         print(json.dumps(report, indent=2))

@@ -16,7 +16,7 @@ DATA = Path(__file__).resolve().parents[1] / "recipes" / "data"
 
 
 def _two_records(src: str, tmp_path: Path, keep=None) -> Path:
-    rows = [json.loads(l) for l in (DATA / src).read_text().splitlines() if l.strip()]
+    rows = [json.loads(ln) for ln in (DATA / src).read_text().splitlines() if ln.strip()]
     if keep:
         rows = [keep(r) for r in rows]
     out = tmp_path / "fixed.jsonl"
@@ -68,8 +68,8 @@ def test_family_trains_and_adapter_roundtrips(case, tmp_path):
     run = build_run(load_config(cfg_path, []))
     assert len(run.train_set.records) == 2  # one fixed batch, every step
     train(run)
-    losses = [json.loads(l)["loss"] for l in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert all(l == l for l in losses) and sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
+    losses = [json.loads(ln)["loss"] for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all(x == x for x in losses) and sum(losses[-3:]) / 3 < 0.9 * losses[0], losses
 
     model = run.unwrapped_model().eval()
     batch = run.collator([run.encoder.encode(r) for r in run.train_set.records])

@@ -24,5 +24,5 @@ def test_recipe_smoke(recipe, tmp_path, monkeypatch):
     assert summary["steps"] >= 1
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
-    assert losses and all(l == l and 0 < l < 1e4 for l in losses)
+    assert losses and all(x == x and 0 < x < 1e4 for x in losses)
     assert any(out.glob("checkpoint-*/trainable.safetensors"))

@@ -52,12 +52,12 @@ class Run:
 
 def make_accelerator(resolved: ResolvedRun):
     from accelerate import Accelerator
-    from accelerate.state import AcceleratorState, GradientState
+
+    from .compat.accelerate_state import reset_accelerate_state
 
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
-    AcceleratorState._reset_state(reset_partial_state=False)
-    GradientState._reset_state()
+    reset_accelerate_state()
     return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
 
 

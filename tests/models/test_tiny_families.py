@@ -23,7 +23,9 @@ CLASSES = {
 # layer (vision_feature_layer=-2), Whisper-style sinusoidal positions are fixed, the Omni audio
 # tower's bos/eos embedding is only used when generating speech.
 NO_GRAD_OK = ("model.vision_tower.encoder.layers.1.", "model.vision_tower.post_layernorm.",
-              "model.audio_tower.embed_positions.", "model.audio_tower.audio_bos_eos_token.")
+              "model.audio_tower.embed_positions.", "model.audio_tower.audio_bos_eos_token.",
+              # the same Omni parts under transformers 5.17's module names (mmtune.compat.layouts)
+              "audio_tower.embed_positions.", "audio_tower.audio_bos_eos_token.")
 
 
 def test_every_tiny_twin_is_listed():

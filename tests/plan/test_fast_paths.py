@@ -59,8 +59,8 @@ def test_fast_cache_keys_and_tensor_walks_equal_torchs(monkeypatch):
     """Every dispatch-cache key of a traced step, built by fake.py and by torch's own code, is equal;
     fake.py's walk over an op's arguments and outputs finds the tensors pytree finds, in order."""
     import torch
-    from torch.utils._pytree import tree_leaves
 
+    from mmtune.compat.torch_internals import tree_leaves
     from mmtune.plan import fake
     from mmtune.plan.planner import resolve_for_plan, trace_config
 

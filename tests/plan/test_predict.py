@@ -74,7 +74,8 @@ def test_search_result_fits_by_the_planner():
                   gpu="t4")
     small = predict(cfg, gpu="t4")
     # A GPU that holds micro-batch 1 but not 8, with 10 % margin.
-    gpu = GPUS["t4"].__class__(**{**GPUS["t4"].__dict__, "usable_bytes": int((small.process_total_bytes + big.process_total_bytes) / 2 / 0.9)})
+    usable = int((small.process_total_bytes + big.process_total_bytes) / 2 / 0.9)
+    gpu = GPUS["t4"].__class__(**{**GPUS["t4"].__dict__, "usable_bytes": usable})
     res = search(cfg, gpu=gpu, micro_batches=(1, 2, 8), methods=["lora"], optimizers=["adamw"], checkpointing=[True])
     assert res.best is not None
     assert res.best.overrides["train.micro_batch_size"] * res.best.overrides["train.grad_accum"] == 8

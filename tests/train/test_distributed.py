@@ -8,6 +8,7 @@ import sys
 import pytest
 
 
+@pytest.mark.slow  # ~18 s on 2 cores: two ranks start, load and train
 @pytest.mark.distributed
 def test_two_rank_ddp_run_trains_and_logs_the_global_loss(tiny_vl_config, tmp_path):
     cfg = tiny_vl_config(train={"max_steps": 2, "grad_accum": 2}, adapter={"train_components": ["projector"]})

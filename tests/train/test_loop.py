@@ -12,7 +12,7 @@ from mmtune.train.loop import train
 
 
 def _metrics(out: Path, kind="train"):
-    return [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if json.loads(l)["kind"] == kind]
+    return [json.loads(ln) for ln in (out / "metrics.jsonl").read_text().splitlines() if json.loads(ln)["kind"] == kind]
 
 
 def test_logged_loss_equals_an_independent_computation(tiny_vl_config):
@@ -93,7 +93,7 @@ def test_bf16_run_keeps_one_compute_dtype_and_fp32_trainables(tiny_vl_config):
     assert frozen == {torch.bfloat16} and trainable == {torch.float32}
     summary = train(run)
     losses = [r["loss"] for r in _metrics(Path(cfg.output_dir))]
-    assert all(0 < l < 100 for l in losses) and summary["steps"] == 2
+    assert all(0 < x < 100 for x in losses) and summary["steps"] == 2
 
 
 def test_fresh_start_in_a_reused_folder_does_not_mix_runs(tiny_vl_config):

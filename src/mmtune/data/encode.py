@@ -167,9 +167,9 @@ class Encoder:
             kwargs["audio"] = audio
             kwargs["sampling_rate"] = self.sampling_rate
         if any(i is not None for i in audio_from_video):
-            from transformers.processing_utils import OmniModalProcessorMixin
+            from ..compat.transformers_internals import interleaves_video_audio
 
-            if not isinstance(self.processor, OmniModalProcessorMixin):
+            if not interleaves_video_audio(self.processor):
                 raise BadRecord("unsupported modality", "a video part asks for its audio track (use_audio) but this "
                                 "model's processor cannot interleave a video's audio", where,
                                 "drop use_audio, or use an omni model (e.g. Qwen2.5-Omni)")

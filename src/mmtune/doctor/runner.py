@@ -7,7 +7,6 @@ error naming the check (a bug in mmtune, reported as such instead of hiding the 
 
 from __future__ import annotations
 
-import contextlib
 import time
 from dataclasses import dataclass, field
 
@@ -116,31 +115,11 @@ def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: boo
     if resolved is not None:
         ctx.put("resolved", resolved)
     checks = [c for c in all_checks() if only is None or c.code in only]
-    with no_downloads() as was_offline:
+    from ..compat.hub import offline_scope
+
+    # The doctor reads only what is on disk: a hub lookup would hang on retries without network and
+    # download gigabytes with it. The scope is mmtune's own (a context variable its loading code reads):
+    # no environment variable or huggingface_hub constant changes.
+    with offline_scope() as was_offline:
         ctx.user_offline = was_offline
         return run_checks(ctx, checks)
-
-
-@contextlib.contextmanager
-def no_downloads():
-    """The doctor reads only what is on disk: a hub lookup would hang on retries without network and
-    download gigabytes with it. Yields whether the user's own environment was offline already."""
-    import os
-
-    from huggingface_hub import constants
-
-    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    saved = {k: os.environ.get(k) for k in keys}
-    was = constants.HF_HUB_OFFLINE or any((v or "").upper() in {"1", "ON", "YES", "TRUE"} for v in saved.values())
-    old_const = constants.HF_HUB_OFFLINE
-    os.environ.update({k: "1" for k in keys})
-    constants.HF_HUB_OFFLINE = True
-    try:
-        yield was
-    finally:
-        constants.HF_HUB_OFFLINE = old_const
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

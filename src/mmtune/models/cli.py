@@ -54,7 +54,8 @@ def register(app: typer.Typer) -> None:
 
         if (vision is None) == (audio is None):
             raise ConfigError("give exactly one of --vision (CLIP/SigLIP) and --audio (Whisper)", where="compose",
-                              fix="mmtune compose --vision openai/clip-vit-large-patch14-336 --lm Qwen/Qwen2.5-7B-Instruct --out DIR")
+                              fix="mmtune compose --vision openai/clip-vit-large-patch14-336 "
+                                  "--lm Qwen/Qwen2.5-7B-Instruct --out DIR")
         if audio is not None:
             composed = compose_audio(audio, lm)
         else:

@@ -59,11 +59,10 @@ def _image_processor(vision, image_processor):
     if image_processor is not None:
         return image_processor
     if isinstance(vision, str):
-        from transformers import AutoImageProcessor
-
+        from ..compat.transformers_internals import auto_image_processor
         from .loading import model_folder
 
-        return AutoImageProcessor.from_pretrained(str(model_folder(vision, tokenizer=False)), backend="pil")
+        return auto_image_processor().from_pretrained(str(model_folder(vision, tokenizer=False)), backend="pil")
     raise ConfigError("compose: an in-memory vision model needs its image_processor passed explicitly")
 
 

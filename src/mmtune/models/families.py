@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..compat.layouts import QWEN2_5_OMNI_THINKER_5_17, with_layouts
+
 # Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -129,14 +131,14 @@ register(Family(
     model_class="Qwen2_5OmniThinkerForConditionalGeneration",
     processor_class="Qwen2_5OmniProcessor",
     modalities=("text", "image", "video", "audio"),
-    components={
+    components=with_layouts({
         # The audio encoder ends in ln_post + proj (to the LM width): that pair is the audio projector.
         "projector": ("model.visual.merger.", "model.audio_tower.proj.", "model.audio_tower.ln_post."),
         "audio": ("model.audio_tower.",),
         "vision": ("model.visual.",),
         "decoder": ("model.language_model.",),
         "lm_head": ("lm_head.",),
-    },
+    }, QWEN2_5_OMNI_THINKER_5_17),  # transformers 5.17 names the same parts differently
     tiny="tiny/qwen2.5-omni",
     sub_config="thinker_config",
 ))

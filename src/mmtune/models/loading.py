@@ -18,7 +18,6 @@ Every automatic decision is logged with its reason and kept in `LoadedModel.deci
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,10 +88,9 @@ def meta_config(cfg):
 
 
 def _offline() -> bool:
-    from huggingface_hub import constants
+    from ..compat.hub import hub_offline
 
-    env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
-    return env.upper() in {"1", "ON", "YES", "TRUE"} or bool(constants.HF_HUB_OFFLINE)
+    return hub_offline()
 
 
 def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
@@ -327,9 +325,9 @@ def build_from_config(family: Family, config, dtype, attn: str):
     cls = _model_class(family)
     if family.sub_config and hasattr(config, family.sub_config):  # e.g. the Thinker inside Qwen2.5-Omni
         config = getattr(config, family.sub_config)
-    if hasattr(cls, "from_config"):  # Auto classes
-        return cls.from_config(config, dtype=dtype, attn_implementation=attn)
-    return cls._from_config(config, dtype=dtype, attn_implementation=attn)
+    from ..compat.transformers_internals import model_from_config
+
+    return model_from_config(cls, config, dtype=dtype, attn_implementation=attn)
 
 
 # Config keys that hold special token ids, and the processor attribute / token string they stand for.
@@ -409,9 +407,9 @@ def processor_without_torchvision(folder: Path, family: Family):
     from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
-    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+    from ..compat.transformers_internals import make_processor
+    from .video_frames import FramesVideoProcessor
 
-    allow_processor_without_torchvision()
     spec = json.loads((folder / "processor_config.json").read_text())
     parts: dict = {"tokenizer": AutoTokenizer.from_pretrained(str(folder))}
     if "image_processor" in spec:
@@ -433,4 +431,4 @@ def processor_without_torchvision(folder: Path, family: Family):
         parts["feature_extractor"] = WhisperFeatureExtractor.from_dict(d)
     template = folder / "chat_template.jinja"
     cls = getattr(transformers, spec.get("processor_class") or family.processor_class)
-    return cls(**parts, chat_template=template.read_text() if template.is_file() else None)
+    return make_processor(cls, **parts, chat_template=template.read_text() if template.is_file() else None)

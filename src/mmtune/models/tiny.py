@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..compat.transformers_internals import make_processor, model_from_config
 from .local_tokenizer import make_tokenizer
 
 # Small enough for 2 CPU cores, big enough to learn the demo task.
@@ -56,9 +57,8 @@ def _qwen_image_processor(**kw):
 
 
 def _qwen_video_processor(**kw):
-    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+    from .video_frames import FramesVideoProcessor
 
-    allow_processor_without_torchvision()
     kw.setdefault("min_pixels", VISION_MIN_PIXELS)
     kw.setdefault("max_pixels", VISION_MAX_PIXELS)
     return FramesVideoProcessor(**kw)
@@ -80,7 +80,7 @@ def _qwen2_vl_config(tok, **over):
 def _qwen2_vl_processor(tok):
     from transformers import Qwen2VLProcessor
 
-    return Qwen2VLProcessor(image_processor=_qwen_image_processor(), tokenizer=tok,
+    return make_processor(Qwen2VLProcessor, image_processor=_qwen_image_processor(), tokenizer=tok,
                             video_processor=_qwen_video_processor(), chat_template=tok.chat_template)
 
 
@@ -110,7 +110,7 @@ def _qwen2_5_vl_config(tok, **over):
 def _qwen2_5_vl_processor(tok):
     from transformers import Qwen2_5_VLProcessor
 
-    return Qwen2_5_VLProcessor(image_processor=_qwen_image_processor(), tokenizer=tok,
+    return make_processor(Qwen2_5_VLProcessor, image_processor=_qwen_image_processor(), tokenizer=tok,
                                video_processor=_qwen_video_processor(), chat_template=tok.chat_template)
 
 
@@ -137,7 +137,7 @@ def _qwen3_vl_processor(tok):
     side = 16 * 2  # patch * merge
     kw = dict(patch_size=16, image_mean=QWEN3_MEAN, image_std=QWEN3_MEAN,
               min_pixels=2 * side * 2 * side, max_pixels=4 * side * 4 * side)
-    return Qwen3VLProcessor(image_processor=_qwen_image_processor(**kw), tokenizer=tok,
+    return make_processor(Qwen3VLProcessor, image_processor=_qwen_image_processor(**kw), tokenizer=tok,
                             video_processor=_qwen_video_processor(**kw), chat_template=tok.chat_template)
 
 
@@ -208,7 +208,7 @@ def _qwen2_5_omni_config(tok, **over):
 def _qwen2_5_omni_processor(tok):
     from transformers import Qwen2_5OmniProcessor
 
-    return Qwen2_5OmniProcessor(image_processor=_qwen_image_processor(), video_processor=_qwen_video_processor(),
+    return make_processor(Qwen2_5OmniProcessor, image_processor=_qwen_image_processor(), video_processor=_qwen_video_processor(),
                                 feature_extractor=_whisper_features(), tokenizer=tok, chat_template=tok.chat_template)
 
 
@@ -339,5 +339,5 @@ def build_tiny(name: str, seed: int = 0, attn_implementation: str | None = None,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
-        model = cls.from_config(config, **kw) if hasattr(cls, "from_config") else cls._from_config(config, **kw)
+        model = model_from_config(cls, config, **kw)
     return model, processor

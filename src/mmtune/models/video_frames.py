@@ -5,7 +5,8 @@ torch build. Real runs on a GPU machine use the model's own video processor (loa
 tiny models on CPU use this one, which follows the same patch layout as Qwen2-VL's video processor:
 frames resized by `smart_resize`, normalised, grouped by `temporal_patch_size`, cut into
 `patch_size` patches ordered by `merge_size` windows. Output keys: `pixel_values_videos`,
-`video_grid_thw`.
+`video_grid_thw`. A processor holding it is built with `mmtune.compat.transformers_internals.make_processor`
+(transformers' processor class check cannot name a video processor class without torchvision).
 """
 
 from __future__ import annotations
@@ -15,20 +16,6 @@ from transformers.video_processing_utils import BaseVideoProcessor
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
-
-
-def allow_processor_without_torchvision() -> None:
-    """Let transformers' processors accept a video processor when torchvision is absent.
-
-    ProcessorMixin checks each part against `transformers.VideoProcessorMixin`, a name the lazy
-    `transformers` module only exports when torchvision is installed (the class itself needs no
-    torchvision). Exporting the existing class changes no behaviour; it only lets the check run.
-    """
-    import transformers
-    from transformers.video_processing_utils import VideoProcessorMixin
-
-    if not hasattr(transformers, "VideoProcessorMixin"):
-        setattr(transformers, "VideoProcessorMixin", VideoProcessorMixin)
 
 
 class FramesVideoProcessor(BaseVideoProcessor):

@@ -16,7 +16,8 @@ def _parse_size(text: str, n: int) -> tuple:
         from ..errors import ConfigError
 
         shape = "WxH" if n == 2 else "FRAMESxWxH"
-        raise ConfigError(f"cannot read {text!r} as {shape}", where="plan options", fix=f"e.g. {'1280x720' if n == 2 else '8x640x360'}")
+        raise ConfigError(f"cannot read {text!r} as {shape}", where="plan options",
+                          fix=f"e.g. {'1280x720' if n == 2 else '8x640x360'}")
     return parts
 
 
@@ -47,7 +48,8 @@ def render(result, console) -> None:
             b.add_row(k.replace("_", " "), gib(v))
     console.print(b)
     verdict = "[green]fits[/]" if r.fits else "[red]does NOT fit[/]"
-    console.print(f"{verdict}: margin {gib(r.margin_bytes)} ({r.margin_pct:.1f} % of the GPU; asked {r.required_margin_pct:.0f} %)")
+    console.print(f"{verdict}: margin {gib(r.margin_bytes)} ({r.margin_pct:.1f} % of the GPU; "
+                  f"asked {r.required_margin_pct:.0f} %)")
     media = {k: v for k, v in r.media_tokens.items() if v["max"]}
     for k, v in media.items():
         console.print(f"{k} tokens per record: max {v['max']}, p95 {v['p95']}, mean {v['mean']:.1f}")

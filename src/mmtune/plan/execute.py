@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..compat.torch_internals import in_autograd_backward, tree_leaves
 from .tracker import StorageTracker
 
 
@@ -58,11 +59,11 @@ def _phase_hooks(model, tracker: StorageTracker):
     handles = []
 
     def pre(mod, args, kwargs=None):
-        if torch._C._current_graph_task_id() == -1:
+        if not in_autograd_backward():
             tracker.phase = "forward"
 
     def post(mod, args, out):
-        if torch._C._current_graph_task_id() == -1:
+        if not in_autograd_backward():
             tracker.phase = "loss"
             tracker.tag = "logits"
 
@@ -171,8 +172,6 @@ def _cache_tensors(cache) -> list:
     if layers is not None:
         return [t for lay in layers for t in (getattr(lay, "keys", None), getattr(lay, "values", None))
                 if isinstance(t, torch.Tensor)]
-    from torch.utils._pytree import tree_leaves
-
     return [t for t in tree_leaves(cache) if isinstance(t, torch.Tensor)]
 
 

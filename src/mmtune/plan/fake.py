@@ -10,7 +10,8 @@ tracing branch for fake masks, which would make the plan follow a different path
 `ValueFakeMode.dispatch` applies one rule to every aten op:
 - no fake input (all inputs real, or an integer/bool factory such as `zeros(dtype=long)`/`arange`):
   run it for real when its output is small (shape learnt first on `meta`); these are index/mask
-  computations. Floating factories (`empty`, `zeros` of a weight or activation) are always fake;
+  computations. Floating factories larger than a scalar (`empty`, `zeros`, `rand` of a weight, activation or
+  dropout mask) are always fake;
 - any fake input: real inputs join as fake tensors that carry their value as a FakeTensor constant;
   boolean-mask indexing with a known mask becomes indexing with the mask's (real) `nonzero()`, which
   has a static shape, so `embeds[mask]` works without a data-dependent error;
@@ -21,19 +22,17 @@ tracing branch for fake masks, which would make the plan follow a different path
 
 from __future__ import annotations
 
-import logging
-
 import torch
-from torch._prims_common import suggest_memory_format
-from torch._subclasses.fake_tensor import (
-    _DISPATCH_HANDLE_DIRECTLY,
-    _DISPATCH_META_HANDLERS,
-    FakeTensor,
-    FakeTensorMode,
-    in_kernel_invocation_manager,
+
+from ..compat.fake_tensor import META_QUERIES, NOT_HANDLED, FakeModeBase, constant_of
+from ..compat.torch_internals import (
+    no_dispatch,
+    private_aten,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_unflatten,
 )
-from torch.utils._mode_utils import no_dispatch
-from torch.utils._pytree import tree_flatten, tree_leaves, tree_map, tree_unflatten
 
 _VALUE_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool}
 
@@ -43,26 +42,14 @@ _VALUE_DTYPES = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
 DEFAULT_MAX_REAL_NUMEL = 1 << 23
 
 _aten = torch.ops.aten
+# `rand`/`randn`: a scalar draw that steers control flow (transformers 5.17's Whisper-style encoders
+# draw `torch.rand([])` for LayerDrop on every layer) is drawn for real; larger draws stay fake.
 _FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_strided, _aten.arange,
-              _aten.scalar_tensor}
-# Metadata queries (`.device`, `.size()`, `.stride()`...) answered from the fake tensor itself; the
-# model asks `.device` of a tensor about twice per aten op, so these take the shortest path.
-META_QUERIES = frozenset(_DISPATCH_META_HANDLERS) | frozenset(_DISPATCH_HANDLE_DIRECTLY)
+              _aten.scalar_tensor, _aten.rand, _aten.randn}
+_LOCAL_SCALAR_DENSE = private_aten("_local_scalar_dense").default
+_UNSAFE_VIEW = private_aten("_unsafe_view").default
 _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
-              _aten._unsafe_index.Tensor, _aten._unsafe_index_put.default}
-
-
-# Argument types FakeTensorMode's cache key records as (type, value) (see `_prep_args_for_hash`).
-_PLAIN_ARGS = frozenset({int, float, bool, complex, str, type(None), torch.dtype, torch.device, torch.layout,
-                         torch.memory_format})
-_CONTIGUOUS = torch.contiguous_format
-_META = torch.device("meta")
-_META_HANDLERS = dict(_DISPATCH_META_HANDLERS)
-_fake_log = logging.getLogger(FakeTensorMode.__module__)
-
-
-class _SlowKey(Exception):
-    """An argument the fast cache key does not handle: build this key with FakeTensorMode's own code."""
+              private_aten("_unsafe_index").Tensor, private_aten("_unsafe_index_put").default}
 
 
 class NoValueError(RuntimeError):
@@ -96,19 +83,15 @@ def _numel(x) -> int:
     return sum(t.numel() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
 
 
-class ValueFakeMode(FakeTensorMode):
+class ValueFakeMode(FakeModeBase):
     """FakeTensorMode in which small tensors computed from real inputs stay real (see module docstring)."""
 
     def __init__(self, *, max_real_numel: int = DEFAULT_MAX_REAL_NUMEL, fast: bool = True, **kw):
         kw.setdefault("allow_non_fake_inputs", True)
-        super().__init__(**kw)
+        # fast: shortcuts through FakeTensorMode's internals that give the same trace faster
+        # (mmtune.compat.fake_tensor); False takes torch's own paths everywhere.
+        super().__init__(fast=fast, **kw)
         self.max_real_numel = max_real_numel
-        # Shortcuts that give the same trace faster (cache keys built by `_fast_key_values`, metadata
-        # queries answered directly, `_unsafe_view` through the cached `view`); False takes torch's own
-        # paths everywhere (tests compare the two traces, and the two cache keys op by op).
-        self.fast = fast
-        self._shape_keys: dict = {}
-        self._stride_keys: dict = {}
         # A StorageTracker observing this mode's top-level ops (set by execute.run_steps). Observing here
         # instead of stacking the tracker as a second dispatch mode saves one Python mode per op; ops the
         # fake mode dispatches to itself (decompositions) are nested (depth > 0) and, as before, not seen.
@@ -121,134 +104,21 @@ class ValueFakeMode(FakeTensorMode):
 
     def with_value(self, t: torch.Tensor) -> torch.Tensor:
         """A fake copy of a real tensor; small integer/bool ones keep their values as a constant."""
-        return self.fake_tensor_converter.from_real_tensor(self, t, make_constant=self.may_turn_const(t))
+        return self.fake_of(t, constant=self.may_turn_const(t))
 
     def real_value(self, t):
         """The real tensor behind a fake constant (or `t` itself when it is real)."""
         if self.is_our_fake(t):
-            if t.constant is None:
+            value = constant_of(t)
+            if value is None:
                 raise NoValueError(t)
-            return t.constant
+            return value
         return t
 
-    # ------------------------------------------------------------------------------------ cache key
-    def _prep_args_for_hash(self, result, args, state, id_hashed_objects):
-        """FakeTensorMode's cache key, built without its generic per-field walk (about a third of the
-        plan's time was spent here). Appends exactly what torch's version appends for plain arguments
-        and strided, non-symbolic fake tensors; anything else is handed to torch's version whole."""
-        if not self.fast:
-            return super()._prep_args_for_hash(result, args, state, id_hashed_objects)
-        n = len(result)
-        try:
-            self._fast_key_values(result, args)
-        except _SlowKey:
-            del result[n:]
-            super()._prep_args_for_hash(result, args, state, id_hashed_objects)
-
-    def _fast_key_values(self, result, args):
-        append = result.append
-        if isinstance(args, (list, tuple, dict)):
-            append(type(args))
-            append(f"length_{len(args)}")
-        if isinstance(args, dict):
-            self._fast_key_values(result, args.keys())
-            self._fast_key_values(result, args.values())
-            return
-        for arg in args:
-            tp = type(arg)
-            if tp in _PLAIN_ARGS:
-                append(tp)
-                append(arg)
-            elif tp is FakeTensor:
-                self._fast_tensor_key(result, arg)
-            elif tp is list or tp is tuple:
-                self._fast_key_values(result, arg)
-            else:
-                raise _SlowKey  # SymInt, non-fake tensors, callables, torch.Size...: torch's rules
-
-    def _fast_tensor_key(self, result, t):
-        """`extract_tensor_metadata(t)._flatten_into(...)` for a strided, non-symbolic fake tensor."""
-        if t.fake_mode is not self or t.constant is not None or t.layout is not torch.strided \
-                or t._has_symbolic_sizes_strides:
-            raise _SlowKey  # torch bypasses the cache or converts symbols: let it decide
-        shape = t.shape
-        stride = t.stride()
-        ndim = len(shape)
-        # suggest_memory_format only differs from contiguous_format for 4-D and 5-D tensors.
-        fmt = suggest_memory_format(t) if ndim == 4 or ndim == 5 else _CONTIGUOUS
-        if not t.is_contiguous(memory_format=fmt):
-            fmt = None
-        # (type, "length_n", int, v0, int, v1, ...) of the shape and the stride, as torch flattens
-        # them (plain ints: symbolic sizes went to torch's version above); few distinct ones recur.
-        sk = self._shape_keys.get(shape)
-        if sk is None:
-            sk = self._shape_keys[shape] = (torch.Size, f"length_{ndim}") + tuple(x for v in shape for x in (int, v))
-        tk = self._stride_keys.get(stride)
-        if tk is None:
-            tk = self._stride_keys[stride] = (tuple, f"length_{len(stride)}") + tuple(x for v in stride for x in (int, v))
-        result.append(t.dtype)
-        result += sk
-        result += tk
-        # device, layout, memory format, storage offset, storage bytes, requires_grad, is_quantized,
-        # is_conj, is_neg, is_inference, is_sparse, is_coalesced, dense_dim, sparse_dim
-        # FakeTensor.device: "meta" inside a kernel invocation, else the fake device (t is ours).
-        device = _META if self.in_kernel_invocation else t.fake_device
-        result += (device, torch.strided, fmt, t.storage_offset(), t.untyped_storage().nbytes(), t.requires_grad,
-                   t.is_quantized, t.is_conj(), t.is_neg(), t.is_inference(), False, None, None, None)
-
-    def _get_output_tensor_from_cache_entry(self, state, entry, key, func, args):
-        """torch's version for a mode without a ShapeEnv (every cached size a plain int): the same
-        steps (constant, in-place alias, or a new fake of the cached metadata sharing the input's
-        storage for views) without its per-value symbolic checks and guard suppression."""
-        if not self.fast or self.shape_env is not None:
-            return super()._get_output_tensor_from_cache_entry(state, entry, key, func, args)
-        if entry.inplace_idx is None and entry.metadata is None and entry.view_idx is None:
-            return entry.constant_value
-        if entry.inplace_idx is not None:
-            return args[entry.inplace_idx]
-        md = entry.metadata
-        if md is None:
-            return None
-        if md.layout is not torch.strided:
-            return super()._get_output_tensor_from_cache_entry(state, entry, key, func, args)
-        with in_kernel_invocation_manager(self):
-            empty = torch.empty_strided(md.shape, md.stride, dtype=md.dtype, layout=md.layout, device="meta",
-                                        requires_grad=md.requires_grad)
-            if md.is_conj:
-                torch._C._set_conj(empty, True)
-            if md.is_neg:
-                torch._C._set_neg(empty, True)
-            if isinstance(func, torch._ops.OpOverload) and func.is_view:
-                empty.set_(args[entry.view_idx].untyped_storage(), md.storage_offset, md.shape, md.stride)
-        return FakeTensor(self, empty, md.device)
-
-    # ------------------------------------------------------------------------------------ dispatch
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # torch's documented opt-out: do not wrap this class's `__torch_dispatch__` in a dynamo-disable
-        # frame (two Python wrappers and four eval-frame switches per op, ~7 % of a plan). The planner
-        # never runs torch.compile under this mode, so there is nothing for the wrapper to disable.
-        return False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        """FakeTensorMode.__torch_dispatch__ without its per-call wrappers (call counter, dynamo disable)."""
-        if not self.fast:
-            return FakeTensorMode.__torch_dispatch__(self, func, types, args, kwargs or {})
-        if torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is not None:
-            raise AssertionError(f"FakeTensorMode should not be set when dispatching {func}")
-        try:
-            return self.dispatch(func, types, args, kwargs)
-        except TypeError:
-            _fake_log.exception("fake tensor raised TypeError")
-            raise
-
     def dispatch(self, func, types, args=(), kwargs=None):
-        handler = _META_HANDLERS.get(func)
-        if handler is not None and self.fast and not kwargs and not _fake_log.isEnabledFor(logging.DEBUG) \
-                and all(type(a) is FakeTensor and a.fake_mode is self for a in args):
-            # `.device`/`.size()`/`.stride()` of our fake tensors (two thirds of all dispatches): what
-            # FakeTensorMode.dispatch returns for them, without its per-call no_dispatch/logging preamble.
-            return handler(args)
+        out = self.meta_query(func, args, kwargs)  # `.device`/`.size()`: answered directly
+        if out is not NOT_HANDLED:
+            return out
         tracker = self.tracker
         if tracker is None or self._depth:
             return self._dispatch(func, types, args, kwargs)
@@ -268,11 +138,12 @@ class ValueFakeMode(FakeTensorMode):
         kwargs = kwargs or {}
         tensors = _tensors_in((args, kwargs), [])
         fakes = [t for t in tensors if self.is_our_fake(t)]
-        if func is _aten._local_scalar_dense.default and fakes:
+        if func is _LOCAL_SCALAR_DENSE and fakes:
             t = fakes[0]
-            if t.constant is not None:
+            value = constant_of(t)
+            if value is not None:
                 with no_dispatch():
-                    return t.constant.item()
+                    return value.item()
             if t.is_floating_point() or t.is_complex():
                 return 0.0
             raise NoValueError(t, str(func))
@@ -286,8 +157,8 @@ class ValueFakeMode(FakeTensorMode):
         if fakes and len(fakes) != len(tensors):
             args, kwargs = tree_map(lambda a: self.with_value(a) if isinstance(a, torch.Tensor)
                                     and not self.is_our_fake(a) else a, (args, kwargs))
-        if func is _aten._unsafe_view.default and self.fast and not kwargs and len(args) == 2 \
-                and type(args[0]) is FakeTensor and args[0].constant is None and args[0].is_contiguous():
+        if func is _UNSAFE_VIEW and self.fast and not kwargs and len(args) == 2 \
+                and self.is_our_fake(args[0]) and constant_of(args[0]) is None and args[0].is_contiguous():
             # FakeTensorMode never caches `_unsafe_view` (reshape of a fresh matmul output, ~5 % of all
             # ops, each through its slow uncached path). Below autograd it is `view` of a contiguous
             # tensor: same metadata, same storage; autograd above still records `_unsafe_view`.

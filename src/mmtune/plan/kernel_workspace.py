@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import torch
 
-_aten = torch.ops.aten
-_FWD = _aten._scaled_dot_product_flash_attention_for_cpu.default
-_BWD = _aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+from ..compat.torch_internals import private_aten
+
+_FWD = private_aten("_scaled_dot_product_flash_attention_for_cpu").default
+_BWD = private_aten("_scaled_dot_product_flash_attention_for_cpu_backward").default
 _REDUCED = (torch.bfloat16, torch.float16)
 
 

@@ -57,18 +57,16 @@ def materialize_fake(model, mode, param_groups: list) -> list:
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="cpu")
 
     for mod in model.modules():
-        for name, p in list(mod._parameters.items()):
-            if p is None:
-                continue
+        # Module.__setattr__ on a registered name replaces the parameter / buffer in place (keeping a
+        # buffer's persistence); remove_duplicate=False visits every name of a shared (tied) tensor.
+        for name, p in list(mod.named_parameters(recurse=False, remove_duplicate=False)):
             if id(p) not in new_of:
                 new_of[id(p)] = nn.Parameter(fake_like(p.data), requires_grad=p.requires_grad)
-            mod._parameters[name] = new_of[id(p)]
-        for name, b in list(mod._buffers.items()):
-            if b is None:
-                continue
+            setattr(mod, name, new_of[id(p)])
+        for name, b in list(mod.named_buffers(recurse=False, remove_duplicate=False)):
             if id(b) not in new_of:
                 new_of[id(b)] = fake_like(b)
-            mod._buffers[name] = new_of[id(b)]
+            setattr(mod, name, new_of[id(b)])
     groups = []
     for g in param_groups:
         groups.append(dict(g, params=[new_of[id(p)] for p in g["params"]]))

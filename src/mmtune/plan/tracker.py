@@ -18,18 +18,18 @@ import weakref
 from dataclasses import dataclass, field
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry as _FLOPS
 
+from ..compat.torch_internals import TorchDispatchMode, in_autograd_backward, private_aten
+from ..compat.torch_internals import flop_registry as _FLOPS
 from .fake import META_QUERIES, _tensors_in
 from .kernel_workspace import cpu_kernel_workspaces
 
 _aten = torch.ops.aten
 # Ops that move no data (views, metadata): no time in the roofline model.
-_VIEW_LIKE = {_aten.view, _aten._unsafe_view, _aten.t, _aten.transpose, _aten.permute, _aten.expand,
+_VIEW_LIKE = {_aten.view, private_aten("_unsafe_view"), _aten.t, _aten.transpose, _aten.permute, _aten.expand,
               _aten.slice, _aten.select, _aten.unsqueeze, _aten.squeeze, _aten.reshape, _aten.alias,
               _aten.detach, _aten.as_strided, _aten.split, _aten.split_with_sizes, _aten.unbind,
-              _aten._local_scalar_dense, _aten.empty, _aten.empty_strided, _aten.empty_like}
+              private_aten("_local_scalar_dense"), _aten.empty, _aten.empty_strided, _aten.empty_like}
 
 # Phases a step goes through, in order; `eval_generation` when eval is planned.
 PHASES = ("setup", "forward", "loss", "backward", "optimizer", "eval_loss", "eval_generation")
@@ -134,7 +134,7 @@ class StorageTracker(TorchDispatchMode):
     def _current_phase(self) -> str:
         # The autograd engine runs backward ops with a graph task id; that is the backward phase,
         # including recomputation under checkpointing, whatever the caller's phase says.
-        if torch._C._current_graph_task_id() != -1:
+        if in_autograd_backward():
             return "backward"
         return self.phase
 

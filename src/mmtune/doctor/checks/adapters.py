@@ -3,6 +3,7 @@ trainable parameter gets a gradient, selection by identity, and parameters that 
 
 from __future__ import annotations
 
+from ...compat.transformers_internals import checkpointing_function
 from ..findings import error, info, warning
 from ..registry import check
 
@@ -159,7 +160,7 @@ def partial_grad_findings(sigs, reached, where=lambda n: n):
 
 def reentrant_findings(model):
     for name, m in model.named_modules():
-        fn = getattr(m, "_gradient_checkpointing_func", None)
+        fn = checkpointing_function(m)
         if fn is None or not getattr(m, "gradient_checkpointing", False):
             continue
         if getattr(fn, "keywords", {}).get("use_reentrant", True):

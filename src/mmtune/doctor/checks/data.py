@@ -62,7 +62,8 @@ def media_tokens(ctx):
     ip = getattr(pinfo.processor, "image_processor", None)
     if ip is not None and hasattr(ip, "get_number_of_image_patches") and not cfg.model.max_pixels:
         size = getattr(ip, "size", None)
-        cap = getattr(size, "longest_edge", None) if size is not None and not isinstance(size, dict) else (size or {}).get("longest_edge")
+        cap = getattr(size, "longest_edge", None) if size is not None and not isinstance(size, dict) \
+            else (size or {}).get("longest_edge")
         if cap:
             factor = ip.patch_size * ip.merge_size
             worst = cap // factor ** 2

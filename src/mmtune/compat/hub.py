@@ -1,0 +1,58 @@
+"""huggingface_hub's offline switch, read here; and a scoped "no downloads" that mutates nothing global.
+
+Checked on huggingface_hub 1.33 (with transformers 5.17) and 2.4 (with transformers 5.23).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+
+_TRUE = {"1", "ON", "YES", "TRUE"}
+# Set only inside `offline_scope()`: a context variable, so it holds for this thread / task alone and
+# never changes huggingface_hub's constants or the process environment.
+_SCOPED_OFFLINE: contextvars.ContextVar[bool] = contextvars.ContextVar("mmtune_hub_offline", default=False)
+
+
+def user_offline() -> bool:
+    """Whether the user's own environment forbids downloads (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE).
+
+    Reads the environment and `huggingface_hub.constants.HF_HUB_OFFLINE` (set from the environment at
+    import; a version-sensitive module constant). Checked on huggingface_hub 1.33 and 2.4.
+    """
+    env = os.environ.get("HF_HUB_OFFLINE", "") or os.environ.get("TRANSFORMERS_OFFLINE", "")
+    if env.upper() in _TRUE:
+        return True
+    from huggingface_hub import constants
+
+    return bool(getattr(constants, "HF_HUB_OFFLINE", False))
+
+
+def hub_offline() -> bool:
+    """Whether mmtune must not download now: the user's setting, or inside `offline_scope()`.
+
+    mmtune's loading code asks this before it hands a hub id to transformers: offline, a model must be
+    a local folder or complete in the cache (`models.loading.model_folder`), and every lookup passes a
+    local path or `local_files_only=True`, so no request is ever made.
+    """
+    return _SCOPED_OFFLINE.get() or user_offline()
+
+
+@contextlib.contextmanager
+def offline_scope():
+    """Within the block, mmtune's own loading reads only what is on disk (the doctor's checks).
+
+    Replaces a process-wide flip of `HF_HUB_OFFLINE` (environment and huggingface_hub's constant): this
+    changes nothing outside mmtune and nothing in other threads. Yields whether the user's environment
+    was offline already.
+    """
+    was = user_offline()
+    token = _SCOPED_OFFLINE.set(True)
+    try:
+        yield was
+    finally:
+        _SCOPED_OFFLINE.reset(token)
+
+
+__all__ = ["user_offline", "hub_offline", "offline_scope"]

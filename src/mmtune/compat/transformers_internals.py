@@ -1,0 +1,149 @@
+"""Private or version-sensitive parts of transformers that mmtune uses.
+
+Checked on transformers 5.17 (the GPU machines') and 5.23 (this machine's), with and without
+torchvision absent (it is absent here).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from . import broken, installed_version, need_attr
+
+_LIB = "transformers"
+
+
+def model_from_config(cls, config, **kwargs):
+    """A model of class `cls` with random weights from `config` (`dtype`, `attn_implementation`...).
+
+    Auto classes have the public `from_config`; concrete model classes (`Qwen2VLForConditionalGeneration`)
+    only the private `_from_config`, which is what `from_config` itself calls and the one way to build a
+    concrete class from a config with a dtype and an attention implementation without loading weights.
+    Checked on transformers 5.17, 5.23.
+    """
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config, **kwargs)
+    build = need_attr(cls, "_from_config", _LIB, "model building from a config (tiny twins, the planner's meta model)")
+    return build(config, **kwargs)
+
+
+# ------------------------------------------------------------------ processors without torchvision
+_PREFIX = "FramesVideoAccepting_"
+
+
+def _video_check_needs_help() -> bool:
+    """True when transformers' processor class check cannot recognise a video processor: torchvision absent.
+
+    The check looks the expected base class up by name on the lazy `transformers` module: 5.23 asks for
+    `VideoProcessorMixin`, which the module does not export without torchvision (ValueError); 5.17 asks
+    for `BaseVideoProcessor`, which without torchvision resolves to a placeholder ("requires torchvision")
+    class, so a real `BaseVideoProcessor` fails the isinstance check (TypeError). Both classes
+    themselves need no torchvision.
+    """
+    import importlib.util
+
+    return importlib.util.find_spec("torchvision") is None
+
+
+@functools.cache
+def _accepting_subclass(cls):
+    """`cls` whose argument check accepts a `BaseVideoProcessor` as its video processor (cached per class).
+
+    The subclass keeps `cls.__name__`, so a saved processor_config.json names the library's class and
+    reloads as it; its `__qualname__` lets pickle (spawned data-loader workers) find it again through
+    this module's `__getattr__`.
+    """
+    from transformers.video_processing_utils import BaseVideoProcessor
+
+    base_check = need_attr(cls, "check_argument_for_proper_class", _LIB,
+                           "CPU video processor (processor class check without torchvision)")
+
+    def check_argument_for_proper_class(self, argument_name, argument):
+        if argument_name == "video_processor" and isinstance(argument, BaseVideoProcessor):
+            return type(argument)
+        return base_check(self, argument_name, argument)
+
+    return type(cls.__name__, (cls,), {"check_argument_for_proper_class": check_argument_for_proper_class,
+                                       "__module__": __name__, "__qualname__": _PREFIX + cls.__name__,
+                                       "__doc__": cls.__doc__})
+
+
+def __getattr__(name: str):
+    if name.startswith(_PREFIX):
+        import transformers
+
+        return _accepting_subclass(getattr(transformers, name[len(_PREFIX):]))
+    raise AttributeError(name)
+
+
+def make_processor(cls, **parts):
+    """`cls(**parts)` for a transformers processor class, also when torchvision is absent.
+
+    mmtune's CPU video processor (`models.video_frames.FramesVideoProcessor`) is a `BaseVideoProcessor`
+    that needs only PIL and numpy. Without torchvision, transformers' processor `__init__` cannot
+    recognise any video processor (see `_video_check_needs_help`); then the processor is built as a
+    subclass whose check also accepts a `BaseVideoProcessor`, which changes nothing else and mutates no
+    library state (it replaces a `setattr` on the transformers module). Checked on transformers 5.17
+    and 5.23, both without torchvision.
+    """
+    if "video_processor" in parts and _video_check_needs_help():
+        cls = _accepting_subclass(cls)
+    return cls(**parts)
+
+
+# ------------------------------------------------------------------ omni: a video's own audio track
+def interleaves_video_audio(processor) -> bool:
+    """Whether `processor` can interleave a video's own audio track (`load_audio_from_video=True`).
+
+    transformers 5.23 marks such processors (Qwen2.5-Omni) with `processing_utils.OmniModalProcessorMixin`
+    and takes `load_audio_from_video` / `audio_from_video_indices`; 5.17 has neither (its Omni processor
+    takes `use_audio_in_video`, a different contract mmtune does not implement). An omni processor on a
+    transformers without the mixin is a CompatError naming the version; any other processor answers False.
+    Checked on transformers 5.17 and 5.23.
+    """
+    import transformers.processing_utils as pu
+
+    mixin = getattr(pu, "OmniModalProcessorMixin", None)
+    if mixin is not None:
+        return isinstance(processor, mixin)
+    if "omni" in type(processor).__name__.lower():
+        raise broken(_LIB, "video parts with their own audio track (data: use_audio)",
+                     "processing_utils.OmniModalProcessorMixin (load_audio_from_video)",
+                     f"present in transformers 5.23, absent in {installed_version(_LIB)}", needs_range=">=5.23")
+    return False
+
+
+def supports_video_audio_tracks() -> bool:
+    """Whether the installed transformers can interleave a video's own audio track (5.23: yes, 5.17: no)."""
+    import transformers.processing_utils as pu
+
+    return hasattr(pu, "OmniModalProcessorMixin")
+
+
+# ------------------------------------------------------------------ auto classes without torchvision
+def auto_image_processor():
+    """transformers' `AutoImageProcessor` class (then `.from_pretrained(folder, backend="pil")`).
+
+    transformers 5.17 without torchvision exports a "requires torchvision" placeholder as
+    `transformers.AutoImageProcessor`, while the class in `models.auto.image_processing_auto` works and
+    picks the PIL backend; 5.23 exports the working class. Checked on transformers 5.17 and 5.23.
+    """
+    from . import need
+
+    return need("transformers.models.auto.image_processing_auto", "AutoImageProcessor", _LIB,
+                "image processor loading (compose)")
+
+
+# ------------------------------------------------------------------ activation checkpointing
+def checkpointing_function(module):
+    """The checkpoint function a transformers module runs its layers through, or None.
+
+    transformers keeps it in the private `_gradient_checkpointing_func` (a `functools.partial` of
+    `torch.utils.checkpoint.checkpoint` carrying `use_reentrant`) of each layer that checkpoints; there
+    is no public way to ask whether checkpointing is reentrant. Checked on transformers 5.17, 5.23.
+    """
+    return getattr(module, "_gradient_checkpointing_func", None)
+
+
+__all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
+           "auto_image_processor", "checkpointing_function"]
