@@ -61,9 +61,9 @@ def run_plain(args) -> dict:
     import torch
     from peft import LoraConfig, get_peft_model
 
+    from mmtune.data.batches import BatchStream
     from mmtune.data.sources import load_records
     from mmtune.models.tiny import build_tiny
-    from mmtune.data.batches import BatchStream
 
     cfg = _config(args)
     torch.manual_seed(0)

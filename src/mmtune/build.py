@@ -61,7 +61,7 @@ def make_accelerator(resolved: ResolvedRun):
     return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
 
 
-def load_model(run, *, device="cpu", dtype=None, meta: bool = False) -> LoadedModel:
+def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
     """Build the model a resolved run names, ready for adapters (see module docstring).
 
     One builder, three materialisations: real weights (`meta=False`), structure on `meta` (doctor,

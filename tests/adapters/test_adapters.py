@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from mmtune.adapters import apply_adapters, component_of
+from mmtune.build import load_model
 from mmtune.config.schema import RunConfig
 from mmtune.errors import ConfigError
 from mmtune.models.examples import example_batch
-from mmtune.build import load_model
 
 
 def setup(name="tiny/qwen2-vl", dtype="fp32", ckpt=True, lr=1e-3, **adapter):

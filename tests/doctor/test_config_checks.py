@@ -63,7 +63,7 @@ def test_mm015_split_alias(doctor, tmp_path):
     from mmtune.config import load_config
     from mmtune.resolve import local_target, resolve_run
 
-    cfg = load_config(None, [f"model.name=tiny/qwen2-vl", f"data.eval={tmp_path / 'validation.jsonl'}"])
+    cfg = load_config(None, ["model.name=tiny/qwen2-vl", f"data.eval={tmp_path / 'validation.jsonl'}"])
     assert resolve_run(cfg, local_target("cpu")).cfg.data.eval == str(tmp_path / "val.jsonl")
     assert doctor({**GOOD, "data": {"train": "synthetic:counting", "eval": str(tmp_path / "val.jsonl")}},
                   "MM015").findings == []

@@ -23,9 +23,9 @@ def test_compose_command_writes_a_loadable_llava_folder(tmp_path):
     from transformers import CLIPVisionConfig, CLIPVisionModel
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
+    from mmtune.build import load_model
     from mmtune.config.schema import RunConfig
     from mmtune.models.examples import example_batch
-    from mmtune.build import load_model
     from mmtune.models.tiny import build_tiny
 
     clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -24,8 +24,8 @@ def parts():
 def test_compose_audio_copies_parts_trains_and_reloads(tmp_path):
     from transformers import Qwen2AudioForConditionalGeneration
 
-    from mmtune.config.schema import RunConfig
     from mmtune.build import load_model
+    from mmtune.config.schema import RunConfig
 
     whisper, fe, lm, tok = parts()
     c = compose_audio(whisper, lm, tokenizer=tok, feature_extractor=fe)

@@ -4,9 +4,9 @@
 def test_omni_public_config_builds_after_rope_normalisation():
     import torch
 
+    from mmtune.build import load_model
     from mmtune.config.schema import RunConfig
     from mmtune.models.configs import embedded, hf_config
-    from mmtune.build import load_model
 
     assert embedded("Qwen/Qwen2.5-Omni-7B")["config"]["text_config"]["rope_scaling"]["type"] == "mrope"
     cfg = hf_config(embedded("Qwen/Qwen2.5-Omni-7B"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mmtune.build import load_model
 from mmtune.config.schema import RunConfig
 from mmtune.errors import ConfigError, ModelLoadError
-from mmtune.build import load_model
 from mmtune.models.loading import check_dtypes, check_no_meta, dtype_audit, is_checkpointing
 
 

@@ -2,8 +2,8 @@ import math
 
 import pytest
 
-from mmtune.evaluate import metrics as M
 from mmtune.data.batches import BatchStream, micro_batches_of_epoch
+from mmtune.evaluate import metrics as M
 from mmtune.train.schedule import lr_factor
 
 

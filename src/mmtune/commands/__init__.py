@@ -10,7 +10,6 @@ themselves from their own cli modules).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 

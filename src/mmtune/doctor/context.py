@@ -4,8 +4,9 @@ Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg`
 written), `resolved` (the one resolved run: every automatic decision, the processor and its media caps,
 on the target GPU), `gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny
 twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
-over the dataset through the training encoder's length engine), `plan` (the planner's prediction). A piece that cannot be built raises NotAvailable with
-the reason; the runner reports the checks that needed it as not run. A piece that fails because of
+over the dataset through the training encoder's length engine), `plan` (the planner's prediction).
+A piece that cannot be built raises NotAvailable with the reason; the runner reports the checks that
+needed it as not run. A piece that fails because of
 the user's setup (a ModelLoadError, a DataError) also becomes a finding once, under `build_errors`.
 """
 

@@ -75,9 +75,9 @@ def register(app: typer.Typer) -> None:
         audio: Optional[List[float]] = typer.Option(None, "--audio", help="declared audio seconds (no data)"),
     ):
         """Predict peak GPU memory and step time of the exact run, without a GPU."""
-        from ..config import load_config
         from rich.markup import escape
 
+        from ..config import load_config
         from ..console import console
         from ..errors import MMTuneError
         from .batch import Declared

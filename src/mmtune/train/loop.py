@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 from ..console import console
-from ..errors import MMTuneError
 from ..data.batches import BatchStream
+from ..errors import MMTuneError
 from .checkpoint import (
     latest_checkpoint,
     list_checkpoints,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..loss import IGNORE_INDEX, count_answer_tokens, extract_logits, loss_sum, to_device  # noqa: F401 - shared
 
+
 @dataclass
 class StepResult:
     loss: float  # token-weighted mean over the accumulated step (all ranks)
