@@ -32,6 +32,9 @@ def train_cmd(
     summary = run_training(config, overrides or [], smoke=smoke, skip_checks=skip_checks)
     console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
                                                       "peak_memory_bytes") if k in summary})
+    from .report import next_steps
+
+    console.print(next_steps(summary["output_dir"]), soft_wrap=True)
 
 
 @user_errors

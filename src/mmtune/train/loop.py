@@ -161,6 +161,7 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
     wall = time.perf_counter() - t_start
     summary = {
+        "output_dir": str(out),
         "steps": step,
         "eval": eval_metrics,
         "best": best,
@@ -180,6 +181,10 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     sinks.close()
+    if main:
+        from ..report import write_report_quietly
+
+        write_report_quietly(out)
     return summary
 
 
