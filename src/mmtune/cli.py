@@ -33,7 +33,7 @@ def _register_all() -> None:
 
     register_core(app)
     for module in ("mmtune.plan.cli", "mmtune.doctor.cli", "mmtune.data.cli", "mmtune.models.cli",
-                   "mmtune.report.cli"):
+                   "mmtune.report.cli", "mmtune.chat.cli"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as e:
