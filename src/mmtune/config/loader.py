@@ -36,9 +36,23 @@ def available_profiles() -> list[str]:
 def parse_value(text: str) -> Any:
     """A command-line value, parsed as YAML so `3`, `1e-4`, `true`, `[a, b]` and `null` have types."""
     try:
-        return yaml.safe_load(text) if text != "" else ""
+        return unsplit_pairs(yaml.safe_load(text)) if text != "" else ""
     except yaml.YAMLError:
         return text
+
+
+def unsplit_pairs(value: Any) -> Any:
+    """`{question:instruction}` is, to YAML, one key `question:instruction` with no value (a flow
+    mapping wants a space after the colon). Nobody means that: read it as `{question: instruction}`."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for k, v in value.items():
+        if v is None and isinstance(k, str) and ":" in k and "://" not in k:
+            k, _, v = k.partition(":")
+            k, v = k.strip(), parse_value(v.strip())
+        out[k] = v
+    return out
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -162,6 +176,8 @@ def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] |
         tree = deep_merge(load_profile(profile), tree)
     for k, v in ov.items():
         set_dotted(tree, k, parse_value(v))
+    if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
+        tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
     return validate(tree, path=str(path) if path else None, overrides=ov)
 
 
