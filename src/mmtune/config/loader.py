@@ -18,11 +18,33 @@ import yaml
 from ..errors import ConfigError
 from .schema import RunConfig
 
-RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
+# Recipes and profiles ship inside the package (src/mmtune/recipes links to the checkout's recipes/),
+# so `profile=t4_qlora` and `--recipe demo_counting` work from an installed wheel too.
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 def profile_dirs() -> list[Path]:
     return [Path.cwd() / "recipes" / "profiles", RECIPES_DIR / "profiles"]
+
+
+def available_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def find_config(path: str | Path) -> Path:
+    """A config path as given; else a shipped recipe by name (`demo_counting`) or by its path in a
+    checkout (`recipes/demo_counting.yaml`, as the README writes it), wherever mmtune is installed."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    name = p.name[:-5] if p.name.endswith(".yaml") else p.name
+    shipped = RECIPES_DIR / f"{name}.yaml"
+    if shipped.is_file() and (p.parent in (Path("."), Path("recipes")) or p == Path(name)):
+        return shipped
+    close = difflib.get_close_matches(name, available_recipes(), n=1)
+    raise ConfigError(f"config file {str(p)!r} does not exist, and no recipe is called {name!r}", where=str(p),
+                      fix=(f"did you mean {close[0]!r}? " if close else "")
+                      + f"give a YAML path, or a recipe name: {', '.join(available_recipes())}")
 
 
 def available_profiles() -> list[str]:
@@ -73,10 +95,7 @@ def deep_merge(base: dict, top: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist", where=str(p),
-                          fix="give the path of a YAML config, e.g. recipes/demo_counting.yaml")
+    p = find_config(path)
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
@@ -170,6 +189,8 @@ def split_overrides(args: list[str]) -> dict[str, str]:
 def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
     """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
     ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
+    if path is not None:
+        path = find_config(path)  # also done by read_yaml; here so messages name the file read
     tree = read_yaml(path) if path is not None else {}
     profile = ov.pop("profile", None) or tree.pop("profile", None)
     if isinstance(profile, str) and profile:
