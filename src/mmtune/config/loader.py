@@ -37,7 +37,7 @@ def find_config(path: str | Path) -> Path:
     p = Path(path).expanduser()
     if p.is_file():
         return p
-    name = p.name[:-5] if p.name.endswith(".yaml") else p.name
+    name = p.name.removesuffix(".yaml")
     shipped = RECIPES_DIR / f"{name}.yaml"
     if shipped.is_file() and (p.parent in (Path("."), Path("recipes")) or p == Path(name)):
         return shipped
