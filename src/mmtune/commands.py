@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -40,9 +41,11 @@ def train_cmd(
     summary = run_training(find_config(recipe or config), overrides or [], smoke=smoke, skip_checks=skip_checks)
     console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
                                                       "peak_memory_bytes") if k in summary})
-    from .report import next_steps
+    if os.environ.get("RANK", "0") == "0":  # under torchrun / accelerate launch, the first process reports
+        from .report import next_steps, write_report_quietly
 
-    console.print(next_steps(summary["output_dir"]), soft_wrap=True)
+        write_report_quietly(summary["output_dir"])
+        console.print(next_steps(summary["output_dir"]), soft_wrap=True)
 
 
 @user_errors

@@ -72,3 +72,42 @@ def test_report_of_a_folder_that_is_not_a_run_says_so(tmp_path):
     res = CliRunner().invoke(app, ["report", str(tmp_path)])
     assert res.exit_code == 2
     assert "not a run folder" in res.output or "no metrics.jsonl" in res.output
+
+
+def test_per_source_metrics_video_frames_and_audio_players(tmp_path):
+    """A run folder as the loop writes it, for a video+audio eval set with two data sources."""
+    import numpy as np
+    import soundfile as sf
+    import yaml
+    from PIL import Image
+
+    from mmtune.report import write_report
+
+    data = tmp_path / "data"
+    (data / "clip").mkdir(parents=True)
+    for k in range(6):
+        Image.new("RGB", (48, 32), (40 * k, 90, 90)).save(data / "clip" / f"{k}.png")
+    sf.write(data / "say.wav", np.zeros(1600, dtype="float32"), 16000)
+    (data / "eval.jsonl").write_text(json.dumps({"id": "r0", "messages": [
+        {"role": "user", "content": [{"type": "video", "path": "clip"}, {"type": "audio", "path": "say.wav"},
+                                     {"type": "text", "text": "What happens?"}]},
+        {"role": "assistant", "content": "a ball rolls"}]}) + "\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.resolved.yaml").write_text(yaml.safe_dump(
+        {"output_dir": str(run), "model": {"name": "tiny/qwen2.5-omni"},
+         "data": {"train": str(data / "eval.jsonl"), "eval": str(data / "eval.jsonl")}}))
+    rows = [{"kind": "train", "step": s, "loss": 2.0 / s, "lr": 1e-4, "grad_norm": 1.0, "tokens_per_s": 100.0}
+            for s in range(1, 5)]
+    rows += [{"kind": "eval", "step": s, "exact_match/chartqa": 0.1 * s, "exact_match/infovqa": 0.2 * s}
+             for s in (2, 4)]
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (run / "predictions.jsonl").write_text(json.dumps({"step": 4, "id": "r0", "prediction": "a ball rolls",
+                                                       "references": ["a ball rolls"]}) + "\n")
+    html = write_report([run]).read_text()
+    em = (run / "plots" / "eval_exact_match.svg").read_text()
+    assert em.count("<path") == 2 and ">chartqa<" in em and ">infovqa<" in em  # a line per data source
+    strip = re.search(r'<span class="strip">(.*?)</span>', html).group(1)
+    assert strip.count("data:image/png;base64,") == 4  # four frames of the clip
+    assert '<audio controls src="data:audio/wav;base64,' in html
+    assert 'class="ok">a ball rolls<' in html and "What happens?" in html

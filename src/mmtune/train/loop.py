@@ -181,10 +181,6 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     sinks.close()
-    if main:
-        from ..report import write_report_quietly
-
-        write_report_quietly(out)
     return summary
 
 
