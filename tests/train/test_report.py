@@ -45,6 +45,8 @@ def test_a_run_ends_with_its_report_and_the_next_commands(tiny_vl_config, tmp_pa
 
 
 def test_report_compares_runs_and_shows_skips_and_memory(tiny_vl_config, tmp_path):
+    from mmtune.report import write_report
+
     cfg = tiny_vl_config(train={"max_steps": 2})
     _train(cfg, f"output_dir={tmp_path / 'a'}")
     _train(cfg, f"output_dir={tmp_path / 'b'}", "train.lr=0.01")
@@ -66,6 +68,12 @@ def test_report_compares_runs_and_shows_skips_and_memory(tiny_vl_config, tmp_pat
     skipped = (tmp_path / "cmp" / "both_plots" / "skipped_b.svg").read_text()
     assert "missing media" in skipped and ">3<" in skipped
     assert "metrics.jsonl:" in html and "not valid JSON" in html  # the cut line is named, not fatal
+    # Two runs with the same folder name are told apart by their paths.
+    (tmp_path / "x").mkdir()
+    (tmp_path / "b").rename(tmp_path / "x" / "a")
+    html = write_report([tmp_path / "a", tmp_path / "x" / "a"], tmp_path / "same.html").read_text()
+    loss = (tmp_path / "same_plots" / "loss.svg").read_text()
+    assert loss.count("<path") == 2 and f">{tmp_path / 'x' / 'a'}<" in loss
 
 
 def test_report_of_a_folder_that_is_not_a_run_says_so(tmp_path):

@@ -173,6 +173,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     """Write the report; returns the HTML path. Default place: RUN/report.html for one run,
     ./mmtune-report.html for several. Plots go beside it in `plots/` (or `<stem>_plots/`)."""
     runs = [read_run(p) for p in run_dirs]
+    if len({r.name for r in runs}) < len(runs):  # runs/a/run and runs/b/run: tell them apart by path
+        for r in runs:
+            r.name = str(r.path)
     if out is None:
         out = runs[0].path / "report.html" if len(runs) == 1 else Path("mmtune-report.html")
     out = Path(out)

@@ -31,6 +31,21 @@ def _number(v) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
+def _jsonl(path: Path, problems: list[str]) -> list[dict]:
+    """The rows of a JSONL log; a line cut by a kill mid-write is named and left out, the rest used."""
+    if not path.exists():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            problems.append(f"{path}:{n} is not valid JSON (skipped)")
+    return rows
+
+
 def read_run(path: str | Path) -> RunData:
     path = Path(path)
     if not path.is_dir():
@@ -40,31 +55,19 @@ def read_run(path: str | Path) -> RunData:
         raise MMTuneError(f"{path} holds no metrics.jsonl or summary.json: not a run folder, or the run "
                           "never reached its first step", where=str(path),
                           fix="give the output_dir a `mmtune train` wrote")
-    data = RunData(path=path, name=path.name or str(path))
-    metrics = path / "metrics.jsonl"
-    if metrics.exists():
-        for n, line in enumerate(metrics.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
+    data = RunData(path=path, name=path.resolve().name)
+    for row in _jsonl(path / "metrics.jsonl", data.problems):
+        target = data.eval if row.get("kind") == "eval" else data.train
+        for k, v in row.items():
+            x = _number(v)
+            if k in ("step", "kind") or x is None or (target is data.train and k not in TRAIN_SERIES):
                 continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:  # a line cut by a kill mid-write: the rest still plots
-                data.problems.append(f"{metrics}:{n} is not valid JSON (skipped)")
-                continue
-            target = data.eval if row.get("kind") == "eval" else data.train
-            step = row.get("step")
-            for k, v in row.items():
-                x = _number(v)
-                if k in ("step", "kind") or x is None or (target is data.train and k not in TRAIN_SERIES):
-                    continue
-                target.setdefault(k, []).append((int(step), x))
+            target.setdefault(k, []).append((int(row.get("step", 0)), x))
     if (path / "summary.json").exists():
         data.summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
-    preds = path / "predictions.jsonl"
-    if preds.exists():
-        rows = [json.loads(x) for x in preds.read_text(encoding="utf-8").splitlines() if x.strip()]
-        last = max((r.get("step", 0) for r in rows), default=0)
-        data.predictions = [r for r in rows if r.get("step", 0) == last]
+    preds = _jsonl(path / "predictions.jsonl", data.problems)
+    last = max((r.get("step", 0) for r in preds), default=0)
+    data.predictions = [r for r in preds if r.get("step", 0) == last]
     if (path / "config.resolved.yaml").exists():
         data.config_text = (path / "config.resolved.yaml").read_text(encoding="utf-8")
     return data
