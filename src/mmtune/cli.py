@@ -32,7 +32,8 @@ def _register_all() -> None:
     from .commands import register_core
 
     register_core(app)
-    for module in ("mmtune.plan.cli", "mmtune.doctor.cli", "mmtune.data.cli", "mmtune.models.cli"):
+    for module in ("mmtune.plan.cli", "mmtune.doctor.cli", "mmtune.data.cli", "mmtune.models.cli",
+                   "mmtune.report.cli", "mmtune.chat.cli"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as e:

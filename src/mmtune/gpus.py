@@ -63,8 +63,10 @@ GPUS: dict[str, GPUSpec] = {g.id: g for g in (
     GPUSpec("h200", "H200", 141 * GiB, (9, 0), True, 989, 989, 4800, int(139.8 * GiB), 520 * 2**20, 33 * 2**20, False),
 )}
 
-ALIASES = {"v100": "v100-16gb", "a100": "a100-80gb", "h100-80gb": "h100", "rtx6000": "quadro-rtx-6000",
-           "3090": "rtx-3090", "4090": "rtx-4090"}
+ALIASES = {"h100-80gb": "h100", "rtx6000": "quadro-rtx-6000", "3090": "rtx-3090", "4090": "rtx-4090"}
+# Names sold in more than one memory size: a plan for the wrong one is off by half the card, so the
+# size must be said (`--gpu a100` used to mean the 80 GB card without a word).
+AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb")}
 
 
 def get_gpu(name: str) -> GPUSpec:
@@ -74,6 +76,11 @@ def get_gpu(name: str) -> GPUSpec:
     if key in GPUS:
         return GPUS[key]
     from .errors import ConfigError
+
+    if key in AMBIGUOUS:
+        choices = AMBIGUOUS[key]
+        raise ConfigError(f"GPU {name!r} comes in {len(choices)} memory sizes", where="--gpu / train.gpu",
+                          fix="say which: " + " or ".join(f"{c} ({GPUS[c].memory_bytes // GiB} GB)" for c in choices))
 
     close = difflib.get_close_matches(key, list(GPUS) + list(ALIASES), n=1)
     raise ConfigError(f"unknown GPU {name!r}", where="--gpu / train.gpu",

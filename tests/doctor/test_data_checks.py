@@ -29,7 +29,8 @@ def dataset(tmp_path):
         "missing_field": {"msgs": _msg("hi")},
         "missing_media": {"messages": _msg("<image>How many?"), "images": ["nope.png"]},
         "corrupt_media": {"messages": _msg("<image>How many?"), "images": ["corrupt.png"]},
-        "placeholder": {"messages": _msg("How many?"), "images": ["ok.png"]},
+        # Two tags, one image (a list without any tag is ms-swift's layout: the image goes first).
+        "placeholder": {"messages": _msg("<image><image>How many?"), "images": ["ok.png"]},
         "audio": {"messages": _msg("<audio>What was said?"), "audios": ["a.wav"]},
     }
 

@@ -9,6 +9,7 @@ themselves from their own cli modules).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -27,17 +28,30 @@ def register_core(app: typer.Typer) -> None:
 
 @user_errors
 def train_cmd(
-    config: Path = CONFIG_ARG,
+    config: Path | None = typer.Argument(None, help="YAML config (a recipe), e.g. recipes/demo_counting.yaml"),
     overrides: list[str] | None = OVERRIDES_ARG,
+    recipe: str | None = typer.Option(None, "--recipe", help="a recipe shipped with mmtune, e.g. demo_counting"),
     smoke: bool = typer.Option(False, "--smoke", help="run through a tiny random twin of the model on CPU"),
     skip_checks: bool = typer.Option(False, "--skip-checks", help="do not run the doctor's fast checks first"),
 ):
     """Fine-tune: plan and check first, then train, evaluate and checkpoint."""
+    from ..config.loader import find_config
     from .train import run_training
 
-    summary = run_training(config, overrides or [], smoke=smoke, skip_checks=skip_checks)
+    if recipe is not None and config is not None:  # `--recipe NAME key=value`: the first override is no config
+        overrides, config = [str(config), *(overrides or [])], None
+    if (recipe or config) is None:
+        from ..errors import ConfigError
+
+        raise ConfigError("no config given", fix="mmtune train CONFIG.yaml, or mmtune train --recipe demo_counting")
+    summary = run_training(find_config(recipe or config), overrides or [], smoke=smoke, skip_checks=skip_checks)
     console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
                                                       "peak_memory_bytes") if k in summary})
+    if os.environ.get("RANK", "0") == "0":  # under torchrun / accelerate launch, the first process reports
+        from ..report import next_steps, write_report_quietly
+
+        write_report_quietly(summary["output_dir"])
+        console.print(next_steps(summary["output_dir"]), soft_wrap=True)
 
 
 @user_errors

@@ -18,11 +18,33 @@ import yaml
 from ..errors import ConfigError
 from .schema import RunConfig
 
-RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"
+# Recipes and profiles ship inside the package (src/mmtune/recipes links to the checkout's recipes/),
+# so `profile=t4_qlora` and `--recipe demo_counting` work from an installed wheel too.
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 
 
 def profile_dirs() -> list[Path]:
     return [Path.cwd() / "recipes" / "profiles", RECIPES_DIR / "profiles"]
+
+
+def available_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def find_config(path: str | Path) -> Path:
+    """A config path as given; else a shipped recipe by name (`demo_counting`) or by its path in a
+    checkout (`recipes/demo_counting.yaml`, as the README writes it), wherever mmtune is installed."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    name = p.name.removesuffix(".yaml")
+    shipped = RECIPES_DIR / f"{name}.yaml"
+    if shipped.is_file() and (p.parent in (Path("."), Path("recipes")) or p == Path(name)):
+        return shipped
+    close = difflib.get_close_matches(name, available_recipes(), n=1)
+    raise ConfigError(f"config file {str(p)!r} does not exist, and no recipe is called {name!r}", where=str(p),
+                      fix=(f"did you mean {close[0]!r}? " if close else "")
+                      + f"give a YAML path, or a recipe name: {', '.join(available_recipes())}")
 
 
 def available_profiles() -> list[str]:
@@ -36,9 +58,23 @@ def available_profiles() -> list[str]:
 def parse_value(text: str) -> Any:
     """A command-line value, parsed as YAML so `3`, `1e-4`, `true`, `[a, b]` and `null` have types."""
     try:
-        return yaml.safe_load(text) if text != "" else ""
+        return unsplit_pairs(yaml.safe_load(text)) if text != "" else ""
     except yaml.YAMLError:
         return text
+
+
+def unsplit_pairs(value: Any) -> Any:
+    """`{question:instruction}` is, to YAML, one key `question:instruction` with no value (a flow
+    mapping wants a space after the colon). Nobody means that: read it as `{question: instruction}`."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for k, v in value.items():
+        if v is None and isinstance(k, str) and ":" in k and "://" not in k:
+            k, _, v = k.partition(":")
+            k, v = k.strip(), parse_value(v.strip())
+        out[k] = v
+    return out
 
 
 def set_dotted(tree: dict, dotted: str, value: Any) -> None:
@@ -59,10 +95,7 @@ def deep_merge(base: dict, top: dict) -> dict:
 
 
 def read_yaml(path: str | Path) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist", where=str(p),
-                          fix="give the path of a YAML config, e.g. recipes/demo_counting.yaml")
+    p = find_config(path)
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as e:
@@ -161,12 +194,16 @@ def split_overrides(args: list[str]) -> dict[str, str]:
 def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
     """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
     ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
+    if path is not None:
+        path = find_config(path)  # also done by read_yaml; here so messages name the file read
     tree = read_yaml(path) if path is not None else {}
     profile = ov.pop("profile", None) or tree.pop("profile", None)
     if isinstance(profile, str) and profile:
         tree = deep_merge(load_profile(profile), tree)
     for k, v in ov.items():
         set_dotted(tree, k, parse_value(v))
+    if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
+        tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
     return validate(tree, path=str(path) if path else None, overrides=ov)
 
 

@@ -24,6 +24,10 @@ FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     "infovqa": {"image": ("image",), "question": ("query", "question"), "answer": ("answers",),
                 "id": ("id", "questionId", "question_id")},
     "ocrvqa": {"image": ("image",), "question": ("questions",), "answer": ("answers",), "id": ("id", "image_id")},
+    # Read by data/variants.py into `messages` rows (LLaMA-Factory's alpaca layout).
+    "alpaca": {"instruction": ("instruction",), "input": ("input",), "output": ("output",), "system": ("system",),
+               "history": ("history",), "images": ("images", "image"), "videos": ("videos", "video"),
+               "audios": ("audios", "audio"), "id": ("id",)},
 }
 OPTIONAL = {"id", "images", "videos", "audios"}
 PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
@@ -198,10 +202,19 @@ def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
 
 def row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
                    resolve: Callable[[str, str], str]) -> list[Record]:
-    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one."""
+    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one.
+    Other tools' layouts (alpaca, ms-swift, OpenAI parts, a top-level system) go through data/variants.py."""
+    from .variants import finish_records, normalize_row
+
     if not isinstance(row, dict):
         raise BadRecord("missing field", f"record is a {type(row).__name__}, not an object", where,
                         "each record is a JSON object (one per line in JSONL)")
+    row, fmt, columns = normalize_row(row, fmt, columns, where)
+    return finish_records(_plain_row_to_records(row, fmt, columns, where, index, resolve), row, fmt, where)
+
+
+def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
+                          resolve: Callable[[str, str], str]) -> list[Record]:
     rid = _get(row, fmt, "id", columns, where)
     rid = str(rid) if rid is not None else str(index)
     if fmt == "messages":

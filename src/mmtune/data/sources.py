@@ -24,7 +24,7 @@ SPLIT_ALIASES = {
 SPLIT_ALIASES["validation"] = SPLIT_ALIASES["eval"]
 SPLIT_ALIASES["val"] = SPLIT_ALIASES["eval"]
 SPLIT_ALIASES["dev"] = SPLIT_ALIASES["eval"]
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
 def split_candidates(split: str) -> tuple[str, ...]:
@@ -122,6 +122,38 @@ def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
         yield f"{path}:row {n}", row
 
 
+# CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.
+CSV_JSON_COLUMNS = {"messages", "conversations", "images", "videos", "audios", "history", "answers", "questions"}
+
+
+def _rows_csv(path: Path) -> Iterator[tuple[str, object]]:
+    import csv
+
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        for n, row in enumerate(reader, start=2):  # line 1 is the header
+            where = f"{path}:{n}"
+            if None in row:  # more cells than header names
+                yield where, BadRecord("bad csv", f"row has {len(row) - 1 + len(row[None])} cells for "
+                                       f"{len(reader.fieldnames or [])} columns", where,
+                                       "quote cells that contain commas")
+                continue
+            out: dict = {}
+            for k, v in row.items():
+                if v == "" or v is None:
+                    out[k] = None
+                elif k in CSV_JSON_COLUMNS and v.lstrip()[:1] in "[{":
+                    try:
+                        out[k] = json.loads(v)
+                    except json.JSONDecodeError as e:
+                        out[k] = BadRecord("bad csv", f"column {k!r} is not valid JSON ({e.msg})", where,
+                                           f'write {k} as JSON in the cell, e.g. ["a.png", "b.png"]')
+                else:
+                    out[k] = v
+            bad = next((v for v in out.values() if isinstance(v, BadRecord)), None)
+            yield where, bad if bad is not None else out
+
+
 def _rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
     import datasets
 
@@ -171,10 +203,10 @@ def iter_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]
                             fix=f"files found: {', '.join(found) or '(none)'}; name one ({'/'.join(split_candidates(split))}"
                                 f" + .jsonl/.json/.parquet) or point at the file itself")
         path = f
-    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet}
+    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet, ".csv": _rows_csv}
     if path.suffix not in readers:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
-                        fix="use .jsonl (one record per line), .json (a list), .parquet, or a save_to_disk folder")
+                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, or a save_to_disk folder")
     return path.parent, readers[path.suffix](path)
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
-                     max_new_tokens: int, autocast) -> list[str]:
+                     max_new_tokens: int, autocast, streamer=None) -> list[str]:
+    """Greedy answers to the records' prompts. `streamer` (a transformers streamer, one record at a
+    time) receives the tokens as they come: `mmtune chat` answers through this same function."""
     import torch
 
     from ..data.collate import Collator
@@ -19,7 +21,8 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad(), autocast():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=pad_id, eos_token_id=tok.eos_token_id)
+                                 pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
+                                 **({"streamer": streamer} if streamer is not None else {}))
         new = out[:, batch["input_ids"].shape[1]:]
         answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
     return answers

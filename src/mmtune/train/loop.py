@@ -163,6 +163,7 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
     wall = time.perf_counter() - t_start
     summary = {
+        "output_dir": str(out),
         "steps": step,
         "eval": eval_metrics,
         "best": best,

@@ -1,0 +1,112 @@
+"""`mmtune chat`: talk to a trained run (its best checkpoint, adapter or full) or to any model.
+
+The prompt is built by the run's own Encoder (same chat template, system prompt, media caps, video
+frames, audio rate as training) and answered by evaluation's `generate_answers` (greedy,
+`eval.max_new_tokens`), so what chat says is what evaluation would have scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import MMTuneError
+
+MEDIA_FLAGS = ("image", "video", "audio")
+
+
+def is_run_or_checkpoint(target: Path) -> bool:
+    return target.is_dir() and any((target / n).exists() for n in ("trainable.safetensors", "best",
+                                                                    "config.resolved.yaml"))
+
+
+@dataclass
+class ChatSession:
+    model: object
+    encoder: object
+    pad_id: int
+    dtype: object
+    device: object
+    autocast: object
+    max_new_tokens: int
+    source: str  # what was loaded, for the banner
+    history: list[dict] = field(default_factory=list)
+
+    def media_part(self, kind: str, path: str | Path) -> dict:
+        p = Path(path).expanduser()
+        if kind not in self.encoder.modalities:
+            raise MMTuneError(f"this model does not take {kind}", where=f"--{kind} {path}",
+                              fix=f"it takes: {', '.join(sorted(self.encoder.modalities))}")
+        if not p.exists():
+            raise MMTuneError(f"{kind} file not found: {p}", where=f"--{kind} {path}", fix="check the path")
+        return {"type": kind, "path": str(p.resolve())}
+
+    def ask(self, text: str, media: list[dict] = (), streamer=None) -> str:
+        """One user turn (media first, then the text, as the training data puts them) -> the answer.
+        The conversation so far, media included, is the context."""
+        from ..data.records import Record
+        from ..evaluate.run_eval import generate_answers
+
+        turn = {"role": "user", "content": [*media, {"type": "text", "text": text}]}
+        record = Record(id=f"chat-{len(self.history) // 2}", source="chat", messages=[*self.history, turn])
+        [answer] = generate_answers(self.model, self.encoder, [record], device=self.device, dtype=self.dtype,
+                                    pad_id=self.pad_id, batch_size=1, max_new_tokens=self.max_new_tokens,
+                                    autocast=self.autocast, streamer=streamer)
+        self.history += [turn, {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
+        return answer
+
+    def reset(self) -> None:
+        self.history.clear()
+
+    def streamer(self, out=None):
+        """Tokens printed as they are generated (the prompt and special tokens are not)."""
+        from transformers import TextStreamer
+
+        class _To(TextStreamer):
+            def on_finalized_text(self, text: str, stream_end: bool = False):
+                print(text, end="" if not stream_end else "\n", flush=True, file=out)
+
+        return _To(self.encoder.tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+def load_session(target: str, *, device: str | None = None, system: str | None = None,
+                 max_new_tokens: int | None = None) -> ChatSession:
+    """A run folder or checkpoint (its config.resolved.yaml says how to rebuild it), else a model name
+    or folder (a Hub id, an exported merged model, `tiny/qwen2-vl`)."""
+    from ..build import _pad_token_id, build_run
+    from ..config import load_config
+    from ..data.encode import Encoder
+
+    path = Path(target).expanduser()
+    if is_run_or_checkpoint(path):
+        from ..export import run_config_of
+        from ..train.checkpoint import load_trainable, resolve_checkpoint
+
+        ckpt = resolve_checkpoint(path)
+        cfg = run_config_of(ckpt)
+        source = f"{ckpt} ({cfg.model.name}, {cfg.adapter.method})"
+    else:
+        if path.exists() and not (path / "config.json").is_file():
+            raise MMTuneError(f"{path} is neither a run folder, a checkpoint nor a model folder", where=str(path),
+                              fix="give runs/NAME (its best checkpoint), runs/NAME/checkpoint-N, a folder with "
+                                  "config.json (e.g. from `mmtune export --merge`), or a model id")
+        ckpt = None
+        # A plain model: LoRA with nothing trained is the model itself (B = 0) and keeps its weights
+        # frozen in their dtype, where adapter.method=full would copy every weight to fp32.
+        cfg = load_config(None, [f"model.name={target}", "adapter.method=lora"])
+        source = f"{target} (as published, no fine-tuning)"
+    updates = {}
+    if device:
+        updates["train"] = cfg.train.model_copy(update={"device": device})
+    if system is not None:
+        updates["data"] = cfg.data.model_copy(update={"system_prompt": system})
+    cfg = cfg.model_copy(update=updates)
+    run = build_run(cfg, with_data=False, with_optimizer=False)
+    model = run.unwrapped_model()
+    if ckpt is not None:
+        load_trainable(model, ckpt, strict=False)
+    model.eval()
+    return ChatSession(model=model, encoder=Encoder(run.processor, run.family, cfg), pad_id=_pad_token_id(run.processor),
+                       dtype=run.precision.compute_dtype, device=run.accelerator.device,
+                       autocast=run.accelerator.autocast, max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens,
+                       source=source)
