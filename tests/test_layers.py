@@ -32,6 +32,7 @@ SIDEWAYS = {
     ("export", "train"): "export reads a run's checkpoints",
     ("chat", "evaluate"): "chat answers through evaluation's generation",
     ("chat", "train"): "chat loads a run's checkpoint",
+    ("chat", "export"): "chat reads a run's config as export does",
     ("report", "evaluate"): "the report reads evaluation's references",
 }
 

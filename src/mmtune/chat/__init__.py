@@ -73,7 +73,7 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
                  max_new_tokens: int | None = None) -> ChatSession:
     """A run folder or checkpoint (its config.resolved.yaml says how to rebuild it), else a model name
     or folder (a Hub id, an exported merged model, `tiny/qwen2-vl`)."""
-    from ..build import _pad_token_id, build_run
+    from ..build import build_run
     from ..config import load_config
     from ..data.encode import Encoder
 
@@ -106,7 +106,8 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
     if ckpt is not None:
         load_trainable(model, ckpt, strict=False)
     model.eval()
-    return ChatSession(model=model, encoder=Encoder(run.processor, run.family, cfg), pad_id=_pad_token_id(run.processor),
+    # The resolved run's processor (media caps applied once) and pad id: what evaluation used.
+    return ChatSession(model=model, encoder=Encoder.for_run(run.resolved), pad_id=run.resolved.pad_token_id,
                        dtype=run.precision.compute_dtype, device=run.accelerator.device,
                        autocast=run.accelerator.autocast, max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens,
                        source=source)
