@@ -36,17 +36,33 @@ class ModelConfig(Section):
 class DataConfig(Section):
     train: str | None = Field(None, description="JSONL/JSON/parquet file, dataset folder, or synthetic:NAME")
     eval: str | None = None
-    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa")
+    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
     on_bad_record: Literal["error", "skip"] = "error"
     system_prompt: str | None = None
+    # Counting sets (format fsc147) write their text from templates over {object} and {count}.
+    question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: <number>.'")
+    answer_template: str | None = Field(None, description="default: 'COUNT: {count}'")
     eval_max_samples: int | None = Field(None, gt=0)
     # Synthetic sets (the demo) take their size and seed here.
     synthetic_train_size: int = Field(600, gt=0)
     synthetic_eval_size: int = Field(100, gt=0)
     synthetic_seed: int = 0
+
+    @field_validator("question_template", "answer_template")
+    @classmethod
+    def _template_fields(cls, v: str | None) -> str | None:
+        import string
+
+        if v is not None:
+            names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+            unknown = names - {"object", "count"}
+            if unknown:
+                raise ValueError(f"template {v!r} uses {', '.join('{' + n + '}' for n in sorted(unknown))}; "
+                                 "the fields are {count} and {object}")
+        return v
 
 
 class AdapterConfig(Section):
