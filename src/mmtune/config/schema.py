@@ -49,6 +49,9 @@ class SourceConfig(Section):
     metrics: list[str] | None = Field(None, description="default: by format (chartqa relaxed_accuracy, "
                                                         "infovqa anls, ocrvqa exact_match+vqa_accuracy, fsc147 mae+rmse)")
 
+    def __repr__(self) -> str:  # how a mixture reads in messages: "chartqa=path, infovqa=path"
+        return f"{self.name}={self.path}"
+
     @model_validator(mode="after")
     def _weight_or_samples(self):
         if self.weight is not None and self.samples is not None:

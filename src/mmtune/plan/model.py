@@ -59,6 +59,10 @@ def _remap_token_ids(config, processor) -> None:
                 setattr(holder, key, tid)
 
 
+def _size_get(size, key):
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
+
+
 def _planning_processor(family, facts: dict):
     """The family's processor class with the local tokenizer, configured with the real model's media facts."""
     from ..models.tiny import tiny_config_and_processor
@@ -76,6 +80,17 @@ def _planning_processor(family, facts: dict):
                 setattr(p, key, facts[key])
         if hasattr(p, "size") and isinstance(p.size, dict) and "max_pixels" in facts:
             p.size = {"shortest_edge": facts["min_pixels"], "longest_edge": facts["max_pixels"]}
+        elif getattr(p, "size", None) is not None and "image_size" in facts:
+            # Fixed-size towers (CLIP / SigLIP in LLaVA families): the real input size, not the twin's.
+            n, kind = facts["image_size"], type(p.size)  # a dict or transformers' SizeDict
+            square = kind(height=n, width=n)
+            p.size = square if _size_get(p.size, "height") else kind(shortest_edge=n)
+            if getattr(p, "crop_size", None) is not None:
+                p.crop_size = type(p.crop_size)(height=n, width=n)
+        if "image_grid_pinpoints" in facts and hasattr(p, "image_grid_pinpoints"):
+            p.image_grid_pinpoints = facts["image_grid_pinpoints"]  # multi-view ("anyres") crops
+    if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
+        proc.num_image_tokens = facts["num_image_tokens"]
     fe = getattr(proc, "feature_extractor", None)
     keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft")
     if fe is not None and any(k in facts for k in keys):
