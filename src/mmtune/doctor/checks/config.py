@@ -96,7 +96,7 @@ def _data_paths(tree: dict):
     for key in ("train", "eval"):
         spec = data.get(key)
         if isinstance(spec, str) and spec and not spec.startswith("synthetic:"):
-            yield f"data.{key}", Path(spec)
+            yield f"data.{key}", Path(spec.partition("::")[0])  # PATH::SPLIT names a split of PATH
         elif isinstance(spec, list):  # a mixture: every source's path (and its own eval path)
             for i, src in enumerate(spec):
                 for field in ("path", "eval"):
