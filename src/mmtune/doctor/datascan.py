@@ -244,14 +244,27 @@ def _check_record(rec, counter, modalities, scan):
     return rec, counts, None
 
 
+def _sources(spec, cfg):
+    """(spec, cfg, file tag) per source: a mixture (data.train as a list) is scanned source by source,
+    each with its own format, columns and media root."""
+    if not isinstance(spec, list):
+        return [(spec, cfg, "")]
+    from ..data.mixture import source_data_cfg
+
+    return [(s.path, cfg.model_copy(update={"data": source_data_cfg(s, cfg.data)}), f".{s.name}") for s in spec]
+
+
 def scan_dataset(cfg, pinfo, *, limit=None, write_clean: Path | None = None) -> DataScan:
     t0 = time.perf_counter()
     result = DataScan()
     if cfg.data.train:
-        result.splits.append(scan_split("train", cfg.data.train, cfg, pinfo, limit=limit, write_clean=write_clean))
+        for spec, c, tag in _sources(cfg.data.train, cfg):
+            clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
+            result.splits.append(scan_split("train", spec, c, pinfo, limit=limit, write_clean=clean))
     if cfg.data.eval:
-        clean_eval = write_clean.with_name(write_clean.stem + ".eval" + write_clean.suffix) if write_clean else None
-        result.splits.append(scan_split("eval", cfg.data.eval, cfg, pinfo, limit=limit, write_clean=clean_eval))
+        for spec, c, tag in _sources(cfg.data.eval, cfg):
+            clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
+            result.splits.append(scan_split("eval", spec, c, pinfo, limit=limit, write_clean=clean))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

@@ -58,6 +58,11 @@ class TokenCounter:
                 s = math.sqrt(cap / (h * w))
                 h, w = max(1, int(h * s)), max(1, int(w * s))
             ip = self.processor.image_processor
+            if not hasattr(ip, "get_number_of_image_patches"):
+                # LLaVA-family processors (fixed-size and "anyres" multi-view): the processor's own count
+                # for an image of this size, the same arithmetic its __call__ expands placeholders with.
+                n = self.processor._get_num_multimodal_tokens(image_sizes=[(h, w)])
+                return int(n["num_image_tokens"][0])
             return ip.get_number_of_image_patches(h, w, dict(self.img_kwargs)) // ip.merge_size ** 2
         if kind == "video":
             n, h, w = video_shape(part, self.cfg.model.video_frames, self.cfg.model.video_fps)
