@@ -130,7 +130,9 @@ class AdapterConfig(Section):
     r: int = Field(16, gt=0)
     alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
     dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | Literal["auto", "all-linear"] = "auto"
+    target_modules: list[str] | Literal["auto", "all-linear"] = Field(
+        "auto", description="decoder linear names (q_proj), component:name (vision:qkv), component[-k:]:name "
+                            "(last k blocks: vision[-2:]:q_proj), or module paths")
     use_dora: bool = False
     # Components (vision / audio / projector / decoder / lm_head) trained in full, and frozen.
     train_components: list[str] = Field(default_factory=list)
