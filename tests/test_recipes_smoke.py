@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 RECIPES = sorted(p for p in (Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml"))
+# What the seed recipes' summary.json must report after a smoke run (their eval sets are the look-alikes
+# of the published datasets written by recipes/data/make_published.py).
+EXPECTED_EVAL = {
+    "seed002_docvqa_mixture_8gpu": ("chartqa/relaxed_accuracy", "infovqa/anls", "ocrvqa/exact_match",
+                                    "ocrvqa/vqa_accuracy", "mixture/score", "eval_loss"),
+    "seed003_qwen3vl_fsc147_counting": ("mae", "rmse", "unparsable", "eval_loss"),
+}
 
 
 def test_there_are_recipes():
@@ -26,3 +33,7 @@ def test_recipe_smoke(recipe, tmp_path, monkeypatch):
     losses = [r["loss"] for r in rows if r["kind"] == "train"]
     assert losses and all(x == x and 0 < x < 1e4 for x in losses)
     assert any(out.glob("checkpoint-*/trainable.safetensors"))
+    if recipe.stem in EXPECTED_EVAL:
+        summary = json.loads((out / "summary.json").read_text())
+        assert set(EXPECTED_EVAL[recipe.stem]) <= set(summary["eval"]), summary["eval"]
+        assert summary["best"]["metric"] in summary["eval"]

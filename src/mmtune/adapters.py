@@ -7,7 +7,8 @@ Rules (failure modes 10-12):
 - LoRA goes on the decoder's linear layers only. `adapter.target_modules` may be "auto" (the
   standard attention + MLP projections), "all-linear" (every nn.Linear of the decoder), or a list of
   names. A plain name ("q_proj") is matched inside the decoder only; reaching another component needs
-  an explicit "component:name" ("vision:qkv") or a dotted module path ("model.visual.blocks.0.attn.qkv").
+  an explicit "component:name" ("vision:qkv"; "vision[-2:]:q_proj" for the last 2 blocks only) or a
+  dotted module path ("model.visual.blocks.0.attn.qkv").
 - Components in `adapter.train_components` are trained in full through peft `modules_to_save`, so
   `save_pretrained` / `PeftModel.from_pretrained` carry them with the adapter.
 - Parameter groups are built here, from parameter objects, before any DDP wrapping; the trainer hands
@@ -155,12 +156,16 @@ def lora_target_names(model, family: Family, target_modules) -> list[str]:
     chosen: list[str] = []
     unmatched: list[str] = []
     for t in target_modules:
-        if ":" in t:  # component:leaf, e.g. vision:qkv
-            comp, leaf = t.split(":", 1)
+        if ":" in t:  # component:leaf, e.g. vision:qkv; vision[-2:]:q_proj = its last 2 blocks only
+            comp, leaf = t.rsplit(":", 1)
+            m = re.fullmatch(r"(\w+)\[-(\d+):\]", comp)
+            comp, last = (m.group(1), int(m.group(2))) if m else (comp, None)
             if comp not in COMPONENTS:
                 raise ConfigError(f"adapter.target_modules: unknown component {comp!r} in {t!r}",
                                   where="adapter.target_modules", fix=f"one of {', '.join(COMPONENTS)}")
             hits = [n for n in linears if _in_component(family, n, comp) and n.rsplit(".", 1)[-1] == leaf]
+            if last is not None:
+                hits = _last_blocks(hits, last)
         elif "." in t:  # an explicit module path (or path prefix)
             hits = [n for n in linears if n == t or n.startswith(t + ".")]
         else:
@@ -176,6 +181,18 @@ def lora_target_names(model, family: Family, target_modules) -> list[str]:
             fix=f"decoder linear layers are named: {', '.join(leaves)}; use 'auto', 'all-linear', "
                 "'component:name' (e.g. vision:qkv) or a full module path")
     return chosen
+
+
+def _last_blocks(names: list[str], k: int) -> list[str]:
+    """The names inside the last k numbered blocks (`...layers.25.self_attn.q_proj`): block counts
+    differ between a full-size model and its tiny twin, so recipes name blocks from the end."""
+    def block(n: str) -> int | None:
+        m = re.search(r"\.(?:layers|blocks|layer|h)\.(\d+)\.", n)
+        return int(m.group(1)) if m else None
+
+    blocks = sorted({b for n in names if (b := block(n)) is not None})
+    keep = set(blocks[-k:]) if k else set()
+    return [n for n in names if block(n) in keep]
 
 
 def _component_module_names(model, family: Family, component: str) -> list[str]:

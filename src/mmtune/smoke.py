@@ -43,6 +43,8 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     e.update(every=None, max_new_tokens=min(e["max_new_tokens"], 8), batch_size=min(e["batch_size"], 2))
     data["data"]["eval_max_samples"] = min(data["data"]["eval_max_samples"] or 4, 4)
     data["data"]["synthetic_train_size"] = min(data["data"]["synthetic_train_size"], 16)
+    if data["data"].get("mixture_size"):  # a mixture's epoch: every sample is encoded before step 1
+        data["data"]["mixture_size"] = min(data["data"]["mixture_size"], 16)
     data["data"]["synthetic_eval_size"] = min(data["data"]["synthetic_eval_size"], 4)
     data["logging"].update(wandb=False, mlflow=False)
     data["model"]["attn_implementation"] = "sdpa" if data["model"]["attn_implementation"] == "flash_attention_2" \

@@ -185,3 +185,19 @@ def test_qlora_from_a_saved_folder_uses_transformers_quantizer_and_skips_vision(
     loss = res.model(**batch).loss
     loss.backward()
     assert torch.isfinite(loss)
+
+
+def test_lora_on_the_last_vision_blocks_by_count_from_the_end():
+    """`vision[-1:]:q_proj` picks the last block's q_proj whatever the depth (26 at full size, 2 in the
+    twin); the blocks before it stay without LoRA, and gradients reach it (OneVision reads the last layer)."""
+    lm, res, _ = setup(name="tiny/llava-onevision", target_modules=["q_proj", "vision[-1:]:q_proj"])
+    lora = [n for n, p in res.model.named_parameters() if p.requires_grad and "lora_" in n]
+    vision = [n for n in lora if ".vision_tower." in n]
+    assert vision and all(".layers.1." in n for n in vision), vision
+    batch = example_batch(lm.processor, lm.family.modalities)
+    res.model(**batch).loss.backward()
+    grads = {n: p.grad for n, p in res.model.named_parameters() if n in vision}
+    # lora_B starts at zero, so on the first backward only lora_B has a non-zero gradient
+    assert all(g is not None and g.abs().sum() > 0 for n, g in grads.items() if "lora_B" in n)
+    with pytest.raises(ConfigError, match="unknown component"):
+        setup(name="tiny/llava-onevision", target_modules=["visoin[-1:]:q_proj"])

@@ -18,6 +18,7 @@ CLASSES = {
     "tiny/qwen2.5-omni": "Qwen2_5OmniThinkerForConditionalGeneration",
     "tiny/llava": "LlavaForConditionalGeneration",
     "tiny/llava-next": "LlavaNextForConditionalGeneration",
+    "tiny/llava-onevision": "LlavaOnevisionForConditionalGeneration",
 }
 # Parameters a real forward legitimately leaves without gradient: LLaVA reads CLIP's penultimate
 # layer (vision_feature_layer=-2), Whisper-style sinusoidal positions are fixed, the Omni audio
@@ -60,6 +61,28 @@ def test_tiny_twin_forward_backward_with_processor_output(name):
     if "projector" in expected:
         assert any(p.grad is not None and p.grad.abs().sum() > 0
                    for n, p in model.named_parameters() if comps[n] == "projector")
+
+
+def test_tiny_onevision_batches_images_with_different_view_counts():
+    """Anyres views depend on the aspect ratio (a wide image gets 3, a square one 5): the collator pads
+    the views, and the model keeps each image's real ones (by image_sizes), as in a processor batch."""
+    from PIL import Image
+
+    from mmtune.data.collate import Collator
+
+    model, processor = build_tiny("tiny/llava-onevision")
+    text = processor.apply_chat_template([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "hi"}]}],
+                                         add_generation_prompt=True)
+    items = [{k: v[0] for k, v in processor(text=[text], images=[Image.new("RGB", size, (200, 30, 30))],
+                                             return_tensors="pt").items()} for size in ((90, 40), (60, 60))]
+    assert items[0]["pixel_values"].shape[0] != items[1]["pixel_values"].shape[0]
+    for it in items:  # one record each, as the encoder produces them
+        it["pixel_values"] = it["pixel_values"][None]
+        it["image_sizes"] = it["image_sizes"][None]
+        it["batch_num_images"] = it["batch_num_images"].reshape(1)
+    batch = Collator(processor.tokenizer.pad_token_id)(items)
+    out = model(**batch, labels=batch["input_ids"])
+    assert torch.isfinite(out.loss)
 
 
 def test_tiny_omni_processor_expands_audio_and_video_placeholders():

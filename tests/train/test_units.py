@@ -9,13 +9,14 @@ from mmtune.train.schedule import lr_factor
 
 def test_metrics_on_known_values():
     assert M.exact_match(["3", " Three.", "4"], [["3"], ["three"], ["5"]]) == pytest.approx(2 / 3)
-    assert M.mae(["3", "there are 5", "no idea"], [["4"], ["5"], ["2"]]) == pytest.approx((1 + 0 + 1) / 3)
+    assert M.mae(["3", "there are 5", "no idea"], [["4"], ["5"], ["2"]]) == pytest.approx((1 + 0 + 2) / 3)  # "no idea" = 0
     assert M.relaxed_accuracy(["10.4", "cat"], [["10"], ["cat"]]) == 1.0
     assert M.relaxed_accuracy(["11"], [["10"]]) == 0.0
-    assert M.anls(["hello world"], [["hello world!"]]) == 1.0
+    assert M.anls(["hello world"], [["hello world!"]]) == pytest.approx(1 - 1 / 12)  # the scorer keeps "!"
     assert M.anls(["abc"], [["xyz"]]) == 0.0
-    assert M.vqa_accuracy(["yes"], [["yes", "yes", "no"]]) == pytest.approx(2 / 3)
-    assert M.f1(["the red car"], [["red car"]]) == pytest.approx(0.8)
+    assert M.vqa_accuracy(["yes"], [["yes", "yes", "no"]]) == pytest.approx((1 / 3 + 1 / 3 + 2 / 3) / 3)  # leave-one-out
+    assert M.f1(["the red car"], [["red car"]]) == 1.0  # SQuAD drops articles
+    assert M.f1(["red car"], [["blue car"]]) == pytest.approx(0.5)
 
 
 def test_best_constant_baseline():

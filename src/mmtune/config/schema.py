@@ -33,20 +33,96 @@ class ModelConfig(Section):
     device_map: str | None = Field(None, description="not supported for training; leave unset")
 
 
+class SourceConfig(Section):
+    """One source of a mixture (data.train as a list; see docs/data.md "Mixtures")."""
+
+    path: str = Field(description="file, folder or synthetic:NAME, as for a single data.train")
+    name: str | None = Field(None, description="label in logs and metrics; default: the format (made unique)")
+    format: str | None = Field(None, description="default: data.format")
+    columns: dict[str, str] | None = Field(None, description="default: data.columns")
+    media_root: str | None = Field(None, description="default: data.media_root")
+    parts: list[str] | None = Field(None, description="only files whose name holds one of these words "
+                                                      "(ChartQA: human, augmented)")
+    weight: float | None = Field(None, gt=0, description="share of the mixture (relative to the other weights)")
+    samples: int | None = Field(None, gt=0, description="exactly this many training samples per epoch")
+    eval: str | bool = Field(True, description="true: this source's own eval split; a path (PATH::SPLIT); false: none")
+    metrics: list[str] | None = Field(None, description="default: by format (chartqa relaxed_accuracy, "
+                                                        "infovqa anls, ocrvqa exact_match+vqa_accuracy, fsc147 mae+rmse)")
+
+    def __repr__(self) -> str:  # how a mixture reads in messages: "chartqa=path, infovqa=path"
+        return f"{self.name}={self.path}"
+
+    @model_validator(mode="after")
+    def _weight_or_samples(self):
+        if self.weight is not None and self.samples is not None:
+            raise ValueError(f"source {self.name or self.path!r}: give weight or samples, not both")
+        return self
+
+
 class DataConfig(Section):
-    train: str | None = Field(None, description="JSONL/JSON/parquet file, dataset folder, or synthetic:NAME")
-    eval: str | None = None
-    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa")
+    train: str | list[SourceConfig] | None = Field(
+        None, description="JSONL/JSON/parquet file, dataset folder, synthetic:NAME, or a list of sources (a mixture)")
+    eval: str | list[SourceConfig] | None = Field(
+        None, description="default for a mixture: every source's own eval split, scored per source")
+    mixture_size: int | None = Field(None, gt=0, description="samples per epoch shared by weighted sources; "
+                                                             "default: their records added up")
+    mixture_seed: int = 0
+    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
     on_bad_record: Literal["error", "skip"] = "error"
     system_prompt: str | None = None
+    # Counting sets (format fsc147) write their text from templates over {object} and {count}.
+    question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: <number>.'")
+    answer_template: str | None = Field(None, description="default: 'COUNT: {count}'")
     eval_max_samples: int | None = Field(None, gt=0)
     # Synthetic sets (the demo) take their size and seed here.
     synthetic_train_size: int = Field(600, gt=0)
     synthetic_eval_size: int = Field(100, gt=0)
     synthetic_seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mixture_sources(cls, v):
+        """Name every source (unique), and evaluate a mixture on its sources' own eval splits by default."""
+        if not isinstance(v, dict) or not isinstance(v.get("train"), list):
+            return v
+        v = dict(v)
+        fmt = v.get("format", "messages")
+        srcs = [s.model_dump() if isinstance(s, BaseModel) else dict(s) if isinstance(s, dict) else s
+                for s in v["train"]]
+        if not srcs:
+            raise ValueError("data.train is an empty list; give a path or at least one source")
+        if any(not isinstance(s, dict) for s in srcs):
+            raise ValueError("data.train: each mixture source is a mapping {path, format, weight | samples, ...}")
+        base = [s.get("name") or s.get("format") or fmt for s in srcs]
+        for i, s in enumerate(srcs):
+            if not s.get("name"):
+                s["name"] = base[i] if base.count(base[i]) == 1 else f"{base[i]}_{i}"
+        names = [s["name"] for s in srcs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"data.train: source names must be unique (repeated: {', '.join(dup)})")
+        v["train"] = srcs
+        if v.get("eval") is None:
+            keep = ("name", "format", "columns", "media_root", "parts", "weight", "metrics")
+            v["eval"] = [{**{k: s.get(k) for k in keep}, "path": s["eval"] if isinstance(s.get("eval"), str) else s["path"]}
+                         for s in srcs if s.get("eval", True) is not False] or None
+        return v
+
+    @field_validator("question_template", "answer_template")
+    @classmethod
+    def _template_fields(cls, v: str | None) -> str | None:
+        import string
+
+        if v is not None:
+            names = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+            unknown = names - {"object", "count"}
+            if unknown:
+                raise ValueError(f"template {v!r} uses {', '.join('{' + n + '}' for n in sorted(unknown))}; "
+                                 "the fields are {count} and {object}")
+        return v
 
 
 class AdapterConfig(Section):
@@ -54,7 +130,9 @@ class AdapterConfig(Section):
     r: int = Field(16, gt=0)
     alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
     dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | Literal["auto", "all-linear"] = "auto"
+    target_modules: list[str] | Literal["auto", "all-linear"] = Field(
+        "auto", description="decoder linear names (q_proj), component:name (vision:qkv), component[-k:]:name "
+                            "(last k blocks: vision[-2:]:q_proj), or module paths")
     use_dora: bool = False
     # Components (vision / audio / projector / decoder / lm_head) trained in full, and frozen.
     train_components: list[str] = Field(default_factory=list)

@@ -58,11 +58,24 @@ class Collator:
                         out[row, longest - v.shape[0]:] = v
                 batch[key] = out
             else:
-                cat = torch.cat([v if v.dim() else v.reshape(1) for v in vals], dim=0)
+                cat = torch.cat(_pad_views([v if v.dim() else v.reshape(1) for v in vals]), dim=0)
                 if cat.is_floating_point() and self.compute_dtype is not None:
                     cat = cat.to(self.compute_dtype)
                 batch[key] = cat
         return batch
+
+
+def _pad_views(vals: list) -> list:
+    """Multi-view ("anyres") pixels are (images, views, C, H, W) with a view count that depends on each
+    image's aspect ratio; pad the views with zeros to the batch's most, as the processors do when they
+    batch several images themselves (the model keeps only each image's real views, by `image_sizes`)."""
+    import torch.nn.functional as F
+
+    if len(vals) < 2 or any(v.dim() < 3 for v in vals) or len({v.shape[2:] for v in vals}) != 1:
+        return vals
+    most = max(v.shape[1] for v in vals)
+    # F.pad lists (before, after) pairs from the last dim backwards; only dim 1 grows.
+    return [v if v.shape[1] == most else F.pad(v, [0, 0] * (v.dim() - 2) + [0, most - v.shape[1]]) for v in vals]
 
 
 def make_dataloader(dataset, collator, batch_sampler, *, num_workers: int = 0, seed: int = 0):

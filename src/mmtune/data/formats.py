@@ -20,14 +20,21 @@ FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
                  "videos": ("videos", "video"), "audios": ("audios", "audio"), "id": ("id",)},
     "vqa": {"image": ("image", "images"), "question": ("question",), "answer": ("answer", "answers"),
             "id": ("id", "question_id")},
-    "chartqa": {"image": ("image", "imgname"), "question": ("query",), "answer": ("label",), "id": ("id",)},
-    "infovqa": {"image": ("image",), "question": ("query", "question"), "answer": ("answers",),
-                "id": ("id", "questionId", "question_id")},
-    "ocrvqa": {"image": ("image",), "question": ("questions",), "answer": ("answers",), "id": ("id", "image_id")},
     # Read by data/variants.py into `messages` rows (LLaMA-Factory's alpaca layout).
     "alpaca": {"instruction": ("instruction",), "input": ("input",), "output": ("output",), "system": ("system",),
                "history": ("history",), "images": ("images", "image"), "videos": ("videos", "video"),
                "audios": ("audios", "audio"), "id": ("id",)},
+    # The published names first (data/published.py describes each dataset's layout), then the names
+    # the datasets' Hugging Face copies use.
+    "chartqa": {"image": ("imgname", "image"), "question": ("query", "question"), "answer": ("label", "answer"),
+                "id": ("id",)},
+    "infovqa": {"image": ("image_local_name", "image"), "question": ("question", "query"),
+                "answer": ("answers", "answer"), "id": ("questionId", "question_id", "id")},
+    # FSC147 rows come from its annotation + split files (data/published.py); the question and the
+    # structured answer are written from data.question_template / data.answer_template.
+    "fsc147": {"image": ("image",), "object": ("object",), "count": ("count",), "id": ("id",)},
+    "ocrvqa": {"image": ("image", "image_path"), "question": ("questions",), "answer": ("answers",),
+               "id": ("id", "image_id")},
 }
 OPTIONAL = {"id", "images", "videos", "audios"}
 PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
@@ -200,27 +207,44 @@ def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
     return [Record(id=rid, source=where, messages=messages)]
 
 
+DEFAULT_TEMPLATES = {"question": "How many {object} are there? Answer as COUNT: <number>.",
+                     "answer": "COUNT: {count}"}
+
+
 def row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
-                   resolve: Callable[[str, str], str]) -> list[Record]:
-    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one.
-    Other tools' layouts (alpaca, ms-swift, OpenAI parts, a top-level system) go through data/variants.py."""
+                   resolve: Callable[[str, str], str], templates: dict[str, str] | None = None) -> list[Record]:
+    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one;
+    `templates` ({question, answer}) write counting sets' text from their fields. Other tools' layouts
+    (alpaca, ms-swift, OpenAI parts, a top-level system) go through data/variants.py."""
     from .variants import finish_records, normalize_row
 
     if not isinstance(row, dict):
         raise BadRecord("missing field", f"record is a {type(row).__name__}, not an object", where,
                         "each record is a JSON object (one per line in JSONL)")
     row, fmt, columns = normalize_row(row, fmt, columns, where)
-    return finish_records(_plain_row_to_records(row, fmt, columns, where, index, resolve), row, fmt, where)
+    return finish_records(_plain_row_to_records(row, fmt, columns, where, index, resolve, templates), row, fmt,
+                          where)
 
 
 def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
-                          resolve: Callable[[str, str], str]) -> list[Record]:
+                          resolve: Callable[[str, str], str], templates: dict[str, str] | None = None) -> list[Record]:
     rid = _get(row, fmt, "id", columns, where)
     rid = str(rid) if rid is not None else str(index)
     if fmt == "messages":
         return _messages_records(row, columns, where, rid, resolve)
-    img = _get(row, fmt, "image", columns, where)
+    from .published import default_image, with_media_dirs
+
+    resolve = with_media_dirs(resolve, fmt)
+    fallback = default_image(row, fmt, rid)
+    names = (columns["image"],) if "image" in columns else FORMAT_FIELDS[fmt]["image"]
+    has_image = any(row.get(n) is not None for n in names)
+    img = _get(row, fmt, "image", columns, where) if has_image or fallback is None else fallback
     media = [_media_part("image", v, resolve, where) for v in _as_list(img)]
+    if fmt == "fsc147":
+        t = {**DEFAULT_TEMPLATES, **(templates or {})}
+        fields = {"object": _get(row, fmt, "object", columns, where), "count": _get(row, fmt, "count", columns, where)}
+        answer = t["answer"].format(**fields)
+        return [_qa_record(rid, where, media, t["question"].format(**fields), answer, [answer])]
     question = _get(row, fmt, "question", columns, where)
     answer = _get(row, fmt, "answer", columns, where)
     if fmt == "ocrvqa":

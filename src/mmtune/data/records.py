@@ -21,6 +21,8 @@ class Record:
     messages: list[dict]
     # Extra reference answers kept for metrics (e.g. all InfoVQA answers); the target is the last turn.
     references: list[str] = field(default_factory=list)
+    # The mixture source it came from (data.train as a list); evaluation groups metrics by it.
+    origin: str = ""
 
     def media_parts(self) -> list[dict]:
         return media_parts(self.messages)

@@ -103,6 +103,11 @@ def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
     except json.JSONDecodeError as e:
         raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
                         fix="fix the syntax, or use JSONL (one record per line)") from None
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        # Keyed by id (OCR-VQA's dataset.json: {"<image id>": {questions, answers, ...}}).
+        for n, (key, row) in enumerate(data.items()):
+            yield f"{path}:record {n} (key {key!r})", {"id": key, **row}
+        return
     if isinstance(data, dict):  # {"data": [...]} or {"train": [...], ...} are common wrappers
         lists = {k: v for k, v in data.items() if isinstance(v, list)}
         if len(lists) == 1:
@@ -176,16 +181,13 @@ def _rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
         yield f"{label}:row {n}", row
 
 
-def _split_file_in_folder(folder: Path, split: str) -> Path | None:
-    files = {p.stem: p for p in folder.iterdir() if p.suffix in FILE_SUFFIXES}
-    for name in split_candidates(split):
-        if name in files:
-            return files[name]
-    return None
+def iter_rows(spec: str, split: str, parts: list[str] | None = None) -> tuple[Path, Iterator[tuple[str, object]]]:
+    """(base folder for relative media, rows as (where, row-or-BadRecord)). A folder may hold a split
+    in several files (ChartQA's human + augmented parts): their rows follow each other in name order."""
+    from itertools import chain
 
+    from .published import split_files
 
-def iter_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
-    """(base folder for relative media, rows as (where, row-or-BadRecord))."""
     path_s, _, explicit = spec.partition("::")
     path = Path(path_s).expanduser()
     if explicit:
@@ -194,20 +196,30 @@ def iter_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
                         fix="give a JSONL/JSON/parquet file, a dataset folder, or synthetic:counting")
     if path.is_dir():
+        from .published import fsc147_rows, is_fsc147
+
+        if is_fsc147(path):
+            return path, fsc147_rows(path, split)
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return path, _rows_datasets(path, split)
-        f = _split_file_in_folder(path, split)
-        if f is None:
+        files = split_files(path, split_candidates(split), parts)
+        if not files:
             found = sorted(p.name for p in path.iterdir() if p.suffix in FILE_SUFFIXES)
             raise DataError(f"{path} has no {split!r} split", where=str(path),
                             fix=f"files found: {', '.join(found) or '(none)'}; name one ({'/'.join(split_candidates(split))}"
                                 f" + .jsonl/.json/.parquet) or point at the file itself")
-        path = f
+        if len(files) > 1:
+            return files[0].parent, chain.from_iterable(_reader(f)(f) for f in files)
+        path = files[0]
+    return path.parent, _reader(path)(path)
+
+
+def _reader(path: Path):
     readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet, ".csv": _rows_csv}
     if path.suffix not in readers:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
                         fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, or a save_to_disk folder")
-    return path.parent, readers[path.suffix](path)
+    return readers[path.suffix]
 
 
 def make_resolver(base: Path, media_root: str | None):
@@ -229,31 +241,54 @@ def make_resolver(base: Path, media_root: str | None):
     return resolve
 
 
-def load_records(spec: str, data_cfg, split: str = "train") -> RecordSet:
-    """Records of one split. `spec` is a path (optionally PATH::SPLIT) or `synthetic:NAME`."""
-    if spec.startswith("synthetic:"):
-        from .synthetic import load_synthetic
+def load_records(spec, data_cfg, split: str = "train") -> RecordSet:
+    """Records of one split. `spec` is a path (optionally PATH::SPLIT), `synthetic:NAME`, or a list of
+    mixture sources (data.train as a list; see data/mixture.py)."""
+    if isinstance(spec, (list, tuple)):
+        from .mixture import load_mixture
 
-        rs = load_synthetic(spec.split(":", 1)[1], data_cfg, split)
-    else:
-        check_format(data_cfg.format, dict(data_cfg.columns))
-        base, rows = iter_rows(spec, split)
-        resolve = make_resolver(base, data_cfg.media_root)
-        rs = RecordSet()
-        for index, (where, row) in enumerate(rows):
-            try:
-                if isinstance(row, BadRecord):
-                    raise row
-                rs.records.extend(row_to_records(row, data_cfg.format, dict(data_cfg.columns), where, index, resolve))
-            except BadRecord as e:
-                if data_cfg.on_bad_record == "error":
-                    raise e.as_error() from None
-                rs.skip(where, e.reason, e.what)
-        if not rs.records:
-            raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
-                            fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
+        return load_mixture(spec, data_cfg, split)
+    rs = load_source(spec, data_cfg, split)
     if split != "train" and data_cfg.eval_max_samples and len(rs.records) > data_cfg.eval_max_samples:
         rs.notes.append(f"kept the first {data_cfg.eval_max_samples} of {len(rs.records)} records (data.eval_max_samples)")
         rs.records = rs.records[: data_cfg.eval_max_samples]
     return rs
 
+
+def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
+    """All records of one source's split, before any eval cap or mixture sampling."""
+    from .published import in_split
+
+    if spec.startswith("synthetic:"):
+        from .synthetic import load_synthetic
+
+        return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
+    check_format(data_cfg.format, dict(data_cfg.columns))
+    base, rows = iter_rows(spec, split, parts)
+    resolve = make_resolver(base, data_cfg.media_root)
+    wanted = spec.partition("::")[2] or split
+    templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
+    rs = RecordSet()
+    n_rows = other_split = 0
+    for index, (where, row) in enumerate(rows):
+        if not in_split(row, data_cfg.format, wanted):
+            other_split += 1
+            continue
+        n_rows += 1
+        try:
+            if isinstance(row, BadRecord):
+                raise row
+            rs.records.extend(row_to_records(row, data_cfg.format, dict(data_cfg.columns), where, index, resolve,
+                                             templates=templates))
+        except BadRecord as e:
+            if data_cfg.on_bad_record == "error":
+                raise e.as_error() from None
+            rs.skip(where, e.reason, e.what)
+    if other_split:
+        rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {wanted!r}")
+    if data_cfg.format == "ocrvqa":
+        rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
+    if not rs.records:
+        raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
+                        fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
+    return rs

@@ -117,6 +117,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
         base, rows = iter_rows(spec, split)
         resolve = make_resolver(base, cfg.data.media_root)
+    templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
 
     try:
         for index, (where, row) in enumerate(rows):
@@ -130,7 +131,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 try:
                     if isinstance(row, BadRecord):
                         raise row
-                    recs_in = row_to_records(row, cfg.data.format, dict(cfg.data.columns), where, index, resolve)
+                    recs_in = row_to_records(row, cfg.data.format, dict(cfg.data.columns), where, index, resolve,
+                                             templates=templates)
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue
@@ -187,15 +189,32 @@ def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
     return True
 
 
+def _sources(spec, resolved):
+    """(spec, resolved run, file tag) per source: a mixture (data.train as a list) is scanned source by
+    source, each with its own format, columns and media root (the same resolved decisions otherwise)."""
+    import dataclasses
+
+    if not isinstance(spec, list):
+        return [(spec, resolved, "")]
+    from ..data.mixture import source_data_cfg
+
+    cfg = resolved.cfg
+    return [(s.path, dataclasses.replace(resolved, cfg=cfg.model_copy(update={"data": source_data_cfg(s, cfg.data)})),
+             f".{s.name}") for s in spec]
+
+
 def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None) -> DataScan:
     t0 = time.perf_counter()
     cfg = resolved.cfg
     result = DataScan()
     if cfg.data.train:
-        result.splits.append(scan_split("train", cfg.data.train, resolved, limit=limit, write_clean=write_clean))
+        for spec, r, tag in _sources(cfg.data.train, resolved):
+            clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
+            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean))
     if cfg.data.eval:
-        clean_eval = write_clean.with_name(write_clean.stem + ".eval" + write_clean.suffix) if write_clean else None
-        result.splits.append(scan_split("eval", cfg.data.eval, resolved, limit=limit, write_clean=clean_eval))
+        for spec, r, tag in _sources(cfg.data.eval, resolved):
+            clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
+            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

@@ -1,53 +1,193 @@
-"""Task metrics on generated answers. Each takes predictions and references (a list of accepted
-answers per item) and returns one number; higher is better except where LOWER_IS_BETTER says.
+"""Task metrics on generated answers, computed as the benchmarks' own scorers compute them, so that
+numbers are comparable with papers and leaderboards. Each takes predictions and references (a list of
+accepted answers per item) and returns one number; higher is better except where LOWER_IS_BETTER says.
 
-- exact_match: normalised string equality with any reference.
-- mae: mean absolute error of the first number in the prediction vs the reference (counting tasks);
-  a prediction with no number counts as the largest error seen among parsed ones, never skipped.
-- vqa_accuracy: min(1, #matching references / 3), the VQAv2 rule.
-- anls: average normalised Levenshtein similarity with threshold 0.5 (InfoVQA / DocVQA).
-- relaxed_accuracy: numbers within 5 % count as correct, else exact match (ChartQA).
-- f1: token-level F1 against the best reference (SQuAD style).
+- exact_match: equality after the VQA answer normalisation below, with any reference.
+- vqa_accuracy: the VQAv2 scorer (github.com/GT-Vision-Lab/VQA, vqaEval.py): answers normalised by
+  its processPunctuation + processDigitArticle; acc = min(1, #matching other annotators / 3) averaged
+  over the leave-one-out subsets of the references (10 in VQAv2). With a single reference (OCR-VQA)
+  that average is undefined; it is then exact match after the same normalisation.
+- anls: the DocVQA / InfoVQA scorer (rrc.cvc.uab.es): lower-case, strip and collapse whitespace (no
+  punctuation removed), normalised Levenshtein distance over the longer of the raw strings, best
+  reference, score 1 - NL, set to 0 when below 0.5.
+- relaxed_accuracy: ChartQA's relaxed correctness (Masry et al. 2022, as in pix2struct): when the whole
+  prediction and the whole reference parse as numbers (a trailing % divides by 100) and the reference is
+  non-zero, correct within 5 % relative error; otherwise case-insensitive string equality. A number
+  inside a sentence ("45 million") is not a number.
+- mae / rmse: counting errors of the number parsed from each answer (parse_number: digits with
+  thousands separators, number words, "about 12", "COUNT: 17"). An answer with no number scores as an
+  answer of 0 (its error is the reference count) and is counted: compute() adds `unparsable`.
+- f1: token-level F1 against the best reference, SQuAD's normalisation (articles and punctuation dropped).
 """
 
 from __future__ import annotations
 
+import math
 import re
-import string
 
-LOWER_IS_BETTER = {"mae", "eval_loss", "loss"}
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+LOWER_IS_BETTER = {"mae", "rmse", "eval_loss", "loss", "unparsable"}
+
+# ---- VQAv2 answer normalisation (vqaEval.py) ------------------------------------------------------
+_CONTRACTIONS = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
+    "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't",
+    "dont": "don't", "hadnt": "hadn't", "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't",
+    "havent": "haven't", "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd",
+    "howll": "how'll", "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm", "Ive": "I've",
+    "isnt": "isn't", "itd": "it'd", "itd've": "it'd've", "it'dve": "it'd've", "itll": "it'll", "let's": "let's",
+    "maam": "ma'am", "mightnt": "mightn't", "mightnt've": "mightn't've", "mightn'tve": "mightn't've",
+    "mightve": "might've", "mustnt": "mustn't", "mustve": "must've", "neednt": "needn't", "notve": "not've",
+    "oclock": "o'clock", "oughtnt": "oughtn't", "ow's'at": "'ow's'at", "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at",
+    "shant": "shan't", "shed've": "she'd've", "she'dve": "she'd've", "she's": "she's", "shouldve": "should've",
+    "shouldnt": "shouldn't", "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've", "somebodyll": "somebody'll",
+    "somebodys": "somebody's", "someoned": "someone'd", "someoned've": "someone'd've", "someone'dve": "someone'd've",
+    "someonell": "someone'll", "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
+    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's", "thered": "there'd",
+    "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're", "theres": "there's",
+    "theyd": "they'd", "theyd've": "they'd've", "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're",
+    "theyve": "they've", "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've",
+    "weve": "we've", "werent": "weren't", "whatll": "what'll", "whatre": "what're", "whats": "what's",
+    "whatve": "what've", "whens": "when's", "whered": "where'd", "wheres": "where's", "whereve": "where've",
+    "whod": "who'd", "whod've": "who'd've", "who'dve": "who'd've", "wholl": "who'll", "whos": "who's",
+    "whove": "who've", "whyll": "why'll", "whyre": "why're", "whys": "why's", "wont": "won't", "wouldve": "would've",
+    "wouldnt": "wouldn't", "wouldnt've": "wouldn't've", "wouldn'tve": "wouldn't've", "yall": "y'all",
+    "yall'll": "y'all'll", "y'allll": "y'all'll", "yall'd've": "y'all'd've", "y'alld've": "y'all'd've",
+    "y'all'dve": "y'all'd've", "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll",
+    "youre": "you're", "youve": "you've",
+}
+_MANUAL_MAP = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5",
+               "six": "6", "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
+_ARTICLES = {"a", "an", "the"}
+_PERIOD_STRIP = re.compile(r"(?!<=\d)(\.)(?!\d)")  # sic: the scorer's pattern, kept for identical results
+_COMMA_STRIP = re.compile(r"(\d)(,)(\d)")
+_PUNCT = [";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!"]
 
 
-def normalize(text: str) -> str:
-    text = text.strip().lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation) - {"."}).rstrip(".")
-    return " ".join(text.split())
+def _process_punctuation(text: str) -> str:
+    out = text
+    for p in _PUNCT:
+        if (p + " " in text or " " + p in text) or _COMMA_STRIP.search(text) is not None:
+            out = out.replace(p, "")
+        else:
+            out = out.replace(p, " ")
+    # The scorer passes re.UNICODE (32) as sub()'s count argument: at most 32 periods are stripped.
+    return _PERIOD_STRIP.sub("", out, count=32)
 
 
-def first_number(text: str) -> float | None:
-    m = _NUM.search(text.replace(",", ""))
-    return float(m.group()) if m else None
+def _process_digit_article(text: str) -> str:
+    words = [_MANUAL_MAP.get(w, w) for w in text.lower().split()]
+    words = [w for w in words if w not in _ARTICLES]
+    return " ".join(_CONTRACTIONS.get(w, w) for w in words)
 
 
-def exact_match(preds, refs) -> float:
-    return _mean([float(any(normalize(p) == normalize(r) for r in rs)) for p, rs in zip(preds, refs)])
+def vqa_normalize(text: str) -> str:
+    """An answer as the VQAv2 scorer compares it."""
+    text = text.replace("\n", " ").replace("\t", " ").strip()
+    return _process_digit_article(_process_punctuation(text))
+
+
+normalize = vqa_normalize
+
+
+# ---- numbers -------------------------------------------------------------------------------------
+_UNITS = {w: i for i, w in enumerate(["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                                      "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen",
+                                      "seventeen", "eighteen", "nineteen"])}
+_TENS = {w: 10 * i for i, w in enumerate(["twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty",
+                                          "ninety"], start=2)}
+_SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1_000_000_000}
+_NUM = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
+_WORD = re.compile(r"[a-z]+")
+
+
+def _words_number(tokens: list[str]) -> float | None:
+    """'one hundred and five' -> 105, 'twenty-one' -> 21 (tokens already split on spaces and hyphens)."""
+    total, current, seen = 0, 0, False
+    for t in tokens:
+        if t in _UNITS:
+            current += _UNITS[t]
+        elif t in _TENS:
+            current += _TENS[t]
+        elif t == "hundred":
+            current = max(current, 1) * 100
+        elif t in _SCALES:
+            total += max(current, 1) * _SCALES[t]
+            current = 0
+        elif t == "and" and seen:
+            continue
+        else:
+            break
+        seen = True
+    return float(total + current) if seen else None
+
+
+def parse_number(text: str) -> float | None:
+    """The number an answer states: after a `COUNT:`-style label when there is one, else the first
+    number written in digits ("1,234", "12.5", "about 12") or in words ("seventeen", "twenty-one"),
+    whichever comes first. None when the answer holds no number."""
+    s = str(text).strip().lower()
+    label = re.search(r"\b(?:count|answer|total)\s*[:=]\s*", s)
+    if label:
+        s = s[label.end():]
+    m = _NUM.search(s)
+    words = [(w.start(), w.group()) for w in _WORD.finditer(s.replace("-", " "))]
+    for k, (pos, w) in enumerate(words):
+        if (w in _UNITS or w in _TENS) and (m is None or pos < m.start()):
+            return _words_number([x for _, x in words[k:]])
+    if m is None:
+        return None
+    return float(m.group().replace(",", ""))
+
+
+def first_number(text: str) -> float | None:  # kept for callers of the old name
+    return parse_number(text)
+
+
+def _count_errors(preds, refs) -> tuple[list[float], int]:
+    errors, unparsable = [], 0
+    for p, rs in zip(preds, refs):
+        rv = parse_number(rs[0])
+        if rv is None:
+            raise ValueError(f"mae/rmse need numeric references; got {rs[0]!r}")
+        pv = parse_number(p)
+        if pv is None:
+            unparsable += 1
+            pv = 0.0
+        errors.append(abs(pv - rv))
+    return errors, unparsable
 
 
 def mae(preds, refs) -> float:
-    errors: list[float | None] = []
-    for p, rs in zip(preds, refs):
-        pv, rv = first_number(p), first_number(rs[0])
-        if rv is None:
-            raise ValueError(f"mae needs numeric references; got {rs[0]!r}")
-        errors.append(None if pv is None else abs(pv - rv))
-    parsed = [e for e in errors if e is not None]
-    worst = max(parsed) if parsed else max(abs(first_number(rs[0])) for rs in refs) + 1.0
-    return _mean([worst if e is None else e for e in errors])
+    return _mean(_count_errors(preds, refs)[0])
+
+
+def rmse(preds, refs) -> float:
+    errors = _count_errors(preds, refs)[0]
+    return math.sqrt(_mean(e * e for e in errors)) if errors else float("nan")
+
+
+def unparsable(preds, refs) -> float:
+    """How many answers held no number (scored as answers of 0 by mae / rmse)."""
+    return float(sum(parse_number(p) is None for p in preds))
+
+
+# ---- matching metrics ----------------------------------------------------------------------------
+def exact_match(preds, refs) -> float:
+    return _mean([float(any(vqa_normalize(p) == vqa_normalize(r) for r in rs)) for p, rs in zip(preds, refs)])
 
 
 def vqa_accuracy(preds, refs) -> float:
-    return _mean([min(1.0, sum(normalize(p) == normalize(r) for r in rs) / 3.0) for p, rs in zip(preds, refs)])
+    scores = []
+    for p, rs in zip(preds, refs):
+        pred = vqa_normalize(p)
+        gts = [vqa_normalize(r) for r in rs]
+        if len(gts) == 1:
+            scores.append(float(pred == gts[0]))
+            continue
+        accs = [min(1.0, sum(g == pred for j, g in enumerate(gts) if j != i) / 3.0) for i in range(len(gts))]
+        scores.append(sum(accs) / len(accs))
+    return _mean(scores)
 
 
 def _levenshtein(a: str, b: str) -> int:
@@ -63,28 +203,47 @@ def _levenshtein(a: str, b: str) -> int:
 def anls(preds, refs, threshold: float = 0.5) -> float:
     scores = []
     for p, rs in zip(preds, refs):
-        best = 0.0
+        det = " ".join(p.strip().lower().split())
+        values = []
         for r in rs:
-            a, b = normalize(p), normalize(r)
-            sim = 1.0 - _levenshtein(a, b) / max(len(a), len(b), 1)
-            best = max(best, sim if sim >= threshold else 0.0)
-        scores.append(best)
+            gt = " ".join(r.strip().lower().split())
+            length = max(len(r.upper()), len(p.upper()))  # the scorer measures the raw strings
+            values.append(0.0 if length == 0 else _levenshtein(gt, det) / length)
+        score = 1.0 - min(values) if values else 0.0
+        scores.append(0.0 if score < threshold else score)
     return _mean(scores)
 
 
-def relaxed_accuracy(preds, refs, tolerance: float = 0.05) -> float:
-    def ok(p: str, r: str) -> bool:
-        pv, rv = first_number(p), first_number(r)
-        if pv is not None and rv is not None and _NUM.fullmatch(r.strip().replace(",", "")):
-            return abs(pv - rv) <= tolerance * abs(rv) if rv != 0 else pv == 0
-        return normalize(p) == normalize(r)
+def _relaxed_float(text: str) -> float | None:
+    try:
+        return float(text.rstrip("%")) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
 
-    return _mean([float(any(ok(p, r) for r in rs)) for p, rs in zip(preds, refs)])
+
+def relaxed_correctness(prediction: str, target: str, max_relative_change: float = 0.05) -> bool:
+    prediction, target = prediction.strip(), target.strip()
+    pv, tv = _relaxed_float(prediction), _relaxed_float(target)
+    if pv is not None and tv:
+        return abs(pv - tv) / abs(tv) <= max_relative_change
+    return prediction.lower() == target.lower()
+
+
+def relaxed_accuracy(preds, refs, tolerance: float = 0.05) -> float:
+    return _mean([float(any(relaxed_correctness(p, r, tolerance) for r in rs)) for p, rs in zip(preds, refs)])
+
+
+def _squad_normalize(text: str) -> str:
+    """SQuAD's normalize_answer: lower case, no punctuation, no articles, single spaces."""
+    import string
+
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return " ".join(w for w in text.split() if w not in _ARTICLES)
 
 
 def f1(preds, refs) -> float:
     def one(p: str, r: str) -> float:
-        pt, rt = normalize(p).split(), normalize(r).split()
+        pt, rt = _squad_normalize(p).split(), _squad_normalize(r).split()
         common = sum(min(pt.count(w), rt.count(w)) for w in set(pt))
         if not pt or not rt or common == 0:
             return float(pt == rt)
@@ -94,7 +253,7 @@ def f1(preds, refs) -> float:
     return _mean([max(one(p, r) for r in rs) for p, rs in zip(preds, refs)])
 
 
-METRICS = {"exact_match": exact_match, "mae": mae, "vqa_accuracy": vqa_accuracy, "anls": anls,
+METRICS = {"exact_match": exact_match, "mae": mae, "rmse": rmse, "vqa_accuracy": vqa_accuracy, "anls": anls,
            "relaxed_accuracy": relaxed_accuracy, "f1": f1}
 
 
@@ -104,7 +263,10 @@ def compute(names, preds, refs) -> dict[str, float]:
         from ..errors import ConfigError
 
         raise ConfigError(f"unknown metric(s) {unknown}", where="eval.metrics", fix=f"choose from {sorted(METRICS)}")
-    return {n: METRICS[n](preds, refs) for n in names}
+    out = {n: METRICS[n](preds, refs) for n in names}
+    if {"mae", "rmse"} & set(names):
+        out["unparsable"] = unparsable(preds, refs)
+    return out
 
 
 def greater_is_better(name: str) -> bool:
@@ -113,17 +275,17 @@ def greater_is_better(name: str) -> bool:
 
 def best_constant_baseline(names, train_answers: list[str], refs) -> dict[str, float]:
     """Metrics of the best constant answer learnable without looking at the input: the most frequent
-    training answer (for matching metrics) and the median numeric training answer (for mae)."""
+    training answer (for matching metrics) and the median numeric training answer (for mae / rmse)."""
     from collections import Counter
     from statistics import median
 
-    mode = Counter(normalize(a) for a in train_answers).most_common(1)[0][0] if train_answers else ""
+    mode = Counter(vqa_normalize(a) for a in train_answers).most_common(1)[0][0] if train_answers else ""
     out = {}
     for n in names:
-        if n == "mae":
-            nums = [v for a in train_answers if (v := first_number(a)) is not None]
+        if n in ("mae", "rmse"):
+            nums = [v for a in train_answers if (v := parse_number(a)) is not None]
             const = str(median(nums)) if nums else mode
-            out[n] = mae([const] * len(refs), refs)
+            out[n] = METRICS[n]([const] * len(refs), refs)
         else:
             out[n] = METRICS[n]([mode] * len(refs), refs)
     return out

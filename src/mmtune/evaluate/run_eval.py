@@ -63,13 +63,20 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
                                   batch_size=cfg.eval.batch_size, autocast=run.accelerator.autocast)}
     preds: list[dict] = []
     gen = cfg.eval.generate if with_generation is None else with_generation
-    if gen and cfg.eval.metrics:
+    mixture = isinstance(cfg.data.eval, list)
+    if gen and (cfg.eval.metrics or mixture):
         answers = generate_answers(model, run.encoder, records, device=device, dtype=run.precision.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
                                    max_new_tokens=cfg.eval.max_new_tokens, autocast=run.accelerator.autocast)
         refs = [references(run.encoder, r) for r in records]
-        out.update(M.compute(cfg.eval.metrics, answers, refs))
-        preds = [{"id": r.id, "prediction": a, "references": rs} for r, a, rs in zip(records, answers, refs)]
+        if mixture:
+            from .per_source import per_source_metrics
+
+            out.update(per_source_metrics(cfg, records, answers, refs))
+        else:
+            out.update(M.compute(cfg.eval.metrics, answers, refs))
+        preds = [{"id": r.id, "prediction": a, "references": rs, **({"source": r.origin} if r.origin else {})}
+                 for r, a, rs in zip(records, answers, refs)]
     if was_training:
         model.train()
     return out, preds

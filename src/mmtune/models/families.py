@@ -171,6 +171,20 @@ register(Family(
 ))
 
 
+# LLaVA-OneVision: a SigLIP tower, 2-layer MLP projector and a Qwen2 decoder; images are split into
+# "anyres" views (a base view plus crops from image_grid_pinpoints), each view's features joined with
+# the learned `image_newline`. Same module names as LLaVA, so the same components.
+register(Family(
+    name="llava_onevision",
+    model_types=("llava_onevision",),
+    model_class="LlavaOnevisionForConditionalGeneration",
+    processor_class="LlavaOnevisionProcessor",
+    modalities=("text", "image"),
+    components=_LLAVA_COMPONENTS,
+    tiny="tiny/llava-onevision",
+))
+
+
 def family_for_model_type(model_type: str) -> Family:
     for fam in FAMILIES.values():
         if model_type in fam.model_types:

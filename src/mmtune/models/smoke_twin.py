@@ -25,6 +25,7 @@ NAME_TABLE: list[tuple[str, str]] = [
     (r"qwen3-vl", "qwen3_vl"),
     (r"qwen2-vl", "qwen2_vl"),
     (r"qwen2-audio", "qwen2_audio"),
+    (r"llava-onevision|llava_onevision|llava-ov", "llava_onevision"),
     (r"llava-v1\.6|llava-1\.6|llava-next|llava_next", "llava_next"),
     (r"llava", "llava"),
     (r"qwen|llama|mistral|smollm|tinyllama", "qwen2"),

@@ -287,6 +287,54 @@ def _llava_next_processor(tok):
                               num_additional_image_tokens=1, image_token="<image>", chat_template=tok.chat_template)
 
 
+# --- LLaVA-OneVision: SigLIP + MLP projector + Qwen2, "anyres" multi-view images.
+
+SIGLIP_IMAGE = 28  # 2x2 patches of 14 px per view; a base view + up to 4 crops: at most 5 views
+ONEVISION_PINPOINTS = [[SIGLIP_IMAGE, 2 * SIGLIP_IMAGE], [2 * SIGLIP_IMAGE, SIGLIP_IMAGE],
+                       [2 * SIGLIP_IMAGE, 2 * SIGLIP_IMAGE]]
+
+
+def _onevision_tokenizer():
+    from .local_tokenizer import chat_template
+
+    return make_tokenizer(template=chat_template(image="<image>\n", video="<video>\n"),
+                          extra_special_tokens={"image_token": "<image>", "video_token": "<video>"})
+
+
+def _onevision_config(tok, **over):
+    from transformers import LlavaOnevisionConfig
+
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "image_size": SIGLIP_IMAGE, "patch_size": 14, "model_type": "siglip_vision_model",
+              "vision_use_head": False}
+    cfg = {"vision_config": vision, "text_config": {**_text_common(tok), "model_type": "qwen2"},
+           "image_token_index": tok.convert_tokens_to_ids("<image>"),
+           "video_token_index": tok.convert_tokens_to_ids("<video>"), "image_grid_pinpoints": ONEVISION_PINPOINTS,
+           "projector_hidden_act": "gelu", "vision_feature_layer": -1, "vision_feature_select_strategy": "full",
+           "vision_aspect_ratio": "anyres_max_9", "tie_word_embeddings": False}
+    cfg.update(over)
+    return LlavaOnevisionConfig(**cfg)
+
+
+def _onevision_processor(tok):
+    from transformers import LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+        LlavaOnevisionImageProcessorPil,
+    )
+
+    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+
+    allow_processor_without_torchvision()
+    ip = LlavaOnevisionImageProcessorPil(size={"height": SIGLIP_IMAGE, "width": SIGLIP_IMAGE},
+                                         image_grid_pinpoints=ONEVISION_PINPOINTS, image_mean=(0.5,) * 3,
+                                         image_std=(0.5,) * 3, do_pad=True)
+    # The family is trained on images only here; the processor class insists on a video processor,
+    # so it gets the frames processor the Qwen twins use (never called for image records).
+    return LlavaOnevisionProcessor(image_processor=ip, tokenizer=tok, video_processor=FramesVideoProcessor(),
+                                   num_image_tokens=(SIGLIP_IMAGE // 14) ** 2, vision_feature_select_strategy="full",
+                                   chat_template=tok.chat_template)
+
+
 TINY: dict[str, TinySpec] = {}
 
 
@@ -305,6 +353,8 @@ register_tiny(TinySpec("tiny/qwen2.5-omni", "qwen2_5_omni", _qwen2_5_omni_config
 register_tiny(TinySpec("tiny/llava", "llava", _llava_config, _llava_processor, make_tokenizer=_llava_tokenizer))
 register_tiny(TinySpec("tiny/llava-next", "llava_next", _llava_next_config, _llava_next_processor,
                        make_tokenizer=_llava_tokenizer))
+register_tiny(TinySpec("tiny/llava-onevision", "llava_onevision", _onevision_config, _onevision_processor,
+                       make_tokenizer=_onevision_tokenizer))
 
 
 def is_tiny(name: str) -> bool:

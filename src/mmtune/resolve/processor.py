@@ -78,6 +78,21 @@ def stand_in_processor(family, facts: dict):
             if key in facts and hasattr(sub, key):
                 setattr(sub, key, facts[key])
     set_pixel_caps(proc, facts.get("min_pixels"), facts.get("max_pixels"))
+    for part in ("image_processor", "video_processor"):
+        sub = getattr(proc, part, None)
+        if sub is None or _is_pixel_capped(sub):
+            continue
+        if getattr(sub, "size", None) is not None and "image_size" in facts:
+            # Fixed-size towers (CLIP / SigLIP in LLaVA families): the real input size, not the twin's.
+            n, kind = facts["image_size"], type(sub.size)  # a dict or transformers' SizeDict
+            has_height = (sub.size.get("height") if isinstance(sub.size, dict) else getattr(sub.size, "height", None))
+            sub.size = kind(height=n, width=n) if has_height else kind(shortest_edge=n)
+            if getattr(sub, "crop_size", None) is not None:
+                sub.crop_size = type(sub.crop_size)(height=n, width=n)
+        if "image_grid_pinpoints" in facts and hasattr(sub, "image_grid_pinpoints"):
+            sub.image_grid_pinpoints = facts["image_grid_pinpoints"]  # multi-view ("anyres") crops
+    if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
+        proc.num_image_tokens = facts["num_image_tokens"]
     fe = getattr(proc, "feature_extractor", None)
     keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft")
     if fe is not None and any(k in facts for k in keys):

@@ -147,6 +147,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         spec = getattr(cfg.data, key.split(".")[1])
         if not spec:
             continue
+        if isinstance(spec, list):  # a mixture: each source resolves its own split (data/mixture.py)
+            names = ", ".join(getattr(src, "name", str(src)) for src in spec)
+            splits.append(DataSplit(key, f"mixture of {len(spec)} sources: {names}", split))
+            continue
         chosen, note = resolve_split(spec, split)
         splits.append(DataSplit(key, chosen, split))
         if note:

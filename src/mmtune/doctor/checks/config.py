@@ -70,7 +70,13 @@ def _data_paths(tree: dict):
     for key in ("train", "eval"):
         spec = data.get(key)
         if isinstance(spec, str) and spec and not spec.startswith("synthetic:"):
-            yield f"data.{key}", Path(spec)
+            yield f"data.{key}", Path(spec.partition("::")[0])  # PATH::SPLIT names a split of PATH
+        elif isinstance(spec, list):  # a mixture: every source's path (and its own eval path)
+            for i, src in enumerate(spec):
+                for field in ("path", "eval"):
+                    p = src.get(field) if isinstance(src, dict) else None
+                    if isinstance(p, str) and p and not p.startswith("synthetic:"):
+                        yield f"data.{key}[{i}].{field}", Path(p.partition("::")[0])
 
 
 @check("MM026", "data files and media_root exist", needs=("tree",), fast=True)
@@ -112,7 +118,9 @@ def eval_settings(ctx):
     if cfg.eval.every is not None and cfg.data.eval is None:
         yield warning("eval.every is set but data.eval is not: no evaluation will run", where="eval.every",
                       fix="data.eval=PATH (or remove eval.every)")
-    known = set(cfg.eval.metrics) | {"eval_loss"}
+    from ...evaluate.per_source import reported_metrics
+
+    known = reported_metrics(cfg)
     if cfg.eval.best_metric not in known:
         yield error(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (metrics: {sorted(known)})",
                     where="eval.best_metric",
