@@ -23,6 +23,7 @@ FAMILIES = {
     "tiny/qwen2.5-omni": ("image", "video", "audio"),
     "tiny/llava": ("image",),
     "tiny/llava-next": ("image",),
+    "tiny/llava-onevision": ("image",),
 }
 
 

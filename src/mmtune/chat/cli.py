@@ -8,7 +8,8 @@ from pathlib import Path
 
 import typer
 
-HELP_LINES = "empty line or /exit: stop  |  /reset: forget the conversation  |  /image F, /video F, /audio F: attach to the next question"
+HELP_LINES = ("empty line or /exit: stop  |  /reset: forget the conversation  |  "
+              "/image F, /video F, /audio F: attach to the next question")
 
 
 def register(app: typer.Typer) -> None:

@@ -322,17 +322,16 @@ def _onevision_processor(tok):
         LlavaOnevisionImageProcessorPil,
     )
 
-    from .video_frames import FramesVideoProcessor, allow_processor_without_torchvision
+    from .video_frames import FramesVideoProcessor
 
-    allow_processor_without_torchvision()
     ip = LlavaOnevisionImageProcessorPil(size={"height": SIGLIP_IMAGE, "width": SIGLIP_IMAGE},
                                          image_grid_pinpoints=ONEVISION_PINPOINTS, image_mean=(0.5,) * 3,
                                          image_std=(0.5,) * 3, do_pad=True)
     # The family is trained on images only here; the processor class insists on a video processor,
     # so it gets the frames processor the Qwen twins use (never called for image records).
-    return LlavaOnevisionProcessor(image_processor=ip, tokenizer=tok, video_processor=FramesVideoProcessor(),
-                                   num_image_tokens=(SIGLIP_IMAGE // 14) ** 2, vision_feature_select_strategy="full",
-                                   chat_template=tok.chat_template)
+    return make_processor(LlavaOnevisionProcessor, image_processor=ip, tokenizer=tok,
+                          video_processor=FramesVideoProcessor(), num_image_tokens=(SIGLIP_IMAGE // 14) ** 2,
+                          vision_feature_select_strategy="full", chat_template=tok.chat_template)
 
 
 TINY: dict[str, TinySpec] = {}

@@ -139,6 +139,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(d)
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
+    _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)
 
@@ -182,6 +183,18 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                   *media_decisions]
     return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
+
+
+def _check_best_metric(cfg) -> None:
+    """eval.best_metric must be a name the evaluation reports (mixtures: <source>/<metric>, mixture/...)."""
+    from ..errors import ConfigError
+    from ..evaluate.per_source import check_directions, reported_metrics
+
+    check_directions(cfg)
+    known = reported_metrics(cfg)
+    if cfg.eval.best_metric not in known:
+        raise ConfigError(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (reported: {sorted(known)})",
+                          where="eval.best_metric", fix="eval.best_metric=eval_loss, or one of the reported names")
 
 
 def resolve_here(run_or_cfg) -> ResolvedRun:
