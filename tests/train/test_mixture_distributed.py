@@ -70,7 +70,7 @@ def test_two_rank_mixture_metrics_match_one_process_and_resume_is_exact(tmp_path
     per_source = {k: v for k, v in summary["eval"].items() if "/" in k}
     assert {"chartqa/relaxed_accuracy", "infovqa/anls", "ocrvqa/exact_match", "mixture/score"} <= set(per_source)
 
-    from mmtune.train.run import run_eval
+    from mmtune.commands.evaluate import run_eval
 
     one = run_eval(_config(tmp_path, tmp_path / "data", whole, 4), [f"checkpoint={whole / 'checkpoint-4'}"])
     for k, v in summary["eval"].items():
