@@ -179,7 +179,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         return ResolvedRun(decisions=tuple(decisions), processor_error=e, **fields)
     media, media_decisions = _media_caps(src.processor, cfg.model)
     pad_id, d = decide_pad_id(src.processor)
-    decisions += [Decision("processor", src.description, "exact" if src.exact_text else "stand-in"), d,
+    decisions += [Decision("processor", src.description, "the model's own: token counts exact" if src.exact_text
+                           else "no download needed: media token counts exact, text approximate"), d,
                   *media_decisions]
     return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
