@@ -21,9 +21,10 @@ from ..console import console
 from ..errors import MMTuneError
 from .batches import BatchStream
 from .checkpoint import (
-    latest_checkpoint,
+    clean_leftovers,
     list_checkpoints,
     load_checkpoint,
+    newest_valid_checkpoint,
     prune_checkpoints,
     save_checkpoint,
 )
@@ -78,7 +79,10 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
     # ---- resume -------------------------------------------------------------------------------
     step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
-    ckpt = latest_checkpoint(out) if cfg.train.resume else None
+    if main:
+        for name in clean_leftovers(out):
+            console.print(f"removed {name}: the leftover of a checkpoint save that did not finish")
+    ckpt = _resume_source(out) if cfg.train.resume else None
     if ckpt is not None:
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
@@ -115,6 +119,7 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     run.model.train()
     t_start = time.perf_counter()
     tokens_seen, train_time = 0, 0.0
+    last_save = time.monotonic()
     eval_metrics: dict = {}
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -149,12 +154,15 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
             at_eval = cfg.eval.every and step % cfg.eval.every == 0
             at_save = cfg.train.save_every and step % cfg.train.save_every == 0
+            minutes = cfg.train.save_every_minutes
+            at_save = at_save or _agree(acc, bool(minutes) and time.monotonic() - last_save >= minutes * 60)
             last = step == cfg.train.max_steps
             if (at_eval or last) and run.eval_set is not None:
                 eval_metrics = _evaluate(run, step, sinks, bar)
                 _track_best(cfg, best, eval_metrics, step)
             if at_eval or at_save or last:
                 _checkpoint(run, step, cursor.position(), best, eval_metrics)
+                last_save = time.monotonic()
             if stop_after is not None and step >= stop_after and not last:
                 sinks.close()
                 return None
@@ -185,6 +193,31 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
 
+def _resume_source(out: Path):
+    """The newest checkpoint that verifies; newer ones that do not are named with what is wrong."""
+    ckpt, passed = newest_valid_checkpoint(out)
+    for line in passed:
+        console.print(f"[yellow]checkpoint passed over[/] {line}")
+    if passed and ckpt is not None:
+        console.print(f"resuming from {ckpt.name}, the newest checkpoint that verifies")
+    if passed and ckpt is None:
+        raise MMTuneError(f"no checkpoint in {out} verifies ({'; '.join(passed)})", where=str(out),
+                          fix="train.resume=false to start over (this clears the folder's checkpoints and logs), "
+                              "or a new output_dir")
+    return ckpt
+
+
+def _agree(acc, flag: bool) -> bool:
+    """True on every rank when it is true on any: a decision taken from a clock or a signal must be the
+    same on all ranks, or one would wait forever in a checkpoint's barrier."""
+    if acc.num_processes == 1:
+        return bool(flag)
+    import torch
+
+    t = torch.tensor(1.0 if flag else 0.0, device=acc.device)
+    return bool(acc.reduce(t, reduction="sum").item() > 0)
+
+
 def _evaluate(run, step, sinks, bar):
     from ..evaluate.run_eval import evaluate
 
@@ -211,18 +244,21 @@ def _track_best(cfg, best, metrics, step) -> None:
     higher = cfg.eval.greater_is_better if cfg.eval.greater_is_better is not None else greater_is_better(name)
     v = metrics[name]
     if best["value"] is None or (v > best["value"] if higher else v < best["value"]):
-        best.update(value=v, step=step, path=str(Path(cfg.output_dir) / f"checkpoint-{step}"), metric=name)
+        # Relative to the run folder, so a moved folder still knows (and keeps) its best checkpoint.
+        best.update(value=v, step=step, path=f"checkpoint-{step}", metric=name)
 
 
 def _checkpoint(run, step, position, best, metrics) -> None:
     acc = run.accelerator
     if acc.is_main_process:
         save_checkpoint(run, step, {"step": step, "position": position, "best": best}, metrics)
-        keep = {Path(best["path"])} if best.get("path") else set()
-        prune_checkpoints(run.cfg.output_dir, run.cfg.train.keep_last, keep=keep)
-        if best.get("path") and Path(best["path"]).is_dir():
-            (Path(run.cfg.output_dir) / "best").unlink(missing_ok=True)
-            (Path(run.cfg.output_dir) / "best").symlink_to(Path(best["path"]).name)
+        out = Path(run.cfg.output_dir)
+        # .name: runs saved before paths were relative stored absolute ones, which break when moved.
+        best_dir = out / Path(best["path"]).name if best.get("path") else None
+        prune_checkpoints(out, run.cfg.train.keep_last, keep={best_dir} if best_dir else set())
+        if best_dir is not None and best_dir.is_dir():
+            (out / "best").unlink(missing_ok=True)
+            (out / "best").symlink_to(best_dir.name)  # relative: survives moving the run folder
     acc.wait_for_everyone()
 
 
