@@ -243,11 +243,28 @@ def load_checkpoint(run, ckpt: Path) -> dict:
 
     load_trainable(run.unwrapped_model(), ckpt)
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+    fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
+    _apply_config_hyperparameters(run, fresh)
     run.load_scaler_state(state["scaler"])
     set_rng_state(state["rng"])
     return state["train_state"]
+
+
+def _apply_config_hyperparameters(run, fresh: list[dict]) -> None:
+    """The optimizer's and scheduler's state dicts carry the learning rate (and decay) of the run that
+    saved them; the config in force decides them (the resume guard has refused unaccepted changes).
+    The moments and step counts stay the checkpoint's. Unchanged values give back exactly the saved lr:
+    the same expression LambdaLR computes."""
+    sched = run.scheduler
+    for g, f in zip(run.optimizer.param_groups, fresh):
+        g.update({k: v for k, v in f.items() if k != "lr"})
+    sched.base_lrs = [f.get("initial_lr", f["lr"]) for f in fresh]
+    lrs = [base * fn(sched.last_epoch) for base, fn in zip(sched.base_lrs, sched.lr_lambdas)]
+    for g, lr in zip(run.optimizer.param_groups, lrs):
+        g["lr"] = lr
+    sched._last_lr = lrs
 
 
 def prune_checkpoints(output_dir: str | Path, keep_last: int, keep: set[Path] = frozenset()) -> None:

@@ -66,27 +66,56 @@ def _micro_batch_loader(run, stream_args: dict):
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
     """Run the loop; returns the summary. `stop_after=N` ends the process's work right after step N
     (and its checkpoint, if one is due) without a summary, the way a kill would: tests use it."""
+    from .lock import output_dir_lock
+    from .signals import StopRequest
+
+    # One process per output_dir (the main rank holds the lock); SIGTERM/SIGINT end the run cleanly.
+    with output_dir_lock(run.cfg.output_dir, enabled=run.accelerator.is_main_process), StopRequest() as stop:
+        return _train(run, plan, stop_after, stop)
+
+
+def _train(run, plan, stop_after, stop) -> dict | None:
     import torch
 
     cfg, acc = run.cfg, run.accelerator
     out = Path(cfg.output_dir)
     main = acc.is_main_process
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-        from ..config import dump_config
-
-        (out / "config.resolved.yaml").write_text(dump_config(cfg))  # failure mode 23: the config in force
+    _seed_python_and_numpy(cfg.train.seed)  # torch is seeded by build_run; resume restores all three
 
     # ---- resume -------------------------------------------------------------------------------
     step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
+    eval_metrics: dict = {}
+    history: list[dict] = []  # config changes accepted on resume, carried from checkpoint to checkpoint
     if main:
+        out.mkdir(parents=True, exist_ok=True)
         for name in clean_leftovers(out):
             console.print(f"removed {name}: the leftover of a checkpoint save that did not finish")
     ckpt = _resume_source(out) if cfg.train.resume else None
     if ckpt is not None:
+        from . import resume_guard
+
+        saved_step = json.loads((ckpt / "meta.json").read_text())["step"]
+        changes = resume_guard.check(ckpt, cfg, saved_step)
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
+        eval_metrics = json.loads((ckpt / "meta.json").read_text()).get("metrics", {})
+        history = list(state.get("accepted_changes", []))
+        if changes:
+            position = resume_guard.apply(changes, position)
+            history.append({"step": step, "changes": {k: list(v) for k, v in changes.items()}})
+            console.print("[yellow]resuming with changed settings (train.accept_changes=true):[/] "
+                          + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()))
+        if main:
+            dropped = resume_guard.truncate_logs(out, step)
+            if dropped:
+                console.print(f"logs cut back to step {step} (the work after it is done again): "
+                              + ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items()))
         console.print(f"[bold]resumed[/] from {ckpt} at step {step}")
+    if main:
+        from ..config import dump_config
+
+        # failure mode 23: the config in force (written after the resume guard accepted it)
+        (out / "config.resolved.yaml").write_text(dump_config(cfg))
     # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
     # metrics.jsonl never mixes two runs.
     if main and ckpt is None:
@@ -98,9 +127,18 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
                 shutil.rmtree(p)
             (out / "best").unlink(missing_ok=True)
             console.print(f"train.resume=false: removed {len(stale)} checkpoint(s) of an earlier run in {out}")
+    if ckpt is not None and step >= cfg.train.max_steps:
+        done = _finished_summary(out, step)
+        if done is not None:  # nothing to do: never overwrite the results of a finished run
+            console.print(f"this run already finished at step {step}; {out / 'summary.json'} kept. To train "
+                          "longer raise train.max_steps (with train.accept_changes=true); to start over, "
+                          "train.resume=false")
+            return done
     from .logging_sinks import Sinks
 
-    sinks = Sinks(cfg, out, enabled=main)
+    sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
+    if main and history and ckpt is not None and history[-1]["step"] == step:
+        sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
@@ -120,9 +158,29 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     t_start = time.perf_counter()
     tokens_seen, train_time = 0, 0.0
     last_save = time.monotonic()
-    eval_metrics: dict = {}
+    start_step = step
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+
+    def summary_so_far(**extra) -> dict:
+        return {
+            "steps": step,
+            "eval": eval_metrics,
+            "best": best,
+            "peak_memory_bytes": _peak_memory_bytes(),
+            "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
+            "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
+            "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
+            "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
+            "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
+            "wall_s": time.perf_counter() - t_start,
+            "train_records": len(run.train_set.records),
+            "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
+            "decisions": run.decisions,
+            "accepted_changes": history,
+            **extra,
+        }
+
     with Progress(total=cfg.train.max_steps, start=step, enabled=main) as bar:
         while step < cfg.train.max_steps:
             t0 = time.perf_counter()
@@ -155,43 +213,65 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
             at_eval = cfg.eval.every and step % cfg.eval.every == 0
             at_save = cfg.train.save_every and step % cfg.train.save_every == 0
             minutes = cfg.train.save_every_minutes
-            at_save = at_save or _agree(acc, bool(minutes) and time.monotonic() - last_save >= minutes * 60)
+            at_save = _agree(acc, bool(at_save) or bool(minutes) and time.monotonic() - last_save >= minutes * 60)
+            stopping = _agree(acc, stop.requested)
             last = step == cfg.train.max_steps
             if (at_eval or last) and run.eval_set is not None:
                 eval_metrics = _evaluate(run, step, sinks, bar)
                 _track_best(cfg, best, eval_metrics, step)
-            if at_eval or at_save or last:
-                _checkpoint(run, step, cursor.position(), best, eval_metrics)
+            if at_eval or at_save or last or stopping:
+                _checkpoint(run, step, {"step": step, "position": cursor.position(), "best": best,
+                                        "accepted_changes": history}, eval_metrics)
                 last_save = time.monotonic()
+            if stopping and not last:
+                sinks.close()
+                if main and step > start_step:
+                    _write_summary(out, summary_so_far(interrupted=stop.signal_name or "signal"))
+                raise MMTuneError(
+                    f"stopped by {stop.signal_name or 'a signal on another rank'} at step {step} of "
+                    f"{cfg.train.max_steps}; checkpoint-{step} and the summary so far are saved",
+                    where=str(out),
+                    fix="run the same command again (same output_dir) to resume from this step")
             if stop_after is not None and step >= stop_after and not last:
                 sinks.close()
                 return None
 
-    wall = time.perf_counter() - t_start
-    summary = {
-        "steps": step,
-        "eval": eval_metrics,
-        "best": best,
-        "peak_memory_bytes": _peak_memory_bytes(),
-        "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
-        "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
-        "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
-        "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
-        "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
-        "wall_s": wall,
-        "train_records": len(run.train_set.records),
-        "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
-        "decisions": run.decisions,
-    }
+    summary = summary_so_far()
     if run.eval_set is not None and main:
         summary["baseline"] = _baseline(run)
     if main:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        _write_summary(out, summary)
     sinks.close()
     return summary
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def _seed_python_and_numpy(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def _finished_summary(out: Path, step: int) -> dict | None:
+    """A finished run's summary.json, when it is complete for this step (not an interrupted one's)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("steps") == step and not summary.get("interrupted") else None
+
+
+def _write_summary(out: Path, summary: dict) -> None:
+    import os
+
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, out / "summary.json")  # never a half-written summary
+
 
 def _resume_source(out: Path):
     """The newest checkpoint that verifies; newer ones that do not are named with what is wrong."""
@@ -228,8 +308,7 @@ def _evaluate(run, step, sinks, bar):
         metrics, preds = evaluate(run, records)
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
-            for p in preds:
-                f.write(json.dumps({"step": step, **p}) + "\n")
+            f.writelines(json.dumps({"step": step, **p}) + "\n" for p in preds)
         bar.note("eval " + " ".join(f"{k}={v:.4g}" for k, v in metrics.items()))
     acc.wait_for_everyone()
     return metrics
@@ -248,10 +327,11 @@ def _track_best(cfg, best, metrics, step) -> None:
         best.update(value=v, step=step, path=f"checkpoint-{step}", metric=name)
 
 
-def _checkpoint(run, step, position, best, metrics) -> None:
+def _checkpoint(run, step, train_state: dict, metrics) -> None:
     acc = run.accelerator
+    best = train_state["best"]
     if acc.is_main_process:
-        save_checkpoint(run, step, {"step": step, "position": position, "best": best}, metrics)
+        save_checkpoint(run, step, train_state, metrics)
         out = Path(run.cfg.output_dir)
         # .name: runs saved before paths were relative stored absolute ones, which break when moved.
         best_dir = out / Path(best["path"]).name if best.get("path") else None
@@ -285,4 +365,4 @@ def _baseline(run) -> dict:
         return {"error": str(e)}
 
 
-__all__ = ["train", "list_checkpoints"]
+__all__ = ["list_checkpoints", "train"]

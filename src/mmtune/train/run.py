@@ -95,12 +95,15 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
     from ..build import build_run
     from .loop import train
 
+    from .lock import is_main_launch, output_dir_lock
+
     cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
     plan = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
-    run = build_run(cfg)
-    if run.accelerator.is_main_process:
-        print_start_summary(run, notes)
-    return train(run, plan=plan)
+    with output_dir_lock(cfg.output_dir, enabled=is_main_launch()):  # refused before the (long) build
+        run = build_run(cfg)
+        if run.accelerator.is_main_process:
+            print_start_summary(run, notes)
+        return train(run, plan=plan)
 
 
 def run_eval(config_path, overrides: list[str]) -> dict:
