@@ -93,9 +93,8 @@ def print_start_summary(run, notes) -> None:
 
 def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
     from ..build import build_run
-    from .loop import train
-
     from .lock import is_main_launch, output_dir_lock
+    from .loop import train
 
     cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
     plan = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
