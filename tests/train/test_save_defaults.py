@@ -37,3 +37,22 @@ def test_time_based_saving(tiny_vl_config):
     cfg = load_config(tiny_vl_config(train={"max_steps": 3, "save_every": None, "resume": False}), [])
     train(build_run(cfg))  # the default 30 minutes: only the final checkpoint in a 3-step run
     assert sorted(p.name for p in Path(cfg.output_dir).glob("checkpoint-*")) == ["checkpoint-3"]
+
+
+def test_python_and_numpy_are_seeded_from_train_seed(tiny_vl_config):
+    """Whatever state the process's global RNGs were in, a run starts them from train.seed (the
+    checkpoint records them: same seed -> same states)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    states = []
+    for noise in (1, 2):
+        random.seed(noise)
+        np.random.seed(noise)
+        cfg = load_config(tiny_vl_config(train={"max_steps": 1, "seed": 3, "resume": False}), [])
+        train(build_run(cfg))
+        saved = torch.load(Path(cfg.output_dir) / "checkpoint-1" / "state.pt", weights_only=False)["rng"]
+        states.append((saved["python"], saved["numpy"][1].tolist()))
+    assert states[0] == states[1]
