@@ -213,8 +213,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             at_eval = cfg.eval.every and step % cfg.eval.every == 0
             at_save = cfg.train.save_every and step % cfg.train.save_every == 0
             minutes = cfg.train.save_every_minutes
-            at_save = _agree(acc, bool(at_save) or bool(minutes) and time.monotonic() - last_save >= minutes * 60)
-            stopping = _agree(acc, stop.requested)
+            at_save, stopping = _agree(acc, bool(at_save) or bool(minutes) and time.monotonic() - last_save >= minutes * 60,
+                                       stop.requested)
             last = step == cfg.train.max_steps
             if (at_eval or last) and run.eval_set is not None:
                 eval_metrics = _evaluate(run, step, sinks, bar)
@@ -287,15 +287,15 @@ def _resume_source(out: Path):
     return ckpt
 
 
-def _agree(acc, flag: bool) -> bool:
-    """True on every rank when it is true on any: a decision taken from a clock or a signal must be the
-    same on all ranks, or one would wait forever in a checkpoint's barrier."""
+def _agree(acc, *flags: bool) -> tuple[bool, ...]:
+    """Each flag true on every rank when it is true on any (one all-reduce for all): a decision taken
+    from a clock or a signal must be the same on all ranks, or one would wait forever in a barrier."""
     if acc.num_processes == 1:
-        return bool(flag)
+        return tuple(bool(f) for f in flags)
     import torch
 
-    t = torch.tensor(1.0 if flag else 0.0, device=acc.device)
-    return bool(acc.reduce(t, reduction="sum").item() > 0)
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=acc.device)
+    return tuple(bool(v > 0) for v in acc.reduce(t, reduction="sum").tolist())
 
 
 def _evaluate(run, step, sinks, bar):
