@@ -119,3 +119,16 @@ def test_disk_full_during_save_is_a_clear_error_and_leaves_nothing(tiny_vl_confi
     assert "resumes from the last good checkpoint" in e.value.fix
     out = Path(cfg.output_dir)
     assert not list(out.glob(".tmp-*")) and not list(out.glob("checkpoint-*"))
+
+
+def test_disk_full_while_logging_is_a_clear_error(tiny_vl_config, monkeypatch):
+    from mmtune.train.logging_sinks import Sinks
+
+    def full_disk(self, step, values, kind="train"):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Sinks, "log", full_disk)
+    cfg = load_config(tiny_vl_config(train={"max_steps": 1}), [])
+    with pytest.raises(MMTuneError, match="the disk is full") as e:
+        train(build_run(cfg))
+    assert "run the same command again" in e.value.fix

@@ -42,6 +42,7 @@ def _cli(cfg, *extra):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
+@pytest.mark.slow  # two `mmtune train` processes (about 30 s on 2 cores)
 def test_sigterm_saves_and_says_how_to_resume_and_a_second_process_is_locked_out(tiny_vl_config):
     cfg_path = tiny_vl_config(train={"max_steps": 400, "save_every": None, "grad_accum": 1})
     out = Path(load_config(cfg_path, []).output_dir)

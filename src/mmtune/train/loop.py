@@ -71,7 +71,18 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
     # One process per output_dir (the main rank holds the lock); SIGTERM/SIGINT end the run cleanly.
     with output_dir_lock(run.cfg.output_dir, enabled=run.accelerator.is_main_process), StopRequest() as stop:
-        return _train(run, plan, stop_after, stop)
+        try:
+            return _train(run, plan, stop_after, stop)
+        except OSError as e:
+            import errno
+
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk while logging (metrics, predictions, summary): say so, not a traceback.
+            raise MMTuneError(f"the disk is full ({e.strerror})", where=str(getattr(e, "filename", None)
+                                                                           or run.cfg.output_dir),
+                              fix="free space on that disk, then run the same command again: training resumes "
+                                  "from the last checkpoint") from None
 
 
 def _train(run, plan, stop_after, stop) -> dict | None:
