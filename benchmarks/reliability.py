@@ -371,7 +371,7 @@ def main() -> None:
         print(f"{label:<34}{len(rs):>7}{n['survived']:>10}{n['lost']:>6}{n['blocked']:>9}  {note}")
     print(f"{'malformed records (fuzz)':<34}{fz['records']:>7}{fz['records'] - fz['tracebacks']:>10}"
           f"{fz['tracebacks']:>6}{0:>9}  {fz['skipped']} counted skips, {fz['errors']} DataErrors, "
-          f"{fz["loaded"]} records the mutation left valid, {fz['tracebacks']} tracebacks")
+          f"{fz['loaded']} records the mutation left valid, {fz['tracebacks']} tracebacks")
     if args.json:
         Path(args.json).write_text(json.dumps({"trials": trials, "fuzz": fz}, indent=1, default=str))
 
