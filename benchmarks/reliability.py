@@ -244,19 +244,19 @@ def fuzz(work: Path, n: int) -> dict:
 
     from mmtune.config import load_config
     from mmtune.data.encode import Encoder
-    from mmtune.data.inspect import load_processor, scan_records
+    from mmtune.data.inspect import scan_records
     from mmtune.data.sources import load_records
     from mmtune.errors import MMTuneError
 
     sys.path.insert(0, str(ROOT))
-    from tests.data.malformed import GOOD, cases, fuzz_lines, write_media
+    from tests.data.malformed import GOOD, cases, fuzz_lines, tiny_processor, write_media
 
     folder = work / "fuzz"
     write_media(folder)
     base = folder / "cfg.yaml"
     base.write_text(yaml.safe_dump({"output_dir": str(folder / "out"), "model": {"name": "tiny/qwen2-vl"},
                                     "data": {"train": "x", "max_length": 512}}))
-    processor = load_processor(load_config(base, []))
+    processor = tiny_processor("tiny/qwen2-vl")
     per = max(1, (n - len(cases())) // len(GOOD))
     records = [(fmt, line) for fmt, line, _ in cases()] + [(fmt, line) for fmt in GOOD
                                                            for line in fuzz_lines(fmt, per, seed=1)]

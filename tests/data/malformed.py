@@ -23,6 +23,14 @@ GOOD = {
 }
 
 
+def tiny_processor(name: str):
+    """(processor, family) of a tiny model, for Encoder(processor, family, cfg); no weights built."""
+    from mmtune.models.families import get_family
+    from mmtune.models.tiny import tiny_config_and_processor, tiny_spec
+
+    return tiny_config_and_processor(name)[1], get_family(tiny_spec(name).family)
+
+
 def write_media(folder: Path) -> None:
     from PIL import Image
 

@@ -8,11 +8,11 @@ import pytest
 
 from mmtune.config import load_config
 from mmtune.data.encode import Encoder
-from mmtune.data.inspect import load_processor, scan_records
+from mmtune.data.inspect import scan_records
 from mmtune.data.sources import load_records
 from mmtune.errors import DataError, MMTuneError
 
-from .malformed import GOOD, cases, fuzz_lines, write_media
+from .malformed import GOOD, cases, fuzz_lines, tiny_processor, write_media
 
 CASES = cases()
 
@@ -23,7 +23,7 @@ def env(tmp_path_factory):
     write_media(folder)
     cfg_path = folder / "cfg.yaml"
     cfg_path.write_text("output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: x, max_length: 512}\n")
-    processor = load_processor(load_config(cfg_path, []))
+    processor = tiny_processor("tiny/qwen2-vl")
 
     def load(fmt, lines, policy):
         f = folder / f"{fmt}.jsonl"
