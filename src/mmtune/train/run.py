@@ -93,16 +93,14 @@ def print_start_summary(run, notes) -> None:
 
 def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
     from ..build import build_run
-    from .lock import is_main_launch, output_dir_lock
     from .loop import train
 
     cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
     plan = preflight(cfg, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
-    with output_dir_lock(cfg.output_dir, enabled=is_main_launch()):  # refused before the (long) build
-        run = build_run(cfg)
-        if run.accelerator.is_main_process:
-            print_start_summary(run, notes)
-        return train(run, plan=plan)
+    run = build_run(cfg)
+    if run.accelerator.is_main_process:
+        print_start_summary(run, notes)
+    return train(run, plan=plan)
 
 
 def run_eval(config_path, overrides: list[str]) -> dict:
