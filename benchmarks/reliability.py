@@ -219,7 +219,7 @@ def lock_trial(work: Path) -> dict:
     out = work / "lock"
     cfg = write_config(work, out)
     c = yaml.safe_load(cfg.read_text())
-    c["train"]["max_steps"] = 1000  # long enough to outlive the second process's start-up
+    c["train"]["max_steps"] = 100000  # never ends by itself: stopped by SIGTERM below
     cfg.write_text(yaml.safe_dump(c))
     first = start(cfg)
     while not steps_logged(out) and first.poll() is None:
