@@ -187,7 +187,7 @@ def signal_trial(work: Path, i: int, reference: dict, rng: random.Random) -> dic
     p = start(cfg)
     while not steps_logged(out) and p.poll() is None:
         time.sleep(0.02)
-    time.sleep(rng.uniform(0, reference["train_s"] * 0.7))
+    time.sleep(rng.uniform(0, reference["train_s"] * 0.4))
     if p.poll() is not None:
         return {"trial": f"sigterm {i}", "result": "not signalled (finished first)", "detail": ""}
     p.send_signal(signal.SIGTERM)
@@ -195,7 +195,8 @@ def signal_trial(work: Path, i: int, reference: dict, rng: random.Random) -> dic
     flat = " ".join((so + se).split())
     done = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     if p.returncode in (0, -signal.SIGTERM) and done.get("steps") == STEPS and not done.get("interrupted"):
-        stopped = STEPS  # the signal came after the last step's work: the run had finished
+        # The signal came after the run's work was done (while the process was exiting): not a trial.
+        return {"trial": f"sigterm {i}", "result": "not signalled (finished first)", "detail": ""}
     elif "stopped by SIGTERM at step" in flat:
         stopped = int(flat.split("stopped by SIGTERM at step ")[1].split()[0])
     else:
@@ -372,6 +373,9 @@ def main() -> None:
     print(f"{'malformed records (fuzz)':<34}{fz['records']:>7}{fz['records'] - fz['tracebacks']:>10}"
           f"{fz['tracebacks']:>6}{0:>9}  {fz['skipped']} counted skips, {fz['errors']} DataErrors, "
           f"{fz['loaded']} records the mutation left valid, {fz['tracebacks']} tracebacks")
+    missed = [r["trial"] for r in trials if r["result"].startswith("not ")]
+    if missed:
+        print(f"not counted (the run had finished before the kill/signal landed): {', '.join(missed)}")
     if args.json:
         Path(args.json).write_text(json.dumps({"trials": trials, "fuzz": fz}, indent=1, default=str))
 
