@@ -124,8 +124,11 @@ def kill_trial(work: Path, i: int, reference: dict, rng: random.Random, in_save:
             time.sleep(0.002)
         time.sleep(rng.uniform(0, 0.05))
         saving = any(out.glob(".tmp-checkpoint-*"))
-    else:
-        time.sleep(rng.uniform(0, reference["train_s"]))
+    else:  # a random step, then a random moment within the next step or save
+        k = rng.randrange(1, STEPS)
+        while p.poll() is None and len(steps_logged(out)) < k:
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, reference["train_s"] / STEPS))
     at = len(steps_logged(out))
     if p.poll() is not None:
         return {"trial": f"kill {i}", "result": "not killed (finished first)", "detail": ""}
@@ -187,7 +190,10 @@ def signal_trial(work: Path, i: int, reference: dict, rng: random.Random) -> dic
     p = start(cfg)
     while not steps_logged(out) and p.poll() is None:
         time.sleep(0.02)
-    time.sleep(rng.uniform(0, reference["train_s"] * 0.4))
+    k = rng.randrange(1, STEPS - 1)  # a random step, then a random moment within the next one
+    while p.poll() is None and len(steps_logged(out)) < k:
+        time.sleep(0.002)
+    time.sleep(rng.uniform(0, reference["train_s"] / STEPS))
     if p.poll() is not None:
         return {"trial": f"sigterm {i}", "result": "not signalled (finished first)", "detail": ""}
     p.send_signal(signal.SIGTERM)

@@ -31,7 +31,7 @@ def _fake_checkpoint(out: Path, step: int) -> Path:
     (lambda d: (d / "state.pt").write_bytes(b""), "zero-byte"),
     (lambda d: (d / "trainable.safetensors").write_bytes(b"w" * 100), "100 bytes, 5000 were written"),
     (lambda d: (d / "adapter" / "adapter_model.safetensors").write_bytes(b"b" * 3000), "checksum"),
-    (lambda d: (d / "state.pt").unlink(), None),  # no state.pt: not a checkpoint at all
+    (lambda d: (d / "state.pt").unlink(), "state.pt is missing"),
     (lambda d: (d / "adapter" / "adapter_model.safetensors").unlink(), "missing"),
     (lambda d: (d / "manifest.json").write_text("{tru"), "unreadable"),
 ])

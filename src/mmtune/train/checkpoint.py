@@ -32,8 +32,9 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     d = Path(output_dir)
     if not d.is_dir():
         return []
+    # A folder with a manifest is listed even when state.pt is gone, so the damage is named on resume.
     found = [(int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name))
-             and (p / "state.pt").is_file()]
+             and ((p / "state.pt").is_file() or (p / "manifest.json").is_file())]
     return [p for _, p in sorted(found)]
 
 
