@@ -71,6 +71,7 @@ def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: b
 def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
     from ..build import build_run
     from ..resolve import local_target, resolve_run
+    from ..train.lock import is_main_launch, output_dir_lock
     from ..train.loop import train
     from ..train.summary import print_start_summary
 
@@ -82,7 +83,9 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
                  if not line.startswith("target:")] + notes
     plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
     here = resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
-    run = build_run(here)
-    if run.accelerator.is_main_process:
-        print_start_summary(run, notes)
-    return train(run, plan=plan)
+    # One process per output_dir, checked before minutes of model loading (the loop holds it re-entrantly).
+    with output_dir_lock(here.cfg.output_dir, enabled=is_main_launch()):
+        run = build_run(here)
+        if run.accelerator.is_main_process:
+            print_start_summary(run, notes)
+        return train(run, plan=plan)

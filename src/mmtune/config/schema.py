@@ -161,8 +161,14 @@ class TrainConfig(Section):
     seed: int = 0
     num_workers: int = Field(0, ge=0)
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")
+    save_every_minutes: float | None = Field(
+        30, gt=0, description="also checkpoint when this many minutes have passed since the last save "
+                              "(null: by steps only); a kill loses at most this much work")
     keep_last: int = Field(2, ge=1)
     resume: bool = Field(True, description="continue from the latest checkpoint in output_dir if present")
+    accept_changes: bool = Field(
+        False, description="resume even though the config changes the run (lr, schedule, batch, data, adapter, "
+                           "model); the new values are applied and recorded")
     log_every: int = Field(1, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")

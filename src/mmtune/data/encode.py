@@ -351,7 +351,10 @@ class Encoder:
         where = record.where()
         mc = self.cfg.model
         sizes: dict[str, list] = {k: [] for k in MEDIA_TYPES}
+        from .media import check_regular
+
         for p in parts:
+            check_regular(p, where, folder_ok=p["type"] == "video")  # a named pipe would hang the header read
             try:
                 if p["type"] == "image":
                     sizes["image"].append(media_probe.image_size(p))

@@ -8,6 +8,7 @@ OCR-VQA `questions`/`answers` lists per image); a format knows its names, `data.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 
@@ -97,21 +98,78 @@ def _get(row: dict, fmt: str, name: str, columns: dict[str, str], where: str):
                     f"data.columns.{name}=<field>, or pick another data.format ({', '.join(known_formats())})")
 
 
+def bad_type(what: str, value, where: str, fix: str) -> BadRecord:
+    """A value of the wrong type: an error, never silently turned into text (a dict's repr is no answer)."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return BadRecord("bad type", f"{what} is a {type(value).__name__} ({shown})", where, fix)
+
+
+def text_value(value, what: str, where: str) -> str:
+    """A question / answer field of the QA formats (and an id): a string; a number is written as text
+    (VQA sets store counts and years as numbers); anything else is an error."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return str(value)
+    raise bad_type(what, value, where, f"give the {what} as a string")
+
+
+def _bytes_part(kind: str, data, name, where: str) -> dict:
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise bad_type(f"the {kind}'s bytes", data, where,
+                       f'JSON cannot hold raw bytes: give a file path, {{"type": "{kind}", "path": "file"}}')
+    return {"type": kind, "bytes": bytes(data), "name": name if isinstance(name, str) and name else f"<{kind} bytes>"}
+
+
+def _in_memory(kind: str, value, resolve, where: str) -> dict:
+    """`{"type": kind, kind: value}`: an object decoded in memory; a string is taken as a path."""
+    if isinstance(value, str):
+        return {"type": kind, "path": resolve(value, where)}
+    ok = {"image": lambda v: hasattr(v, "convert") and hasattr(v, "mode"),
+          "video": lambda v: isinstance(v, (list, tuple)) and len(v) > 0 or getattr(v, "ndim", 0) == 4,
+          "audio": lambda v: (isinstance(v, tuple) and len(v) == 2) or getattr(v, "ndim", 0) in (1, 2)
+          or (isinstance(v, list) and len(v) > 0 and all(isinstance(x, (int, float)) for x in v[:16]))}[kind]
+    if not ok(value):
+        raise bad_type(f"the {kind!r} value", value, where,
+                       {"image": "give a PIL image, or a path string",
+                        "video": "give a list of frames (PIL images or HxWx3 arrays), or a path string",
+                        "audio": "give a 1-D sample array (with sampling_rate), or a path string"}[kind])
+    return {"type": kind, kind: value}
+
+
 def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str) -> dict:
     """A media value from a row: a path, an HF-datasets dict {bytes, path}, or an in-memory object."""
     if isinstance(value, str):
         return {"type": kind, "path": resolve(value, where)}
     if isinstance(value, dict) and ("bytes" in value or "path" in value):
         if value.get("bytes") is not None:
-            return {"type": kind, "bytes": value["bytes"], "name": value.get("path") or f"<{kind} bytes>"}
+            return _bytes_part(kind, value["bytes"], value.get("path"), where)
         if value.get("path"):
             return {"type": kind, "path": resolve(value["path"], where)}
     if isinstance(value, dict) and "type" in value:  # already a part
-        return dict(value)
+        return _checked_part(value, resolve, where)
     if kind == "image" and hasattr(value, "convert"):  # a PIL image (datasets' decoded Image feature)
         return {"type": "image", "image": value}
     raise BadRecord("bad media", f"cannot read the {kind} field (a {type(value).__name__})", where,
                     f"give the {kind} as a file path, relative to data.media_root or the data file's folder")
+
+
+def _checked_part(p: dict, resolve, where: str) -> dict:
+    """A media part as written in a record, with its value's type checked and its path resolved."""
+    kind = p.get("type")
+    if kind not in MEDIA_TYPES:
+        raise BadRecord("missing field", f"a media part has type {kind!r}", where, "type is image, video or audio")
+    q = {k: v for k, v in p.items() if k not in ("url", "path", "bytes", kind)}
+    if p.get("path") is not None or p.get("url") is not None:
+        q["path"] = resolve(p["url"] if p.get("url") is not None else p["path"], where)
+        return q
+    if p.get("bytes") is not None:
+        return {**q, **_bytes_part(kind, p["bytes"], p.get("name"), where)}
+    if p.get(kind) is not None:
+        return {**q, **_in_memory(kind, p[kind], resolve, where)}
+    raise BadRecord("placeholder mismatch", f"a {kind} part without a path", where,
+                    f'give it a path: {{"type": "{kind}", "path": "file"}}')
 
 
 def _as_list(v) -> list:
@@ -119,7 +177,8 @@ def _as_list(v) -> list:
 
 
 def _answer_and_refs(value, where: str) -> tuple[str, list[str]]:
-    refs = [str(a) for a in _as_list(value) if a is not None and str(a).strip() != ""]
+    refs = [text_value(a, "answer", where) for a in _as_list(value) if a is not None]
+    refs = [a for a in refs if a.strip() != ""]
     if not refs:
         raise BadRecord("no answer", "record has an empty answer", where,
                         "give every training/eval record a non-empty answer, or set data.on_bad_record=skip")
@@ -127,7 +186,7 @@ def _answer_and_refs(value, where: str) -> tuple[str, list[str]]:
 
 
 def _qa_record(rid: str, where: str, media: list[dict], question: str, answer: str, refs: list[str]) -> Record:
-    user = media + [{"type": "text", "text": str(question)}]
+    user = media + [{"type": "text", "text": text_value(question, "question", where)}]
     return Record(id=rid, source=where, references=refs, messages=[
         {"role": "user", "content": user},
         {"role": "assistant", "content": [{"type": "text", "text": answer}]},
@@ -164,35 +223,42 @@ def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
             raise BadRecord("missing field", f"message {i} is not an object", where, "each message is {role, content}")
         role = m.get("role", m.get("from"))
         content = m.get("content", m.get("value"))
-        role = SHAREGPT_ROLES.get(str(role), None) if role is not None else None
+        if role is not None and not isinstance(role, str):
+            raise bad_type(f"message {i}'s role", role, where, "role is one of user / assistant / system")
+        if role is not None and role not in SHAREGPT_ROLES:
+            raise BadRecord("bad conversation", f"message {i} has role {role!r}"[:200], where,
+                            f"roles are {', '.join(sorted(set(SHAREGPT_ROLES)))}")
+        role = SHAREGPT_ROLES.get(role) if role is not None else None
         if role is None or content is None:
-            raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(m))})", where,
-                            "each message needs role (user/assistant/system) and content")
+            raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(map(str, m)))})",
+                            where, "each message needs role (user/assistant/system) and content")
         if isinstance(content, str):
             parts = _split_placeholders(content, queues) if any(n_given.values()) else [{"type": "text", "text": content}]
         elif isinstance(content, list):
             parts = []
             for p in content:
                 if not isinstance(p, dict) or p.get("type") not in ("text",) + MEDIA_TYPES:
-                    raise BadRecord("missing field", f"message {i} has a content part {p!r} that is not text/image/video/audio",
-                                    where, 'parts look like {"type": "text", "text": ...} or {"type": "image", "path": ...}')
+                    shown = repr(p) if len(repr(p)) <= 80 else repr(p)[:77] + "..."
+                    raise BadRecord("missing field", f"message {i} has a content part {shown} that is not "
+                                    "text/image/video/audio", where,
+                                    'parts look like {"type": "text", "text": ...} or {"type": "image", "path": ...}')
                 if p["type"] == "text":
-                    parts.extend(_split_placeholders(str(p.get("text", "")), queues) if any(n_given.values()) else [p])
-                elif p.get("path") is not None or p.get("url") is not None:
-                    q = dict(p)
-                    q["path"] = resolve(str(q.pop("url", None) or q["path"]), where)
-                    parts.append(q)
-                elif p.get(p["type"]) is not None or p.get("bytes") is not None:
-                    parts.append(dict(p))
-                elif queues[p["type"]]:  # {"type": "image"} with the file in the top-level list
-                    parts.append(queues[p["type"]].pop(0))
+                    text = p.get("text")
+                    if not isinstance(text, str):  # a chat part's text is a string, by the format's definition
+                        raise bad_type(f"message {i}'s text part", text, where, "give the text as a string")
+                    parts.extend(_split_placeholders(text, queues) if any(n_given.values())
+                                 else [{**p, "text": text}])
+                elif (p.get("path"), p.get("url"), p.get("bytes"), p.get(p["type"])) == (None,) * 4 and queues[p["type"]]:
+                    parts.append(queues[p["type"]].pop(0))  # {"type": "image"} with the file in the top-level list
                 else:
-                    raise BadRecord("placeholder mismatch", f"message {i} has a {p['type']} part without a path",
-                                    where, f'give it a path: {{"type": "{p["type"]}", "path": "file"}}')
+                    parts.append(_checked_part(p, resolve, where))
         else:
-            raise BadRecord("missing field", f"message {i} content is a {type(content).__name__}", where,
-                            "content is a string or a list of parts")
+            raise bad_type(f"message {i}'s content", content, where, "content is a string or a list of parts")
         messages.append({"role": role, "content": parts})
+    first = next((m["role"] for m in messages if m["role"] != "system"), None)
+    if first == "assistant":
+        raise BadRecord("bad conversation", "an assistant turn comes before any user turn", where,
+                        "start the conversation with the user's message (after an optional system message)")
     missing = [p["type"] for m in messages for p in m["content"] if p.get("_missing")]
     left = {k: len(q) for k, q in queues.items() if q}
     if missing or left:
@@ -229,7 +295,7 @@ def row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, ind
 def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
                           resolve: Callable[[str, str], str], templates: dict[str, str] | None = None) -> list[Record]:
     rid = _get(row, fmt, "id", columns, where)
-    rid = str(rid) if rid is not None else str(index)
+    rid = text_value(rid, "id", where) if rid is not None else str(index)
     if fmt == "messages":
         return _messages_records(row, columns, where, rid, resolve)
     from .published import default_image, with_media_dirs

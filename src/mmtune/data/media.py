@@ -28,8 +28,32 @@ def _bad(what: str, part: dict, where: str, fix: str) -> BadRecord:
 
 
 # ----------------------------------------------------------------------------------------------- images
+def check_regular(part: dict, where: str, *, folder_ok: bool = False) -> None:
+    """Refuse a media path that is not a regular file before opening it: a named pipe would block
+    the loader forever, a device (/dev/zero) never ends."""
+    import stat
+
+    path = part.get("path")
+    if path is None:
+        return
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return  # reported by the loader as "not found", with its own fix
+    except OSError as e:
+        raise _bad(f"media file cannot be read ({e.strerror})", part, where, "check the file's permissions") from None
+    if stat.S_ISREG(mode) or (folder_ok and stat.S_ISDIR(mode)):
+        return
+    kind = "a folder" if stat.S_ISDIR(mode) else "not a regular file (a pipe, socket or device)"
+    raise BadRecord("not a regular file", f"media path is {kind}: {media_label(part)}", where,
+                    "point at the media file itself" + (" (a folder is read as video frames only)" if folder_ok is False
+                                                        and stat.S_ISDIR(mode) else ""))
+
+
 def load_image(part: dict, where: str = "", max_pixels: int | None = None):
     """A media part -> RGB PIL image (from an in-memory image, bytes, or a path)."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     img = part.get("image")
@@ -37,13 +61,22 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
         src = io.BytesIO(part["bytes"]) if part.get("bytes") is not None else part.get("path")
         if src is None:
             raise _bad("image part has no path", part, where, 'give {"type": "image", "path": "file.png"}')
+        check_regular(part, where)
         try:
-            with Image.open(src) as im:
-                im.load()
-                img = im.convert("RGB")
+            # A file declaring more pixels than PIL's MAX_IMAGE_PIXELS (89 M) is a decompression bomb or
+            # a scan no model takes whole: refused, like PIL refuses twice that, instead of a warning.
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(src) as im:
+                    im.load()
+                    img = im.convert("RGB")
         except FileNotFoundError:
             raise _bad("image file not found", part, where,
                        "check the path and data.media_root, or set data.on_bad_record=skip") from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise BadRecord("image too large", f"image declares too many pixels ({e}): {media_label(part)}", where,
+                            "downscale the image (model.max_pixels caps what the model sees anyway), or set "
+                            "data.on_bad_record=skip") from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
                        "replace or remove the file, or set data.on_bad_record=skip") from None
@@ -172,6 +205,7 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     path = Path(part["path"])
     if not path.exists():
         raise _bad("video file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
+    check_regular(part, where, folder_ok=True)
     clip = (_frames_folder if path.is_dir() else _frames_file)(path, part, where, n_frames, fps, max_pixels)
     if fps is None and clip.source_frames < n_frames:
         # Fewer frames than asked would silently give this record fewer video tokens than the others
@@ -264,6 +298,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         raise _bad("audio part has no path", part, where, 'give {"type": "audio", "path": "clip.wav"}')
     if path is not None and not Path(path).exists():
         raise _bad("audio file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
+    check_regular(part, where)
     if path is not None and not from_video and Path(path).suffix.lower() in SOUNDFILE_SUFFIXES:
         import soundfile as sf
 

@@ -84,17 +84,31 @@ def pick_split(available: list[str], split: str, where: str) -> str:
                         f"them or name the split explicitly as PATH::SPLIT")
 
 
+def parse_json_line(raw: bytes, where: str):
+    """One JSONL line -> its value, or a BadRecord saying what is wrong with it (never an exception)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return BadRecord("bad encoding", f"line is not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})",
+                         where, "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return BadRecord("bad json", f"line is not valid JSON ({e.msg} at column {e.colno})", where,
+                         "fix the line; JSONL holds one JSON object per line")
+    except RecursionError:
+        return BadRecord("bad json", "line is nested too deeply to be a record", where,
+                         "a record is an object of a few levels (messages -> turns -> parts)")
+
+
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
-    with open(path, encoding="utf-8") as f:
+    # Read bytes, decode per line: one line in another encoding is one bad record, not a dead file.
+    with open(path, "rb") as f:
         for n, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             where = f"{path}:{n}"
-            try:
-                yield where, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield where, BadRecord("bad json", f"line is not valid JSON ({e.msg} at column {e.colno})", where,
-                                       "fix the line; JSONL holds one JSON object per line")
+            yield where, parse_json_line(line, where)
 
 
 def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
@@ -103,6 +117,12 @@ def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
     except json.JSONDecodeError as e:
         raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
                         fix="fix the syntax, or use JSONL (one record per line)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not valid UTF-8 (byte {e.start})", where=str(path),
+                        fix="re-save the file as UTF-8") from None
+    except RecursionError:
+        raise DataError(f"{path} is nested too deeply to hold records", where=str(path),
+                        fix="a JSON data file is a list of record objects") from None
     if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
         # Keyed by id (OCR-VQA's dataset.json: {"<image id>": {questions, answers, ...}}).
         for n, (key, row) in enumerate(data.items()):
@@ -226,6 +246,9 @@ def make_resolver(base: Path, media_root: str | None):
     root = Path(media_root).expanduser() if media_root else base
 
     def resolve(p: str, where: str) -> str:
+        if not isinstance(p, str) or not p.strip():
+            raise BadRecord("bad type", f"a media path must be a non-empty string, not {p!r}"[:200], where,
+                            "give media paths as strings, relative to data.media_root or the data file's folder")
         if "://" in p:
             raise BadRecord("missing media", f"media {p!r} is a URL; mmtune reads local files only", where,
                             "download the files and give local paths (relative to data.media_root)")

@@ -6,9 +6,12 @@ A checkpoint folder `checkpoint-<step>/` holds:
 - `trainable.safetensors`: every trainable tensor by parameter name, the exact resume source;
 - `state.pt`: optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda), step,
   data position (epoch, batch index within the epoch), best-metric bookkeeping;
-- `meta.json`: step, metrics at save time.
-Written to a temporary folder and renamed, so a kill mid-save never leaves a half checkpoint that
-resume would pick up.
+- `meta.json`: step, metrics at save time; `config.json`: the run's config (the resume guard compares it);
+- `manifest.json`, written last: every other file's size and sha256.
+Written to a temporary folder, every file fsynced, then renamed (and the parent folder fsynced), so a
+kill or power loss mid-save never leaves a half checkpoint that resume would pick up. On resume the
+manifest is verified, and a checkpoint that fails (truncated, zero-byte, flipped bytes) is passed over
+for the newest one that verifies, with a message naming the file (train/durable.py does the disk work).
 """
 
 from __future__ import annotations
@@ -19,21 +22,68 @@ import re
 import shutil
 from pathlib import Path
 
+from .durable import fsync_dir, fsync_tree, verify_manifest, write_manifest
+
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
+TMP_PREFIX = ".tmp-checkpoint-"
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
     d = Path(output_dir)
     if not d.is_dir():
         return []
+    # A folder with a manifest is listed even when state.pt is gone, so the damage is named on resume.
     found = [(int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name))
-             and (p / "state.pt").is_file()]
+             and ((p / "state.pt").is_file() or (p / "manifest.json").is_file())]
     return [p for _, p in sorted(found)]
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     ckpts = list_checkpoints(output_dir)
     return ckpts[-1] if ckpts else None
+
+
+def newest_valid_checkpoint(output_dir: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest checkpoint whose manifest verifies, and one line per newer checkpoint passed over
+    (what was wrong with it). A checkpoint from before manifests existed is taken as it is."""
+    passed: list[str] = []
+    for ckpt in reversed(list_checkpoints(output_dir)):
+        problem = verify_manifest(ckpt)
+        if problem is None:
+            return ckpt, passed
+        passed.append(f"{ckpt.name}: {problem}")
+    return None, passed
+
+
+def clean_leftovers(output_dir: str | Path) -> list[str]:
+    """Remove the temporary folders of saves that did not finish (a kill, a full disk): they hold no
+    usable checkpoint and would otherwise keep the disk full."""
+    d = Path(output_dir)
+    gone = []
+    if d.is_dir():
+        for p in d.iterdir():
+            if p.name.startswith(TMP_PREFIX) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+                gone.append(p.name)
+    return gone
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def estimate_checkpoint_bytes(run) -> int:
+    """One checkpoint's size: the previous one's when there is one, else from the state it will hold
+    (trainable tensors twice -- exact copy and loadable export -- plus Adam's two moments; a full
+    fine-tune exports the whole model)."""
+    prev = latest_checkpoint(run.cfg.output_dir)
+    if prev is not None:
+        return folder_bytes(prev)
+    model = run.unwrapped_model()
+    trainable = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    exported = (sum(p.numel() * p.element_size() for p in model.parameters())
+                if run.cfg.adapter.method == "full" else trainable)
+    return 3 * trainable + exported
 
 
 def resolve_checkpoint(path: Path) -> Path:
@@ -78,13 +128,50 @@ def trainable_state(model) -> dict:
     return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
 
 
+def check_disk(run) -> None:
+    """Refuse before writing when the disk cannot hold one more checkpoint: a save that fails half way
+    costs the time since the last save and leaves nothing usable."""
+    from ..errors import MMTuneError
+
+    out = Path(run.cfg.output_dir)
+    need = estimate_checkpoint_bytes(run)
+    free = shutil.disk_usage(out).free
+    if free < need:
+        raise MMTuneError(
+            f"not enough free disk for a checkpoint: {free / 2**30:.2f} GiB free, one checkpoint needs about "
+            f"{need / 2**30:.2f} GiB", where=str(out),
+            fix="free space on that disk (old runs, caches) or point output_dir at a larger disk, then run the "
+                "same command again: training resumes from the last checkpoint")
+
+
 def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = None) -> Path:
+    """Write checkpoint-<step> durably; a full disk or an I/O error is an MMTuneError and leaves no
+    temporary folder behind."""
+    import errno
+
+    from ..errors import MMTuneError
+
+    check_disk(run)
+    out = Path(run.cfg.output_dir)
+    tmp = out / f"{TMP_PREFIX}{step}"
+    try:
+        return _write_checkpoint(run, step, train_state, metrics, out, tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise MMTuneError(
+            f"saving checkpoint-{step} failed: {'the disk is full' if full else e.strerror or e} "
+            f"({e.__class__.__name__}, errno {e.errno})", where=str(getattr(e, "filename", None) or tmp),
+            fix=("free space on that disk or use a larger one for output_dir" if full else
+                 "check that output_dir is writable and its disk healthy")
+            + "; then run the same command again: training resumes from the last good checkpoint") from None
+
+
+def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    out = Path(run.cfg.output_dir)
     final = out / f"checkpoint-{step}"
-    tmp = out / f".tmp-checkpoint-{step}"
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -99,9 +186,13 @@ def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = No
         "train_state": train_state,
     }, tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}}, indent=2))
+    (tmp / "config.json").write_text(json.dumps(run.cfg.model_dump(mode="json"), indent=2))
+    fsync_tree(tmp)
+    write_manifest(tmp)  # last: its presence says every file above is complete
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
+    fsync_dir(out)  # the rename itself survives a power loss
     return final
 
 
@@ -153,11 +244,28 @@ def load_checkpoint(run, ckpt: Path) -> dict:
 
     load_trainable(run.unwrapped_model(), ckpt)
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
+    fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
     run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
+    _apply_config_hyperparameters(run, fresh)
     run.load_scaler_state(state["scaler"])
     set_rng_state(state["rng"])
     return state["train_state"]
+
+
+def _apply_config_hyperparameters(run, fresh: list[dict]) -> None:
+    """The optimizer's and scheduler's state dicts carry the learning rate (and decay) of the run that
+    saved them; the config in force decides them (the resume guard has refused unaccepted changes).
+    The moments and step counts stay the checkpoint's. Unchanged values give back exactly the saved lr:
+    the same expression LambdaLR computes."""
+    sched = run.scheduler
+    for g, f in zip(run.optimizer.param_groups, fresh):
+        g.update({k: v for k, v in f.items() if k != "lr"})
+    sched.base_lrs = [f.get("initial_lr", f["lr"]) for f in fresh]
+    lrs = [base * fn(sched.last_epoch) for base, fn in zip(sched.base_lrs, sched.lr_lambdas)]
+    for g, lr in zip(run.optimizer.param_groups, lrs):
+        g["lr"] = lr
+    sched._last_lr = lrs
 
 
 def prune_checkpoints(output_dir: str | Path, keep_last: int, keep: set[Path] = frozenset()) -> None:

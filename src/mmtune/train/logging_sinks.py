@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 class Sinks:
-    def __init__(self, cfg, output_dir: Path, enabled: bool = True):
+    def __init__(self, cfg, output_dir: Path, enabled: bool = True, purge_step: int | None = None):
+        # purge_step: a resumed run drops TensorBoard events from that step on (done again now).
         self.enabled = enabled
         self._jsonl = open(output_dir / "metrics.jsonl", "a") if enabled else None
         self._tb = self._wandb = self._mlflow = None
@@ -20,7 +21,7 @@ class Sinks:
         if lg.tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(output_dir / "tensorboard"), purge_step=purge_step)
         if lg.wandb:
             wandb = _optional("wandb")
             self._wandb = wandb.init(project=lg.project, name=lg.run_name, dir=str(output_dir),

@@ -21,9 +21,10 @@ from ..console import console
 from ..data.batches import BatchStream
 from ..errors import MMTuneError
 from .checkpoint import (
-    latest_checkpoint,
+    clean_leftovers,
     list_checkpoints,
     load_checkpoint,
+    newest_valid_checkpoint,
     prune_checkpoints,
     save_checkpoint,
 )
@@ -65,26 +66,69 @@ def _micro_batch_loader(run, stream_args: dict):
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
     """Run the loop; returns the summary. `stop_after=N` ends the process's work right after step N
     (and its checkpoint, if one is due) without a summary, the way a kill would: tests use it."""
+    from .lock import output_dir_lock
+    from .signals import StopRequest
+
+    # One process per output_dir (the main rank holds the lock); SIGTERM/SIGINT end the run cleanly.
+    with output_dir_lock(run.cfg.output_dir, enabled=run.accelerator.is_main_process), StopRequest() as stop:
+        try:
+            return _train(run, plan, stop_after, stop)
+        except OSError as e:
+            import errno
+
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk while logging (metrics, predictions, summary): say so, not a traceback.
+            raise MMTuneError(f"the disk is full ({e.strerror})", where=str(getattr(e, "filename", None)
+                                                                           or run.cfg.output_dir),
+                              fix="free space on that disk, then run the same command again: training resumes "
+                                  "from the last checkpoint") from None
+
+
+def _train(run, plan, stop_after, stop) -> dict | None:
     import torch
 
     cfg, acc = run.cfg, run.accelerator
     out = Path(cfg.output_dir)
     main = acc.is_main_process
-    if main:
-        out.mkdir(parents=True, exist_ok=True)
-        from ..config import dump_config
-
-        # Failure mode 23: the config in force, every automatic decision applied, each with its reason.
-        header = "".join(f"# {line}\n" for line in run.resolved.summary_lines())
-        (out / "config.resolved.yaml").write_text("# decisions (mmtune.resolve):\n" + header + dump_config(cfg))
+    _seed_python_and_numpy(cfg.train.seed)  # torch is seeded by build_run; resume restores all three
 
     # ---- resume -------------------------------------------------------------------------------
     step, position, best = 0, {"epoch": 0, "index": 0}, {"value": None, "step": None, "path": None}
-    ckpt = latest_checkpoint(out) if cfg.train.resume else None
+    eval_metrics: dict = {}
+    history: list[dict] = []  # config changes accepted on resume, carried from checkpoint to checkpoint
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in clean_leftovers(out):
+            console.print(f"removed {name}: the leftover of a checkpoint save that did not finish")
+    ckpt = _resume_source(out) if cfg.train.resume else None
     if ckpt is not None:
+        from . import resume_guard
+
+        saved_step = json.loads((ckpt / "meta.json").read_text())["step"]
+        changes = resume_guard.check(ckpt, cfg, saved_step)
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
+        eval_metrics = json.loads((ckpt / "meta.json").read_text()).get("metrics", {})
+        history = list(state.get("accepted_changes", []))
+        if changes:
+            position = resume_guard.apply(changes, position)
+            history.append({"step": step, "changes": {k: list(v) for k, v in changes.items()}})
+            console.print("[yellow]resuming with changed settings (train.accept_changes=true):[/] "
+                          + "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in changes.items()))
+        if main:
+            dropped = resume_guard.truncate_logs(out, step)
+            if dropped:
+                console.print(f"logs cut back to step {step} (the work after it is done again): "
+                              + ", ".join(f"{n} row(s) of {name}" for name, n in dropped.items()))
         console.print(f"[bold]resumed[/] from {ckpt} at step {step}")
+    if main:
+        from ..config import dump_config
+
+        # Failure mode 23: the config in force (written after the resume guard accepted it), every
+        # automatic decision applied, each with its reason.
+        header = "".join(f"# {line}\n" for line in run.resolved.summary_lines())
+        (out / "config.resolved.yaml").write_text("# decisions (mmtune.resolve):\n" + header + dump_config(cfg))
     # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
     # metrics.jsonl never mixes two runs.
     if main and ckpt is None:
@@ -96,9 +140,18 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
                 shutil.rmtree(p)
             (out / "best").unlink(missing_ok=True)
             console.print(f"train.resume=false: removed {len(stale)} checkpoint(s) of an earlier run in {out}")
+    if ckpt is not None and step >= cfg.train.max_steps:
+        done = _finished_summary(out, step)
+        if done is not None:  # nothing to do: never overwrite the results of a finished run
+            console.print(f"this run already finished at step {step}; {out / 'summary.json'} kept. To train "
+                          "longer raise train.max_steps (with train.accept_changes=true); to start over, "
+                          "train.resume=false")
+            return done
     from .logging_sinks import Sinks
 
-    sinks = Sinks(cfg, out, enabled=main)
+    sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
+    if main and history and ckpt is not None and history[-1]["step"] == step:
+        sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
@@ -117,9 +170,31 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     run.model.train()
     t_start = time.perf_counter()
     tokens_seen, train_time = 0, 0.0
-    eval_metrics: dict = {}
+    last_save = time.monotonic()
+    start_step = step
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
+
+    def summary_so_far(**extra) -> dict:
+        return {
+            "output_dir": str(out),
+            "steps": step,
+            "eval": eval_metrics,
+            "best": best,
+            "peak_memory_bytes": _peak_memory_bytes(),
+            "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
+            "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
+            "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
+            "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
+            "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
+            "wall_s": time.perf_counter() - t_start,
+            "train_records": len(run.train_set.records),
+            "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
+            "decisions": run.decisions,
+            "accepted_changes": history,
+            **extra,
+        }
+
     with Progress(total=cfg.train.max_steps, start=step, enabled=main) as bar:
         while step < cfg.train.max_steps:
             t0 = time.perf_counter()
@@ -151,42 +226,91 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
 
             at_eval = cfg.eval.every and step % cfg.eval.every == 0
             at_save = cfg.train.save_every and step % cfg.train.save_every == 0
+            minutes = cfg.train.save_every_minutes
+            at_save, stopping = _agree(acc, bool(at_save) or bool(minutes) and time.monotonic() - last_save >= minutes * 60,
+                                       stop.requested)
             last = step == cfg.train.max_steps
             if (at_eval or last) and run.eval_set is not None:
                 eval_metrics = _evaluate(run, step, sinks, bar)
                 _track_best(cfg, best, eval_metrics, step)
-            if at_eval or at_save or last:
-                _checkpoint(run, step, cursor.position(), best, eval_metrics)
+            if at_eval or at_save or last or stopping:
+                _checkpoint(run, step, {"step": step, "position": cursor.position(), "best": best,
+                                        "accepted_changes": history}, eval_metrics)
+                last_save = time.monotonic()
+            if stopping and not last:
+                sinks.close()
+                if main and step > start_step:
+                    _write_summary(out, summary_so_far(interrupted=stop.signal_name or "signal"))
+                raise MMTuneError(
+                    f"stopped by {stop.signal_name or 'a signal on another rank'} at step {step} of "
+                    f"{cfg.train.max_steps}; checkpoint-{step} and the summary so far are saved",
+                    where=str(out),
+                    fix="run the same command again (same output_dir) to resume from this step")
             if stop_after is not None and step >= stop_after and not last:
                 sinks.close()
                 return None
 
-    wall = time.perf_counter() - t_start
-    summary = {
-        "output_dir": str(out),
-        "steps": step,
-        "eval": eval_metrics,
-        "best": best,
-        "peak_memory_bytes": _peak_memory_bytes(),
-        "peak_memory_kind": "cuda_max_memory_allocated" if torch.cuda.is_available() else "cpu_max_rss",
-        "peak_memory_reserved_bytes": int(torch.cuda.max_memory_reserved()) if torch.cuda.is_available() else None,
-        "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
-        "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
-        "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
-        "wall_s": wall,
-        "train_records": len(run.train_set.records),
-        "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
-        "decisions": run.decisions,
-    }
+    summary = summary_so_far()
     if run.eval_set is not None and main:
         summary["baseline"] = _baseline(run)
     if main:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        _write_summary(out, summary)
     sinks.close()
     return summary
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def _seed_python_and_numpy(seed: int) -> None:
+    import random
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def _finished_summary(out: Path, step: int) -> dict | None:
+    """A finished run's summary.json, when it is complete for this step (not an interrupted one's)."""
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("steps") == step and not summary.get("interrupted") else None
+
+
+def _write_summary(out: Path, summary: dict) -> None:
+    import os
+
+    tmp = out / "summary.json.tmp"
+    tmp.write_text(json.dumps(summary, indent=2, default=str))
+    os.replace(tmp, out / "summary.json")  # never a half-written summary
+
+
+def _resume_source(out: Path):
+    """The newest checkpoint that verifies; newer ones that do not are named with what is wrong."""
+    ckpt, passed = newest_valid_checkpoint(out)
+    for line in passed:
+        console.print(f"[yellow]checkpoint passed over[/] {line}")
+    if passed and ckpt is not None:
+        console.print(f"resuming from {ckpt.name}, the newest checkpoint that verifies")
+    if passed and ckpt is None:
+        raise MMTuneError(f"no checkpoint in {out} verifies ({'; '.join(passed)})", where=str(out),
+                          fix="train.resume=false to start over (this clears the folder's checkpoints and logs), "
+                              "or a new output_dir")
+    return ckpt
+
+
+def _agree(acc, *flags: bool) -> tuple[bool, ...]:
+    """Each flag true on every rank when it is true on any (one all-reduce for all): a decision taken
+    from a clock or a signal must be the same on all ranks, or one would wait forever in a barrier."""
+    if acc.num_processes == 1:
+        return tuple(bool(f) for f in flags)
+    import torch
+
+    t = torch.tensor([1.0 if f else 0.0 for f in flags], device=acc.device)
+    return tuple(bool(v > 0) for v in acc.reduce(t, reduction="sum").tolist())
+
 
 def _evaluate(run, step, sinks, bar):
     from ..evaluate.run_eval import evaluate
@@ -213,18 +337,22 @@ def _track_best(cfg, best, metrics, step) -> None:
     higher = cfg.eval.greater_is_better if cfg.eval.greater_is_better is not None else greater_is_better(name)
     v = metrics[name]
     if best["value"] is None or (v > best["value"] if higher else v < best["value"]):
-        best.update(value=v, step=step, path=str(Path(cfg.output_dir) / f"checkpoint-{step}"), metric=name)
+        # Relative to the run folder, so a moved folder still knows (and keeps) its best checkpoint.
+        best.update(value=v, step=step, path=f"checkpoint-{step}", metric=name)
 
 
-def _checkpoint(run, step, position, best, metrics) -> None:
+def _checkpoint(run, step, train_state: dict, metrics) -> None:
     acc = run.accelerator
+    best = train_state["best"]
     if acc.is_main_process:
-        save_checkpoint(run, step, {"step": step, "position": position, "best": best}, metrics)
-        keep = {Path(best["path"])} if best.get("path") else set()
-        prune_checkpoints(run.cfg.output_dir, run.cfg.train.keep_last, keep=keep)
-        if best.get("path") and Path(best["path"]).is_dir():
-            (Path(run.cfg.output_dir) / "best").unlink(missing_ok=True)
-            (Path(run.cfg.output_dir) / "best").symlink_to(Path(best["path"]).name)
+        save_checkpoint(run, step, train_state, metrics)
+        out = Path(run.cfg.output_dir)
+        # .name: runs saved before paths were relative stored absolute ones, which break when moved.
+        best_dir = out / Path(best["path"]).name if best.get("path") else None
+        prune_checkpoints(out, run.cfg.train.keep_last, keep={best_dir} if best_dir else set())
+        if best_dir is not None and best_dir.is_dir():
+            (out / "best").unlink(missing_ok=True)
+            (out / "best").symlink_to(best_dir.name)  # relative: survives moving the run folder
     acc.wait_for_everyone()
 
 

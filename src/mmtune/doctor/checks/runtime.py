@@ -167,14 +167,15 @@ def config_in_force(ctx):
     new = yaml.safe_load(text)
     diffs = sorted(_diff(old, new))
     # Keys that may change on resume without changing the run's meaning.
-    benign = ("train.max_steps", "train.resume", "train.save_every", "train.keep_last", "train.log_every",
+    benign = ("train.resume", "train.save_every", "train.keep_last", "train.log_every", "train.accept_changes",
               "train.ignore_plan", "train.gpu", "eval.", "logging.")
     real = [d for d in diffs if not d.startswith(benign)]
-    if real:
+    if real and not cfg.train.accept_changes:
+        # mmtune train refuses such a resume (train/resume_guard.py); say so before the GPU is rented.
         yield warning(f"{cfg.output_dir} holds a checkpoint of a run with a different config ({', '.join(real[:6])}"
-                      f"{' ...' if len(real) > 6 else ''}); train.resume=true would continue it under the new "
-                      "settings", where="output_dir",
-                      fix=f"output_dir={cfg.output_dir}-2 for a new run, or train.resume=false")
+                      f"{' ...' if len(real) > 6 else ''}); mmtune train will refuse to resume it", where="output_dir",
+                      fix=f"output_dir={cfg.output_dir}-2 for a new run, train.resume=false to start over, or "
+                          "train.accept_changes=true to continue with the new values")
 
 
 def _diff(a, b, prefix=""):

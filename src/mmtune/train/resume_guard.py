@@ -1,0 +1,95 @@
+"""Resume is exact or refused: the checkpoint's config against the config in force now.
+
+A resumed run that silently keeps the old learning rate while config.resolved.yaml shows the new one,
+or whose schedule jumps because max_steps changed, is not the run anyone asked for. Settings that
+change what the run means are compared; a difference is an error listing each one, unless
+`train.accept_changes=true` says it is on purpose -- then the new values are applied for real
+(optimizer hyperparameters, schedule, batch position) and recorded in metrics.jsonl and summary.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+# Keys whose change alters the run's meaning. Everything else (logging, eval, save cadence, workers,
+# device choice) may change between a run and its resume.
+MEANING: dict[str, tuple[str, ...] | None] = {
+    "model": ("name", "revision", "family", "max_pixels", "min_pixels", "video_frames", "video_fps",
+              "audio_max_seconds"),
+    "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed"),
+    "adapter": None,  # every adapter key
+    "train": ("max_steps", "micro_batch_size", "grad_accum", "lr", "weight_decay", "optimizer", "scheduler",
+              "warmup_steps", "max_grad_norm", "precision", "seed"),
+}
+
+
+def differences(saved: dict, now: dict) -> dict[str, tuple]:
+    """{dotted key: (saved value, value now)} for every meaning-bearing key that differs."""
+    diffs = {}
+    for section, keys in MEANING.items():
+        a, b = saved.get(section, {}) or {}, now.get(section, {}) or {}
+        for k in (keys if keys is not None else sorted(set(a) | set(b))):
+            if a.get(k) != b.get(k):
+                diffs[f"{section}.{k}"] = (a.get(k), b.get(k))
+    return diffs
+
+
+def check(ckpt: Path, cfg, step: int) -> dict[str, tuple]:
+    """The accepted differences (empty when none); raises ConfigError when there are unaccepted ones."""
+    from ..errors import ConfigError
+
+    if step > cfg.train.max_steps:
+        raise ConfigError(f"the checkpoint {ckpt.name} is at step {step}, past train.max_steps={cfg.train.max_steps}",
+                          where=str(ckpt),
+                          fix=f"train.max_steps={step} or more (with train.accept_changes=true), or train.resume=false "
+                              "to start over")
+    saved_path = ckpt / "config.json"
+    if not saved_path.exists():  # a checkpoint from before configs were saved with it: nothing to compare
+        return {}
+    diffs = differences(json.loads(saved_path.read_text()), cfg.model_dump(mode="json"))
+    if diffs and not cfg.train.accept_changes:
+        lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in diffs.items()))
+        raise ConfigError(
+            f"resuming from {ckpt.name} with a config that changes the run: {lines}", where=str(ckpt),
+            fix="restore those values to resume exactly; or add train.accept_changes=true to continue with the new "
+                "values on purpose (they are applied and recorded); or train.resume=false / a new output_dir to "
+                "start over")
+    return diffs
+
+
+def apply(diffs: dict[str, tuple], position: dict) -> dict:
+    """The data position for the new config: a changed micro-batch size keeps the records already seen."""
+    if "train.micro_batch_size" in diffs:
+        old, new = diffs["train.micro_batch_size"]
+        position = dict(position, index=position["index"] * old // new)
+    return position
+
+
+def truncate_logs(out: Path, step: int) -> dict[str, int]:
+    """Drop rows written after `step` (the work since the checkpoint, done again now) from metrics.jsonl
+    and predictions.jsonl, and a half-written last line, so no row appears twice. Returns rows dropped."""
+    import os
+
+    dropped = {}
+    for name in ("metrics.jsonl", "predictions.jsonl"):
+        path = out / name
+        if not path.exists():
+            continue
+        kept, n = [], 0
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                n += 1
+                continue
+            if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] > step:
+                n += 1
+                continue
+            kept.append(line)
+        if n:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+            os.replace(tmp, path)
+            dropped[name] = n
+    return dropped

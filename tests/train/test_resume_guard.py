@@ -1,0 +1,92 @@
+"""Resume is exact or refused: meaning-changing config edits are errors unless accepted (then applied
+for real and recorded); logs are cut back to the checkpoint; a finished run keeps its summary; a run
+folder can be moved."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mmtune.build import build_run
+from mmtune.config import load_config
+from mmtune.errors import ConfigError
+from mmtune.train.loop import train
+from mmtune.train.schedule import lr_factor
+
+
+def _rows(out: Path, kind="train", name="metrics.jsonl"):
+    rows = [json.loads(line) for line in (out / name).read_text().splitlines()]
+    return [r for r in rows if r.get("kind", "train") == kind] if name == "metrics.jsonl" else rows
+
+
+BASE = {"max_steps": 4, "save_every": 2, "grad_accum": 1, "warmup_steps": 1, "lr": 1e-3}
+
+
+def test_changed_lr_is_refused_then_applied_when_accepted(tiny_vl_config):
+    cfg = load_config(tiny_vl_config(train=BASE), [])
+    out = Path(cfg.output_dir)
+    assert train(build_run(cfg), stop_after=2) is None
+    changed = tiny_vl_config(train={**BASE, "lr": 5e-3, "max_steps": 6})
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(changed, [])))
+    assert "train.lr: 0.001 -> 0.005" in e.value.what and "train.max_steps: 4 -> 6" in e.value.what
+    assert "train.accept_changes=true" in e.value.fix
+    assert "lr: 0.001" in (out / "config.resolved.yaml").read_text()  # the config in force is still the old one
+    summary = train(build_run(load_config(changed, ["train.accept_changes=true"])))
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    for r in rows[2:]:  # the new base lr on the new schedule (the lr logged at step s is the one set for the next step)
+        assert r["lr"] == pytest.approx(5e-3 * lr_factor(r["step"], warmup=1, total=6, kind="cosine"))
+    recorded = _rows(out, "resume")
+    assert recorded[0]["step"] == 2 and recorded[0]["accepted_changes"]["train.lr"] == [0.001, 0.005]
+    assert summary["accepted_changes"][0]["changes"]["train.max_steps"] == [4, 6]
+    assert "lr: 0.005" in (out / "config.resolved.yaml").read_text()
+
+
+def test_logs_are_cut_back_to_the_checkpoint_so_no_row_appears_twice(tiny_vl_config):
+    """A save killed at step 4 (after its eval rows and predictions were written): the resume from
+    checkpoint-2 writes steps 3-4 and their eval once, not twice."""
+    cfg = load_config(tiny_vl_config(train=BASE, eval={"every": 2, "generate": True}), [])
+    out = Path(cfg.output_dir)
+    train(build_run(cfg))
+    before = (_rows(out), _rows(out, "eval"), _rows(out, name="predictions.jsonl"))
+    shutil.rmtree(out / "checkpoint-4")
+    (out / "summary.json").unlink()
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "st')  # and a line cut off by the kill
+    train(build_run(load_config(tiny_vl_config(train=BASE, eval={"every": 2, "generate": True}), [])))
+    after = (_rows(out), _rows(out, "eval"), _rows(out, name="predictions.jsonl"))
+    assert [r["step"] for r in after[0]] == [1, 2, 3, 4]
+    assert [r["step"] for r in after[1]] == [2, 4]
+    assert [r["step"] for r in after[2]] == [r["step"] for r in before[2]]
+    for a, b in zip(before[0], after[0]):
+        assert a["loss"] == b["loss"]
+
+
+def test_rerunning_a_finished_run_keeps_its_summary(tiny_vl_config, capsys):
+    cfg = load_config(tiny_vl_config(train=BASE, eval={"every": 2}), [])
+    out = Path(cfg.output_dir)
+    first = train(build_run(cfg))
+    written = (out / "summary.json").read_bytes()
+    again = train(build_run(load_config(tiny_vl_config(train=BASE, eval={"every": 2}), [])))
+    assert (out / "summary.json").read_bytes() == written
+    assert again["eval"] == first["eval"] and again["steps"] == 4
+    assert "already finished at step 4" in capsys.readouterr().out
+
+
+def test_a_moved_run_folder_keeps_its_best_checkpoint(tiny_vl_config, tmp_path):
+    """best is kept by a path relative to the run folder: after a move, pruning still spares it."""
+    ev = {"every": 2, "best_metric": "eval_loss", "greater_is_better": True}  # the worst loss: an early step
+    cfg = load_config(tiny_vl_config(train={**BASE, "keep_last": 1}, eval=ev), [])
+    summary = train(build_run(cfg))
+    assert summary["best"]["path"] == "checkpoint-2"
+    moved = tmp_path / "moved"
+    shutil.move(cfg.output_dir, moved)
+    assert (moved / "best").resolve() == (moved / "checkpoint-2").resolve()
+    more = load_config(tiny_vl_config(train={**BASE, "keep_last": 1, "max_steps": 6}, eval=ev),
+                       [f"output_dir={moved}", "train.accept_changes=true"])
+    summary = train(build_run(more))
+    assert summary["best"]["path"] == "checkpoint-2"
+    assert sorted(p.name for p in moved.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
+    assert (moved / "best").resolve() == (moved / "checkpoint-2").resolve()
