@@ -25,8 +25,14 @@ def _outside_compat() -> list[Path]:
     return [p for p in sorted(SRC.rglob("*.py")) if COMPAT not in p.parents]
 
 
+# Underscore names that are documented public API of the standard library (os._exit: leave the process
+# at once, which a second Ctrl-C needs; sys._getframe is not among them).
+PUBLIC_UNDERSCORE = {"_exit"}
+
+
 def _private(name: str) -> bool:
-    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__")) \
+        and name not in PUBLIC_UNDERSCORE
 
 
 def _owned_names(files) -> set[str]:

@@ -23,7 +23,7 @@ DROPOUT = 0.0
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _config(tmp_path: Path, data: Path, out: Path, steps: int) -> Path:
+def _config(tmp_path: Path, data: Path, out: Path, steps: int, accept_changes: bool = False) -> Path:
     cfg = {
         "output_dir": str(out),
         "model": {"name": "tiny/llava-onevision", "gradient_checkpointing": True},
@@ -35,7 +35,7 @@ def _config(tmp_path: Path, data: Path, out: Path, steps: int) -> Path:
         "adapter": {"method": "lora", "r": 4, "dropout": DROPOUT, "target_modules": ["q_proj", "v_proj", "vision[-1:]:q_proj"]},
         "train": {"max_steps": steps, "micro_batch_size": 1, "grad_accum": 2, "lr": 1e-3, "scheduler": "constant",
                   "warmup_steps": 0, "precision": "fp32", "device": "cpu", "save_every": 2, "resume": True,
-                  "seed": 3},
+                  "seed": 3, "accept_changes": accept_changes},
         "eval": {"best_metric": "mixture/score", "max_new_tokens": 4, "batch_size": 2},
         "logging": {"tensorboard": False},
     }
@@ -78,7 +78,9 @@ def test_two_rank_mixture_metrics_match_one_process_and_resume_is_exact(tmp_path
 
     parted = tmp_path / "parted"
     _torchrun(_config(tmp_path, tmp_path / "data", parted, 2), 29542)
-    _torchrun(_config(tmp_path, tmp_path / "data", parted, 4), 29543)  # resumes from checkpoint-2
+    # Resumes from checkpoint-2 with max_steps raised on purpose (the resume guard's accept_changes; the
+    # constant schedule makes the accepted change leave steps 3-4 exactly as in the uninterrupted run).
+    _torchrun(_config(tmp_path, tmp_path / "data", parted, 4, accept_changes=True), 29543)
     a, b = _losses(whole), _losses(parted)
     assert sorted(a) == [1, 2, 3, 4]
     for step in (3, 4):

@@ -67,7 +67,7 @@ def with_media_dirs(resolve: Callable[[str, str], str], fmt: str) -> Callable[[s
         try:
             return resolve(p, where)
         except BadRecord as first:
-            if Path(p).is_absolute() or "://" in p:
+            if not isinstance(p, str) or Path(p).is_absolute() or "://" in p:
                 raise
             for sub in subdirs:
                 try:

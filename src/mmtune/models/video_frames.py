@@ -53,6 +53,9 @@ class FramesVideoProcessor(BaseVideoProcessor):
         t = -(-num_frames // self.temporal_patch_size)
         return t * (h // self.patch_size) * (w // self.patch_size)
 
+    # transformers 5.17's Qwen processors ask for this name, 5.23's for the one above: both answer.
+    get_number_of_video_patches = get_num_of_video_patches
+
     # Frames arrive already sampled; their rate is unknown unless the caller says. Qwen's own
     # processors sample at 2 fps by default, so that is the assumed rate for timestamps
     # (Qwen2.5-VL's second_per_grid_ts, Qwen3-VL's "<t seconds>" prompts).
