@@ -115,3 +115,18 @@ def test_measure_raises_what_encode_raises(media, tmp_path):
     with pytest.raises(BadRecord) as a:
         Encoder.for_run(_resolved("tiny/qwen2-vl")).measure(r)
     assert a.value.reason == "corrupt media"
+
+
+@pytest.mark.parametrize("name", ["tiny/qwen2-vl", "tiny/qwen2.5-omni"])
+def test_measure_without_the_processors_own_arithmetic(name, media, monkeypatch):
+    """transformers 5.17: Qwen2-VL's `_get_num_multimodal_tokens` raises a NameError on video sizes, and
+    Qwen2.5-Omni's processor has none. measure still equals encode (Qwen arithmetic asked of the image /
+    video processors, or the record encoded in full)."""
+    enc = Encoder.for_run(_resolved(name))
+
+    def broken(*args, **kwargs):
+        raise NameError("cannot access free variable 'merge_size'")
+
+    monkeypatch.setattr(enc.processor, "_get_num_multimodal_tokens", broken)
+    for r in _records(FAMILIES[name], media):
+        assert _outcome(enc.measure, r) == _outcome(enc.token_counts, r), (name, r.id)

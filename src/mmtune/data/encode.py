@@ -335,7 +335,12 @@ class Encoder:
         tmessages = self._template_messages(record.messages)
         full = self.render(tmessages)
         self._check_media(record, tmessages, full)
-        per_item = self._media_token_counts(record, parts)
+        from ..compat import CompatError
+
+        try:
+            per_item = self._media_token_counts(record, parts)
+        except CompatError:  # this transformers cannot count without pixels: encode (same answer, slower)
+            return self.token_counts(record)
         ids = self.tokenizer(full, add_special_tokens=self._add_special(full))["input_ids"]
         counts = {k: 0 for k in MEDIA_TYPES}
         total = len(ids)
