@@ -62,6 +62,10 @@ class SplitScan:
     media_records: int = 0  # records whose media were measured (candidates for the decode check)
     decoded: int = 0  # records whose media were decoded in full
     decode_bad: int = 0  # of those, how many failed to decode
+    # Eval splits with generation: tokens of each evaluated record's shortest accepted answer.
+    answers: int = 0  # records whose answers were counted
+    answers_cut: int = 0  # of those, how many need more than eval.max_new_tokens
+    answer_longest: tuple[int, str] = (0, "")
 
     @property
     def decode_sampled(self) -> bool:
@@ -138,6 +142,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
+    answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
 
     try:
@@ -159,7 +164,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     continue
             row_ok = True
             for rec in recs_in:
-                row_ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec) and row_ok
+                ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
+                if ok and answers is not None:
+                    answers.add(rec)
+                row_ok = ok and row_ok
             if row_ok and out is not None and isinstance(raw, dict):
                 try:
                     out.write(json.dumps(raw, ensure_ascii=False) + "\n")
@@ -171,6 +179,30 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             out.close()
     decoder.finish()
     return scan
+
+
+class _AnswerCounter:
+    """How many tokens each evaluated record's answer needs, with the run's tokenizer: evaluation
+    generates at most eval.max_new_tokens, so a longer answer is cut and scored wrong. A record with
+    several accepted answers (`references`) needs only its shortest. Only the records evaluation
+    reads: the first data.eval_max_samples."""
+
+    def __init__(self, encoder, cfg, scan: SplitScan):
+        self.tok = encoder.tokenizer
+        self.limit, self.cap, self.scan = cfg.eval.max_new_tokens, cfg.data.eval_max_samples, scan
+
+    def add(self, rec) -> None:
+        if self.cap is not None and self.scan.answers >= self.cap:
+            return
+        refs = [r for r in [rec.answer_text(), *rec.references] if r and r.strip()]
+        if not refs:
+            return
+        self.scan.answers += 1
+        need = min(len(self.tok(r.strip(), add_special_tokens=False)["input_ids"]) for r in refs)
+        if need > self.limit:
+            self.scan.answers_cut += 1
+        if need > self.scan.answer_longest[0]:
+            self.scan.answer_longest = (need, rec.where())
 
 
 class _Decoder:
