@@ -60,9 +60,23 @@ def test_mm012_optimizer_groups_by_identity():
 
 
 def test_mm013_modality_dependent_gradients(doctor):
-    rep = doctor({**TINY_VL, "adapter": {"train_components": ["projector"]}}, "MM013")
-    assert "MM013" in rep.codes("warning"), rep.findings
+    # LoRA on the vision tower: its LoRA weights get no gradient from text batches, and the run does not set
+    # find_unused_parameters for LoRA (build.ddp_unused_components): DDP would fail
+    rep = doctor({**TINY_VL, "adapter": {"target_modules": ["q_proj", "vision:qkv"]}}, "MM013")
+    assert "MM013" in rep.codes("warning") and "lora_" in rep.findings[-1].where, rep.findings
     assert doctor(TINY_VL, "MM013").findings == []
+
+
+def test_mm013_components_trained_in_full_on_mixed_data_are_handled(doctor):
+    """Was a false alarm: a projector / vision tower trained in full on image + text records gets no
+    gradient from text batches, and the run sets DDP find_unused_parameters for exactly this."""
+    from mmtune.build import DDP_MAY_BE_UNUSED
+
+    for comps in (["projector"], ["vision"]):
+        assert set(comps) <= set(DDP_MAY_BE_UNUSED)
+        rep = doctor({**TINY_VL, "adapter": {"train_components": comps}}, "MM013")
+        assert rep.codes("warning") == set() and rep.errors == [], rep.findings
+        assert "find_unused_parameters=True" in rep.findings[0].message
 
 
 def test_mm013_reentrant_checkpointing():
