@@ -92,3 +92,13 @@ def test_mm011_still_errors_when_the_setup_cuts_the_graph():
     assert [f.severity for f in no_grad_findings({n: set() for n in cut})] == ["error"]
     # with image batches in the data the vision weight is cut too
     assert classify_dead(dead, plain, ["text", "image"])[2] == dead[:2]
+
+
+def test_lora_on_a_component_named_in_target_modules(doctor):
+    """Was a false alarm on recipes/seed002: `vision[-2:]:q_proj` asks for LoRA on the vision tower."""
+    base = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": "synthetic:counting", "synthetic_train_size": 4}}
+    rep = doctor({**base, "adapter": {"target_modules": ["q_proj", "vision[-1:]:qkv"]}}, "MM010")
+    assert _quiet(rep) == [] and any("as adapter.target_modules names it" in f.message for f in rep.findings)
+    # reached by a path the user did not mean as the vision tower: still a warning
+    rep = doctor({**base, "adapter": {"target_modules": ["q_proj", "model.visual.blocks.0.attn.qkv"]}}, "MM010")
+    assert rep.codes("warning") == {"MM010"}, rep.findings

@@ -56,7 +56,10 @@ def trainable_parts(ctx):
             continue
         if cfg.adapter.method == "full" and comp not in cfg.adapter.freeze_components:
             continue  # full fine-tuning trains everything unless frozen explicitly
-        if lora.get(comp):
+        if lora.get(comp) and _named_in_targets(cfg.adapter.target_modules, comp):
+            yield info(f"LoRA on the {comp} component ({lora[comp]:,} LoRA parameters), as adapter.target_modules "
+                       "names it", where="adapter.target_modules")
+        elif lora.get(comp):
             yield warning(f"LoRA reaches the {comp} component ({lora[comp]:,} LoRA parameters) although it is "
                           "not in adapter.train_components (target_modules too broad?)",
                           where="adapter.target_modules", fix="adapter.target_modules=auto (decoder only)")
@@ -69,6 +72,13 @@ def trainable_parts(ctx):
             yield warning(f"component {comp} has {by_comp[comp]:,} trainable parameters but is not in "
                           "adapter.train_components", where="adapter.freeze_components",
                           fix=f"adapter.freeze_components=[{comp}]")
+
+
+def _named_in_targets(targets, comp: str) -> bool:
+    """Whether target_modules reaches `comp` on purpose: `comp:name` / `comp[-k:]:name` entries."""
+    import re
+
+    return isinstance(targets, list) and any(re.match(rf"{comp}(\[-\d+:\])?:", t) for t in targets)
 
 
 def _nested_in_trained(family, comp: str, intended: set) -> bool:
