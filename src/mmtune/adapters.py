@@ -8,7 +8,10 @@ Rules (failure modes 10-12):
   standard attention + MLP projections), "all-linear" (every nn.Linear of the decoder), or a list of
   names. A plain name ("q_proj") is matched inside the decoder only; reaching another component needs
   an explicit "component:name" ("vision:qkv"; "vision[-2:]:q_proj" for the last 2 blocks only) or a
-  dotted module path ("model.visual.blocks.0.attn.qkv").
+  dotted module path ("model.visual.blocks.0.attn.qkv"), matched as peft matches it (the name or a
+  dotted suffix of it), also in transformers 4.x's layout ("language_model.model.layers.0...").
+  A single string other than auto/all-linear is a regex over full module names, as in peft
+  (HF's LLaVA example: `.*language_model.*\.(q_proj|v_proj)`).
 - Components in `adapter.train_components` are trained in full through peft `modules_to_save`, so
   `save_pretrained` / `PeftModel.from_pretrained` carry them with the adapter.
 - Parameter groups are built here, from parameter objects, before any DDP wrapping; the trainer hands
@@ -143,10 +146,39 @@ def _in_component(family: Family, module_name: str, component: str) -> bool:
     return family.component_of(module_name + ".") == component
 
 
+# transformers 5 (from 4.52) nests the LLaVA-style language model and vision tower under `model.`;
+# module paths copied from older configs and tutorials use the 4.x layout. The same rewrite as
+# transformers' own checkpoint conversion for these families, applied only to a path that matches nothing.
+_LEGACY_PREFIXES = (("language_model.model.", "model.language_model."), ("language_model.lm_head", "lm_head"),
+                    ("vision_tower.", "model.vision_tower."), ("multi_modal_projector.", "model.multi_modal_projector."))
+
+
+def _path_hits(linears: list[str], t: str) -> list[str]:
+    """Modules a dotted path names: itself, a dotted suffix (peft's rule), or a prefix of a block."""
+    def match(p):
+        return [n for n in linears if n == p or n.endswith("." + p) or n.startswith(p + ".") or f".{p}." in n]
+
+    hits = match(t)
+    for old, new in _LEGACY_PREFIXES:
+        if not hits and t.startswith(old):
+            hits = match(new + t[len(old):])
+    return hits
+
+
 def lora_target_names(model, family: Family, target_modules) -> list[str]:
     """Full names of the linear modules that get LoRA (decoder only unless named explicitly)."""
     linears = _linear_modules(model)
     decoder = [n for n in linears if _in_component(family, n, "decoder")]
+    if isinstance(target_modules, str) and target_modules not in ("auto", "all-linear"):
+        chosen = [n for n in linears if re.fullmatch(target_modules, n)]  # peft's rule for a string
+        if chosen:
+            return chosen
+        if not re.search(r"[*+?()|\\^$]", target_modules):  # a lone name ("q_proj"): as a one-item list
+            return lora_target_names(model, family, [target_modules])
+        raise ConfigError(f"adapter.target_modules regex {target_modules!r} matches no linear layer",
+                          where="adapter.target_modules",
+                          fix=f"module names look like {decoder[0] if decoder else linears[0]}; use 'auto', "
+                              "a list of names, or a regex over full module names")
     if target_modules in ("auto", "all-linear"):
         if target_modules == "auto":
             chosen = [n for n in decoder if n.rsplit(".", 1)[-1] in DECODER_LINEARS]
@@ -167,7 +199,7 @@ def lora_target_names(model, family: Family, target_modules) -> list[str]:
             if last is not None:
                 hits = _last_blocks(hits, last)
         elif "." in t:  # an explicit module path (or path prefix)
-            hits = [n for n in linears if n == t or n.startswith(t + ".")]
+            hits = _path_hits(linears, t)
         else:
             hits = [n for n in decoder if n.rsplit(".", 1)[-1] == t]
         if not hits:

@@ -255,6 +255,18 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     return run
 
 
+DDP_MAY_BE_UNUSED = ("vision", "audio", "projector")
+
+
+def ddp_unused_components(family, model) -> list[str]:
+    """Components trained in full (not LoRA) that may get no gradient in a step; for these the run sets
+    DDP's find_unused_parameters (the doctor's MM011 / MM013 read the same rule)."""
+    from .adapters import component_of
+
+    comps = {component_of(family, n) for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
+    return sorted(comps & set(DDP_MAY_BE_UNUSED))
+
+
 def _configure_ddp(run: Run) -> None:
     """DDP must be told when some trainable parameters may get no gradient in a step: encoders and
     projectors trained in full see no gradient on a text-only batch (failure mode 13). LoRA on the
@@ -263,11 +275,7 @@ def _configure_ddp(run: Run) -> None:
         return
     from accelerate.utils import DistributedDataParallelKwargs
 
-    from .adapters import component_of
-
-    comps = {component_of(run.family, n) for n, p in run.unwrapped_model().named_parameters()
-             if p.requires_grad and "lora_" not in n}
-    media = sorted(comps & {"vision", "audio", "projector"})
+    media = ddp_unused_components(run.family, run.unwrapped_model())
     if media:
         run.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
         run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} trained in full can get "

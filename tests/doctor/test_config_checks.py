@@ -146,7 +146,9 @@ def _write_safetensors(folder, tensors: dict[str, str]):
 
 
 @pytest.mark.parametrize("dtypes,severity", [
-    ({"model.layers.0.q.weight": "BF16", "model.visual.proj.weight": "F32"}, "warning"),
+    # vision in fp32 beside a bf16 language model: the loader casts to one dtype, so only an info (was a
+    # false alarm on clean checkpoints)
+    ({"model.layers.0.q.weight": "BF16", "model.visual.proj.weight": "F32"}, "info"),
     ({"model.layers.0.q.weight": "U8", "model.layers.0.k.weight": "BF16"}, "error"),
     ({"model.layers.0.q.weight": "BF16", "model.layers.0.k.weight": "BF16"}, None),
 ])

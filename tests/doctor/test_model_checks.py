@@ -18,7 +18,9 @@ def test_mm010_lora_targets_not_found(doctor):
 
 
 def test_mm010_lora_on_the_vision_tower_by_accident(doctor):
-    rep = doctor({**TINY_VL, "adapter": {"target_modules": ["vision:qkv", "q_proj"]}}, "MM010")
+    # a module path that happens to be in the vision tower (`vision:qkv` names the component on purpose:
+    # an info, tests/doctor/test_false_alarms.py)
+    rep = doctor({**TINY_VL, "adapter": {"target_modules": ["model.visual.blocks.0.attn.qkv", "q_proj"]}}, "MM010")
     assert "MM010" in rep.codes("warning"), rep.findings
     assert "vision" in next(f for f in rep.findings if f.severity == "warning").message
 
@@ -60,9 +62,23 @@ def test_mm012_optimizer_groups_by_identity():
 
 
 def test_mm013_modality_dependent_gradients(doctor):
-    rep = doctor({**TINY_VL, "adapter": {"train_components": ["projector"]}}, "MM013")
-    assert "MM013" in rep.codes("warning"), rep.findings
+    # LoRA on the vision tower: its LoRA weights get no gradient from text batches, and the run does not set
+    # find_unused_parameters for LoRA (build.ddp_unused_components): DDP would fail
+    rep = doctor({**TINY_VL, "adapter": {"target_modules": ["q_proj", "vision:qkv"]}}, "MM013")
+    assert "MM013" in rep.codes("warning") and "lora_" in rep.findings[-1].where, rep.findings
     assert doctor(TINY_VL, "MM013").findings == []
+
+
+def test_mm013_components_trained_in_full_on_mixed_data_are_handled(doctor):
+    """Was a false alarm: a projector / vision tower trained in full on image + text records gets no
+    gradient from text batches, and the run sets DDP find_unused_parameters for exactly this."""
+    from mmtune.build import DDP_MAY_BE_UNUSED
+
+    for comps in (["projector"], ["vision"]):
+        assert set(comps) <= set(DDP_MAY_BE_UNUSED)
+        rep = doctor({**TINY_VL, "adapter": {"train_components": comps}}, "MM013")
+        assert rep.codes("warning") == set() and rep.errors == [], rep.findings
+        assert "find_unused_parameters=True" in rep.findings[0].message
 
 
 def test_mm013_reentrant_checkpointing():

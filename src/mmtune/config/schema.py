@@ -130,9 +130,22 @@ class AdapterConfig(Section):
     r: int = Field(16, gt=0)
     alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
     dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | Literal["auto", "all-linear"] = Field(
-        "auto", description="decoder linear names (q_proj), component:name (vision:qkv), component[-k:]:name "
-                            "(last k blocks: vision[-2:]:q_proj), or module paths")
+    target_modules: list[str] | str = Field(
+        "auto", description="auto, all-linear, decoder linear names (q_proj), component:name (vision:qkv), "
+                            "component[-k:]:name (last k blocks: vision[-2:]:q_proj), module paths, or one "
+                            "regex string over full module names (peft's convention)")
+
+    @field_validator("target_modules")
+    @classmethod
+    def _regex_compiles(cls, v):
+        import re
+
+        if isinstance(v, str) and v not in ("auto", "all-linear"):
+            try:
+                re.compile(v)
+            except re.error as e:
+                raise ValueError(f"not 'auto', 'all-linear' or a valid regex ({e})") from None
+        return v
     use_dora: bool = False
     # Components (vision / audio / projector / decoder / lm_head) trained in full, and frozen.
     train_components: list[str] = Field(default_factory=list)

@@ -1,4 +1,4 @@
-"""`mmtune doctor CONFIG.yaml [key=value ...] [--gpu NAME] [--json] [--write-clean PATH]`."""
+"""`mmtune doctor CONFIG.yaml [key=value ...] [--gpu NAME] [--json] [--write-clean PATH] [--fast] [--full]`."""
 
 from __future__ import annotations
 
@@ -50,12 +50,13 @@ def doctor_command(
     as_json: bool = typer.Option(False, "--json", help='print {"findings": [...]} instead of tables'),
     write_clean: Optional[str] = typer.Option(None, "--write-clean", help="write the records that pass to PATH"),
     fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
+    full: bool = typer.Option(False, "--full", help="decode every record's media (large sets: a random sample)"),
 ) -> None:
     """Check a config, its data, model and target GPU on CPU; exit 1 on any error."""
     from ..console import console
     from .runner import run_doctor
 
-    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean)
+    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:

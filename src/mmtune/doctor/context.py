@@ -39,6 +39,7 @@ class DoctorContext:
     fast: bool = False
     write_clean: str | None = None
     max_records: int | None = None  # None = the whole dataset
+    full: bool = False  # decode every record's media, not a stated random sample of large splits
     _cache: dict[str, Any] = field(default_factory=dict)
     _failed: dict[str, str] = field(default_factory=dict)
     build_errors: list[BuildError] = field(default_factory=list)
@@ -157,7 +158,7 @@ class DoctorContext:
             raise NotAvailable("the data scan is not part of the fast pre-train subset")
         self.need("processor_info")  # a processor that cannot be had is its own finding, said once
         return scan_dataset(self.need("resolved"), limit=self.max_records,
-                            write_clean=Path(self.write_clean) if self.write_clean else None)
+                            write_clean=Path(self.write_clean) if self.write_clean else None, full=self.full)
 
     def _build_processor_info(self):
         from .pieces import build_processor_info

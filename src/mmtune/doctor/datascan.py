@@ -7,11 +7,18 @@ record training accepts, and its length is the length training sees. Per record:
 (failure mode 14), placeholders vs media (16), media present and readable by header (18), modalities
 the model has, and its token length with media tokens against `data.max_length` (17). Memory stays
 bounded: counters, a few examples per reason, one int per record for the length distribution.
+
+Headers say a file opens, not that it decodes to the end (a truncated JPEG, a video cut short): the
+media of each record are then decoded the way training decodes them (`Encoder._load_media`: PIL
+`load()`, the sampled video frames, audio). Every record when the split has at most DECODE_SAMPLE
+records with media (or with `--full` / `--write-clean`), else a uniform random sample of
+DECODE_SAMPLE of them (reservoir sampling, fixed seed), whose result is stated with its confidence.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import time
 from array import array
 from collections import Counter
@@ -22,6 +29,9 @@ from ..errors import DataError
 from .context import NotAvailable
 
 EXAMPLES_PER_REASON = 5
+# Records with media decoded in full per split without --full: none bad among n sampled bounds the bad
+# fraction below 3/n with 95 % confidence (rule of three), 0.3 % for 1000.
+DECODE_SAMPLE = 1000
 
 # Reason keys (as counted in the table; the encoder's BadRecord reasons) -> the check that reports them.
 REASON_CODES = {
@@ -49,6 +59,17 @@ class SplitScan:
     clean_path: str | None = None
     clean_written: int = 0
     clean_unwritable: int = 0
+    media_records: int = 0  # records whose media were measured (candidates for the decode check)
+    decoded: int = 0  # records whose media were decoded in full
+    decode_bad: int = 0  # of those, how many failed to decode
+    # Eval splits with generation: tokens of each evaluated record's shortest accepted answer.
+    answers: int = 0  # records whose answers were counted
+    answers_cut: int = 0  # of those, how many need more than eval.max_new_tokens
+    answer_longest: tuple[int, str] = (0, "")
+
+    @property
+    def decode_sampled(self) -> bool:
+        return self.decoded < self.media_records
 
     def add_bad(self, reason: str, where: str, what: str, fix: str | None) -> None:
         self.bad[reason] += 1
@@ -89,7 +110,8 @@ class DataScan:
                     yield s, reason, n
 
 
-def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None) -> SplitScan:
+def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None,
+               full: bool = False) -> SplitScan:
     from ..data.encode import Encoder
     from ..data.formats import BadRecord, check_format, row_to_records
     from ..data.sources import iter_rows, make_resolver
@@ -117,6 +139,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
         base, rows = iter_rows(spec, split)
         resolve = make_resolver(base, cfg.data.media_root)
+    # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
+    # decode); else keep a reservoir of records with media and decode it after the pass.
+    decoder = _Decoder(encoder, scan, inline=full or out is not None)
+    answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
 
     try:
@@ -138,7 +164,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     continue
             row_ok = True
             for rec in recs_in:
-                row_ok = _check_record(rec, encoder, max_len, scan) and row_ok
+                ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
+                if ok and answers is not None:
+                    answers.add(rec)
+                row_ok = ok and row_ok
             if row_ok and out is not None and isinstance(raw, dict):
                 try:
                     out.write(json.dumps(raw, ensure_ascii=False) + "\n")
@@ -148,7 +177,76 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     finally:
         if out is not None:
             out.close()
+    decoder.finish()
     return scan
+
+
+class _AnswerCounter:
+    """How many tokens each evaluated record's answer needs, with the run's tokenizer: evaluation
+    generates at most eval.max_new_tokens, so a longer answer is cut and scored wrong. A record with
+    several accepted answers (`references`) needs only its shortest. Only the records evaluation
+    reads: the first data.eval_max_samples."""
+
+    def __init__(self, encoder, cfg, scan: SplitScan):
+        self.tok = encoder.tokenizer
+        self.limit, self.cap, self.scan = cfg.eval.max_new_tokens, cfg.data.eval_max_samples, scan
+
+    def add(self, rec) -> None:
+        if self.cap is not None and self.scan.answers >= self.cap:
+            return
+        refs = [r for r in [rec.answer_text(), *rec.references] if r and r.strip()]
+        if not refs:
+            return
+        self.scan.answers += 1
+        need = min(len(self.tok(r.strip(), add_special_tokens=False)["input_ids"]) for r in refs)
+        if need > self.limit:
+            self.scan.answers_cut += 1
+        if need > self.scan.answer_longest[0]:
+            self.scan.answer_longest = (need, rec.where())
+
+
+class _Decoder:
+    """Decodes the media of records that passed the header measure, as training decodes them."""
+
+    def __init__(self, encoder, scan: SplitScan, *, inline: bool):
+        self.encoder, self.scan, self.inline = encoder, scan, inline
+        self.reservoir: list = []
+        self.rng = random.Random(0)  # a fixed seed: the same sample on every run of the same data
+
+    def add(self, rec) -> bool:
+        """False when the record's media fail to decode (inline mode only; sampled ones count later)."""
+        if not rec.media_parts():  # called only for records the header measure passed
+            return True
+        self.scan.media_records += 1
+        if self.inline:
+            return self._decode(rec)
+        n = self.scan.media_records
+        if len(self.reservoir) < DECODE_SAMPLE:
+            self.reservoir.append(rec)
+        else:
+            j = self.rng.randrange(n)
+            if j < DECODE_SAMPLE:
+                self.reservoir[j] = rec
+        return True
+
+    def finish(self) -> None:
+        for rec in self.reservoir:
+            self._decode(rec)
+        self.reservoir = []
+
+    def _decode(self, rec) -> bool:
+        from ..data.formats import BadRecord
+
+        self.scan.decoded += 1
+        try:
+            # The encoder's own media loading (what `encode` runs in training), without the processor.
+            self.encoder._load_media(rec)
+        except BadRecord as e:
+            self.scan.decode_bad += 1
+            self.scan.ok -= 1  # the header measure counted it ok
+            self.scan.add_bad(e.reason, e.where or rec.where(), e.what, e.fix)
+            return False
+        return True
 
 
 def _round_up(n: int) -> int:
@@ -203,18 +301,18 @@ def _sources(spec, resolved):
              f".{s.name}") for s in spec]
 
 
-def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None) -> DataScan:
+def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full: bool = False) -> DataScan:
     t0 = time.perf_counter()
     cfg = resolved.cfg
     result = DataScan()
     if cfg.data.train:
         for spec, r, tag in _sources(cfg.data.train, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean))
+            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full))
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean))
+            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

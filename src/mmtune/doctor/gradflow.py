@@ -50,3 +50,29 @@ def grad_sources(model, batches: dict[str, dict], dtype) -> tuple[list[str], dic
                 reached[n].add(sig)
     model.zero_grad(set_to_none=True)
     return trainable, reached
+
+
+def plain_name(name: str) -> str:
+    """A (peft-wrapped) parameter's name in the bare model; a LoRA weight maps to the layer it adapts."""
+    from ..adapters import base_name, is_lora_param
+
+    if is_lora_param(name):
+        return base_name(name.split(".lora_")[0]) + ".weight"
+    return base_name(name)
+
+
+def plain_reach(tiny_name: str, family) -> dict[str, set[str]]:
+    """{parameter: batch kinds whose backward reaches it} in the bare tiny twin: every parameter
+    trainable, no adapters, no checkpointing, one batch per modality the family takes. What the
+    model's own forward uses, independent of the run's setup: a parameter no kind reaches here is
+    unused by design (LLaVA's `vision_feature_layer=-2` leaves the last vision layer unused)."""
+    import torch
+
+    from ..models.tiny import build_tiny
+
+    model, processor = build_tiny(tiny_name)
+    for p in model.parameters():
+        p.requires_grad_(True)
+    kinds = ["text"] + [m for m in family.modalities if m != "text"]
+    _, reached = grad_sources(model, example_batches(processor, family, kinds), torch.float32)
+    return reached

@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-AREAS = ("config", "hardware", "loading", "adapters", "data", "runtime", "memory")
+AREAS = ("config", "schedule", "hardware", "loading", "adapters", "data", "generation", "runtime", "memory")
 CHECK_MODULES = tuple(f"mmtune.doctor.checks.{a}" for a in AREAS)
 
 

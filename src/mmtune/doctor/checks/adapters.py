@@ -56,14 +56,35 @@ def trainable_parts(ctx):
             continue
         if cfg.adapter.method == "full" and comp not in cfg.adapter.freeze_components:
             continue  # full fine-tuning trains everything unless frozen explicitly
-        if lora.get(comp):
+        if lora.get(comp) and _named_in_targets(cfg.adapter.target_modules, comp):
+            yield info(f"LoRA on the {comp} component ({lora[comp]:,} LoRA parameters), as adapter.target_modules "
+                       "names it", where="adapter.target_modules")
+        elif lora.get(comp):
             yield warning(f"LoRA reaches the {comp} component ({lora[comp]:,} LoRA parameters) although it is "
                           "not in adapter.train_components (target_modules too broad?)",
                           where="adapter.target_modules", fix="adapter.target_modules=auto (decoder only)")
+        elif by_comp.get(comp) and _nested_in_trained(family, comp, intended):
+            # Qwen2-VL's merger lives inside `model.visual`: training the vision module in full trains it too.
+            yield info(f"component {comp} ({by_comp[comp]:,} parameters) is trained because it is nested in a "
+                       f"component in adapter.train_components ({', '.join(sorted(intended))})",
+                       where="adapter.train_components")
         elif by_comp.get(comp):
             yield warning(f"component {comp} has {by_comp[comp]:,} trainable parameters but is not in "
                           "adapter.train_components", where="adapter.freeze_components",
                           fix=f"adapter.freeze_components=[{comp}]")
+
+
+def _named_in_targets(targets, comp: str) -> bool:
+    """Whether target_modules reaches `comp` on purpose: `comp:name` / `comp[-k:]:name` entries."""
+    import re
+
+    return isinstance(targets, list) and any(re.match(rf"{comp}(\[-\d+:\])?:", t) for t in targets)
+
+
+def _nested_in_trained(family, comp: str, intended: set) -> bool:
+    """Whether `comp`'s modules sit inside a component trained in full (so it is trained with it)."""
+    return any(p.startswith(q) for p in family.components.get(comp, ()) for c in intended
+               for q in family.components.get(c, ()) if c != comp)
 
 
 @check("MM012", "optimizer groups hold exactly the trainable parameters (selected by identity)",
@@ -108,9 +129,40 @@ def _record_signatures(ctx, family) -> list[str]:
 
 @check("MM011", "one backward reaches every trainable parameter", needs=("cfg", "grad_model"), failure_mode=11)
 def gradients_reach(ctx):
+    """A trainable parameter no batch reaches is an error only when the model's own forward would reach
+    it with one of the data's batch kinds (the run's setup cuts the graph: reentrant checkpointing,
+    frozen inputs). Unused by design (LLaVA's last vision layer) or reached only by a modality the data
+    lacks (full fine-tuning of a VLM on text): it stays as loaded; AdamW skips it and DDP's
+    find_unused_parameters covers it (build.ddp_unused_components): an info."""
+    from ...adapters import component_of
+    from ..gradflow import plain_name, plain_reach
+
     g = ctx.need("grad_model")
-    _, reached = _grad_sources(ctx)
-    yield from no_grad_findings(reached, g.where)
+    sigs, reached = _grad_sources(ctx)
+    dead = [n for n, srcs in reached.items() if not srcs]
+    if not dead:
+        return
+    family = g.adapted.loaded.family
+    plain = plain_reach(g.proxy or g.cfg.model.name, family)
+    unused, elsewhere, cut = classify_dead(dead, {n: plain.get(plain_name(n), {"text"}) for n in dead}, sigs)
+    lora_unused = [n for n in unused if "lora_" in n]
+    if lora_unused:
+        yield warning(f"{len(lora_unused)} LoRA parameter(s) sit on layers the model's forward never uses, so they "
+                      f"never train: {', '.join(lora_unused[:3])}", where=g.where(lora_unused[0]),
+                      fix="adapter.target_modules=auto (or target layers the model uses)")
+    plain_unused = [n for n in unused if "lora_" not in n]
+    if plain_unused:
+        yield info(f"{len(plain_unused)} trainable parameter(s) are unused by the model's own forward (e.g. "
+                   f"{plain_unused[0]}; LLaVA-style models read an earlier vision layer): they keep their "
+                   "loaded values, which is harmless", where=g.where(plain_unused[0]))
+    if elsewhere:
+        comps = sorted({component_of(family, n) for n in elsewhere} - {"lora"})
+        yield info(f"{len(elsewhere)} trainable parameter(s) ({', '.join(comps)}) get gradients only from media "
+                   f"the data does not hold (batch kinds: {sorted(sigs)}): they keep their loaded values",
+                   where=g.where(elsewhere[0]),
+                   fix=f"adapter.freeze_components=[{', '.join(comps)}] to save their gradient and optimizer memory"
+                   if comps else None)
+    yield from no_grad_findings({n: set() for n in cut}, g.where)
 
 
 def _grad_sources(ctx):
@@ -127,6 +179,18 @@ def _grad_sources(ctx):
     return ctx._cache["grad_sources"]
 
 
+def classify_dead(dead: list[str], plain_kinds: dict[str, set], sigs) -> tuple[list, list, list]:
+    """Parameters no batch reached -> (unused by the model's own forward, reached only by media kinds
+    the data lacks, cut by the run's setup). `plain_kinds`: the batch kinds that reach each in the bare
+    twin (a name the twin does not know counts as reached by text: an error, never hidden)."""
+    data_kinds = {k for s in sigs for k in s.split("+")}
+    unused, elsewhere, cut = [], [], []
+    for n in dead:
+        kinds = {k for s in plain_kinds[n] for k in s.split("+")}
+        (unused if not kinds else elsewhere if not kinds & data_kinds else cut).append(n)
+    return unused, elsewhere, cut
+
+
 def no_grad_findings(reached: dict[str, set], where=lambda n: n):
     dead = [n for n, srcs in reached.items() if not srcs]
     if dead:
@@ -141,12 +205,25 @@ def no_grad_findings(reached: dict[str, set], where=lambda n: n):
 def modality_dependent(ctx):
     g = ctx.need("grad_model")
     sigs, reached = _grad_sources(ctx)
-    yield from partial_grad_findings(sigs, reached, g.where)
+    yield from partial_grad_findings(sigs, reached, g.where, g.adapted.loaded.family)
     yield from reentrant_findings(g.adapted.result.model)
 
 
-def partial_grad_findings(sigs, reached, where=lambda n: n):
+def partial_grad_findings(sigs, reached, where=lambda n: n, family=None):
+    """Parameters only some batch kinds reach break DDP without find_unused_parameters; the run sets
+    it for the components build.ddp_unused_components names, so those are only an info."""
+    from ...adapters import component_of
+    from ...build import DDP_MAY_BE_UNUSED
+
     partial = {n: s for n, s in reached.items() if s and len(s) < len(sigs)}
+    if family is not None:
+        handled = {n for n in partial if "lora_" not in n and component_of(family, n) in DDP_MAY_BE_UNUSED}
+        if handled:
+            comps = sorted({component_of(family, n) for n in handled})
+            yield info(f"{len(handled)} parameter(s) of {', '.join(comps)} (trained in full) get gradients only "
+                       "from some batch kinds; the run sets DDP find_unused_parameters=True for them",
+                       where=where(next(iter(handled))))
+        partial = {n: s for n, s in partial.items() if n not in handled}
     if partial:
         name, srcs = next(iter(partial.items()))
         missing = sorted(set(sigs) - srcs)

@@ -125,9 +125,6 @@ def eval_settings(ctx):
         yield error(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (metrics: {sorted(known)})",
                     where="eval.best_metric",
                     fix="eval.best_metric=eval_loss, or add it to eval.metrics")
-    if cfg.eval.every is not None and cfg.eval.every > cfg.train.max_steps:
-        yield warning(f"eval.every={cfg.eval.every} > train.max_steps={cfg.train.max_steps}: only the final "
-                      "evaluation will run", where="eval.every", fix=f"eval.every={max(1, cfg.train.max_steps // 4)}")
 
 
 @check("MM029", "adapter settings are consistent", fast=True)

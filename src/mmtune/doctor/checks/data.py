@@ -32,9 +32,23 @@ def placeholders(ctx):
     yield from _bad_findings(ctx, "MM016")
 
 
-@check("MM018", "media files exist and are readable", needs=("cfg", "scan"), failure_mode=18)
+@check("MM018", "media files exist and decode to the end", needs=("cfg", "scan"), failure_mode=18)
 def media_files(ctx):
     yield from _bad_findings(ctx, "MM018")
+    for s in ctx.need("scan").splits:
+        if not s.decode_sampled:
+            continue
+        n, total = s.decoded, s.media_records
+        if s.decode_bad:
+            rate = s.decode_bad / n
+            yield info(f"{s.split}: media decoded for a random sample of {n:,} of {total:,} records with media; "
+                       f"{s.decode_bad} failed (about {rate:.1%}, ~{round(rate * total):,} records in the split)",
+                       where=f"data.{s.split}", fix="mmtune doctor --full (decodes all and counts them), "
+                       "--write-clean PATH to keep only the rows that decode")
+        else:
+            yield info(f"{s.split}: media decoded for a random sample of {n:,} of {total:,} records with media, none "
+                       f"failed: with 95% confidence fewer than {3 / n:.1%} of the split's media are corrupt",
+                       where=f"data.{s.split}", fix="mmtune doctor --full decodes every record")
 
 
 @check("MM033", "records only use modalities the model takes", needs=("cfg", "scan"))

@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-from ..findings import error, warning
+from ..findings import error, info, warning
 from ..registry import check
 
 
@@ -77,10 +77,11 @@ def checkpoint_dtypes(ctx):
         main = max(floats, key=floats.get)
         odd = [k for k, d in dtypes.items() if d in floats and d != main]
         mods = sorted({k.rsplit(".", 1)[0] for k in odd})
-        yield warning(f"the checkpoint mixes dtypes {floats}: {len(odd)} tensor(s) are not {main}, in modules "
-                      f"{', '.join(mods[:5])}{' ...' if len(mods) > 5 else ''}; mmtune casts all to the compute dtype "
-                      f"({cfg.train.precision}) at load", where=mods[0] if mods else "model.name",
-                      fix="re-export the checkpoint in one dtype if these modules were saved by mistake")
+        # Not a problem: the loader casts every weight to the one compute dtype (checkpoints that keep the
+        # vision tower in fp32 beside a bf16 language model are common and load fine). Said as a fact.
+        yield info(f"the checkpoint mixes dtypes {floats}: {len(odd)} tensor(s) are not {main}, in modules "
+                   f"{', '.join(mods[:5])}{' ...' if len(mods) > 5 else ''}; mmtune casts all to the compute dtype "
+                   f"({cfg.train.precision}) at load", where=mods[0] if mods else "model.name")
 
 
 @check("MM004", "one compute dtype: no fp32/uint8 module left beside 4-bit weights", needs=("cfg", "adapted"),
