@@ -12,6 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mmtune"
 RANKS = {
     "errors": 0,
     "console": 1, "gpus": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
+    "aux_losses": 1,  # the auxiliary-loss registry: config checks names at load time; train and plan run them
     "config": 2,
     "models": 3, "optim": 3,
     "data": 4, "adapters": 4,

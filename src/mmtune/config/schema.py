@@ -147,6 +147,23 @@ class AdapterConfig(Section):
         return self.alpha if self.alpha is not None else 2 * self.r
 
 
+class AuxLossConfig(Section):
+    """One auxiliary loss (mmtune.aux_losses; docs/aux_losses.md)."""
+
+    name: str = Field(description="a registered auxiliary loss, e.g. heatmap")
+    weight: float = Field(gt=0, description="its weight in the total loss")
+    start: int = Field(0, ge=0, description="weight 0 before this optimizer step")
+    warmup: int = Field(0, ge=0, description="then a linear ramp to `weight` over this many steps")
+    options: dict = Field(default_factory=dict, description="the loss's own options, e.g. {grid: 14}")
+
+    @model_validator(mode="after")
+    def _known(self):
+        from ..aux_losses import check_spec
+
+        check_spec(self.name, self.options)  # did-you-mean for names and options, at load time
+        return self
+
+
 class TrainConfig(Section):
     max_steps: int = Field(100, gt=0, description="optimizer steps")
     micro_batch_size: int = Field(1, gt=0)
@@ -174,6 +191,8 @@ class TrainConfig(Section):
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
     gpu: str | None = Field(None, description="target GPU id for the pre-start plan, e.g. a100-40gb")
     nan_guard: bool = True
+    aux_losses: list[AuxLossConfig] = Field(
+        default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
 
 
 class EvalConfig(Section):
