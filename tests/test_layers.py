@@ -17,6 +17,7 @@ RANKS = {
     "models": 3, "optim": 3,
     "data": 4, "adapters": 4,
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
+    "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
     "build": 6,
     "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7,

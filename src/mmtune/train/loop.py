@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..console import console
@@ -159,6 +160,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
     aux = aux_terms(run)
+    staged = None
+    if cfg.train.stages:
+        from ..stages import StagedParams, stage_index
+
+        staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
     loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
 
     def world_sum(x):
@@ -208,9 +214,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             for _ in range(cfg.train.grad_accum):
                 ids.append(cursor.next())
                 micro.append(next(loader))
-            res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
-                                 max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
-                                 world_tokens=world_sum, aux=aux, step=step)
+            with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
+                res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
+                                     max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
+                                     world_tokens=world_sum, aux=aux, step=step)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [run.train_set.records[i].id for b in ids for i in b]
@@ -223,7 +230,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             train_time += dt
             tokens_seen += res.input_tokens
             lr = run.optimizer.param_groups[0]["lr"]
-            row = {"loss": res.loss, **res.parts, "lr": lr, "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
+            row = {"loss": res.loss, **res.parts, "lr": lr,
+                   **({"stage": stage_index(cfg.train.stages, step - 1)} if staged else {}),
+                   "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
             if res.parts:
