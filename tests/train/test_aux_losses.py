@@ -182,3 +182,28 @@ def test_plan_includes_the_aux_loss(tmp_path):
     without = predict(load_config(None, base), declared=Declared(images=[(224, 224)]))
     with_aux = predict(load_config(None, base + [AUX.replace("0.5", "0.1")]), declared=Declared(images=[(224, 224)]))
     assert with_aux.tensor_peak_bytes > without.tensor_peak_bytes
+
+
+def test_aux_loss_with_a_stage_change_resumes_exactly(tmp_path):
+    """The seed-003 combination in fp32 on the CPU (fp16 needs a GPU; its scaling is tested above): the
+    heatmap loss ramping in, the projector alone then decoder LoRA; killed after the stage boundary and
+    resumed, every logged part equals the uninterrupted run's."""
+    from mmtune.build import build_run
+    from mmtune.train.loop import train
+
+    over = ["train.max_steps=4", "train.save_every=2", "train.grad_accum=1", "train.scheduler=constant",
+            "train.stages=[{until: 2, train: [projector]}, {train: [projector, decoder_lora], lr_multiplier: 0.5}]",
+            "train.aux_losses=[{name: heatmap, weight: 0.5, warmup: 2, options: {grid: 4}}]"]
+    logs = {}
+    for name in ("straight", "broken"):
+        cfg = _cfg(tmp_path, *over, f"output_dir={tmp_path / name}")
+        if name == "broken":
+            assert train(build_run(cfg), stop_after=3) is None
+        train(build_run(cfg))
+        rows = [json.loads(ln) for ln in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        logs[name] = [r for r in rows if r["kind"] == "train"]
+    assert [r["stage"] for r in logs["broken"]] == [0, 0, 1, 1]
+    for x, y in zip(logs["straight"], logs["broken"], strict=True):
+        for key in ("loss", "lm_loss", "aux/heatmap"):
+            assert abs(x[key] - y[key]) < 1e-6, (key, x, y)
+        assert x["aux_weight/heatmap"] == y["aux_weight/heatmap"]
