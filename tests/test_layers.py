@@ -12,10 +12,12 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mmtune"
 RANKS = {
     "errors": 0,
     "console": 1, "gpus": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
+    "aux_losses": 1,  # the auxiliary-loss registry: config checks names at load time; train and plan run them
     "config": 2,
     "models": 3, "optim": 3,
     "data": 4, "adapters": 4,
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
+    "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
     "build": 6,
     "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7,

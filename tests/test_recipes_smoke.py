@@ -15,6 +15,8 @@ EXPECTED_EVAL = {
     "seed003_qwen3vl_fsc147_counting": ("mae", "rmse", "unparsable", "eval_loss"),
 }
 
+EXPECTED_TRAIN_LOSSES = {"seed003_qwen3vl_fsc147_counting": ("loss", "lm_loss", "aux/heatmap")}
+
 
 def test_there_are_recipes():
     names = {p.name for p in RECIPES}
@@ -37,3 +39,8 @@ def test_recipe_smoke(recipe, tmp_path, monkeypatch):
         summary = json.loads((out / "summary.json").read_text())
         assert set(EXPECTED_EVAL[recipe.stem]) <= set(summary["eval"]), summary["eval"]
         assert summary["best"]["metric"] in summary["eval"]
+    if recipe.stem in EXPECTED_TRAIN_LOSSES:  # the dual loss: each part logged, in metrics and summary
+        summary = json.loads((out / "summary.json").read_text())
+        assert set(EXPECTED_TRAIN_LOSSES[recipe.stem]) <= set(summary["train_losses"]), summary
+        assert all(summary["train_losses"][k] > 0 for k in EXPECTED_TRAIN_LOSSES[recipe.stem])
+        assert all(set(EXPECTED_TRAIN_LOSSES[recipe.stem]) <= set(r) for r in rows if r["kind"] == "train")

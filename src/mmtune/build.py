@@ -193,6 +193,11 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
     else:
         result = apply_adapters(loaded.model, loaded.family, cfg.adapter, cfg.train)
     model = result.model
+    if cfg.train.stages:  # staged unfreezing: every stage's parameters trainable (and fp32) from the start
+        from .stages import make_trainable
+
+        result.param_groups = make_trainable(model, loaded.family, cfg.train.stages, result.param_groups,
+                                             cfg.train, cfg.adapter.lr_multipliers)
     # Trainable weights in fp32: AdamW on 16-bit weights loses small updates, and fp16's GradScaler
     # refuses to unscale fp16 gradients. Frozen weights stay in the compute dtype.
     for p in model.parameters():
@@ -250,8 +255,11 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         _configure_ddp(run)
         run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
         run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+        from .stages import lr_scale
+
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,
-                                       total=cfg.train.max_steps, kind=cfg.train.scheduler)
+                                       total=cfg.train.max_steps, kind=cfg.train.scheduler,
+                                       scale=lr_scale(cfg.train.stages))
     return run
 
 
@@ -276,6 +284,8 @@ def _configure_ddp(run: Run) -> None:
     from accelerate.utils import DistributedDataParallelKwargs
 
     media = ddp_unused_components(run.family, run.unwrapped_model())
+    if run.cfg.train.stages:  # a stage leaves the other stages' parameters without gradients
+        media = media or ["parameters of later stages"]
     if media:
         run.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
         run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} trained in full can get "

@@ -43,16 +43,27 @@ def loss_sum(model, batch: dict):
 
     Labels are not passed to the model, so it never computes (and upcasts) a loss of its own.
     """
+    total, n, _ = loss_sum_and_output(model, batch)
+    return total, n
+
+
+def model_inputs(batch: dict) -> dict:
+    """What the model's forward takes: the batch without labels and auxiliary-loss inputs (`aux_*`)."""
+    return {k: v for k, v in batch.items() if k != "labels" and not k.startswith("aux_")}
+
+
+def loss_sum_and_output(model, batch: dict, **forward_kwargs):
+    """`loss_sum` plus the model's output, for auxiliary losses that read it (hidden states)."""
     import torch.nn.functional as F
 
-    inputs = {k: v for k, v in batch.items() if k != "labels"}
     labels = batch["labels"]
-    logits = extract_logits(model(**inputs, use_cache=False))
+    output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
+    logits = extract_logits(output)
     shift_logits = logits[:, :-1, :].float()
     shift_labels = labels[:, 1:].to(shift_logits.device)
     total = F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
                             ignore_index=IGNORE_INDEX, reduction="sum")
-    return total, (shift_labels != IGNORE_INDEX).sum()
+    return total, (shift_labels != IGNORE_INDEX).sum(), output
 
 
 def to_device(batch: dict, device) -> dict:

@@ -160,6 +160,59 @@ class AdapterConfig(Section):
         return self.alpha if self.alpha is not None else 2 * self.r
 
 
+class AuxLossConfig(Section):
+    """One auxiliary loss (mmtune.aux_losses; docs/aux_losses.md)."""
+
+    name: str = Field(description="a registered auxiliary loss, e.g. heatmap")
+    weight: float = Field(gt=0, description="its weight in the total loss")
+    start: int = Field(0, ge=0, description="weight 0 before this optimizer step")
+    warmup: int = Field(0, ge=0, description="then a linear ramp to `weight` over this many steps")
+    options: dict = Field(default_factory=dict, description="the loss's own options, e.g. {grid: 14}")
+
+    @model_validator(mode="after")
+    def _known(self):
+        from ..aux_losses import check_spec
+
+        check_spec(self.name, self.options)  # did-you-mean for names and options, at load time
+        return self
+
+
+STAGE_COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
+
+
+def check_stage_unit(unit: str) -> None:
+    """`projector`, `vision_last_2` (the last 2 blocks), `decoder_lora` (LoRA weights hosted there) or
+    `lora` (every LoRA weight); ValueError with did-you-mean otherwise (mmtune/stages.py reads them)."""
+    import difflib
+    import re
+
+    if unit == "lora" or re.fullmatch(rf"({'|'.join(STAGE_COMPONENTS)})(_lora|_last_[1-9]\d*)?", unit):
+        return
+    examples = [*STAGE_COMPONENTS, *(f"{c}_lora" for c in STAGE_COMPONENTS), "lora", "vision_last_2"]
+    close = difflib.get_close_matches(unit, examples, n=1)
+    raise ValueError(f"unknown stage unit {unit!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                     + " (a component: vision, audio, projector, decoder, lm_head; COMPONENT_last_K for its "
+                       "last K blocks; COMPONENT_lora or lora for LoRA weights)")
+
+
+class StageConfig(Section):
+    """One stage of staged unfreezing (docs/stages.md)."""
+
+    until: int | None = Field(None, gt=0, description="the stage ends after this many optimizer steps of the run "
+                                                      "(null: the last stage, to the end)")
+    train: list[str] = Field(description="what this stage updates, e.g. [projector, decoder_lora, vision_last_2]")
+    lr_multiplier: float = Field(1.0, gt=0, description="multiplies the scheduled learning rate during the stage")
+
+    @field_validator("train")
+    @classmethod
+    def _units(cls, v: list[str]) -> list[str]:
+        if not v:
+            raise ValueError("a stage must train something")
+        for unit in v:
+            check_stage_unit(unit)
+        return v
+
+
 class TrainConfig(Section):
     max_steps: int = Field(100, gt=0, description="optimizer steps")
     micro_batch_size: int = Field(1, gt=0)
@@ -187,6 +240,24 @@ class TrainConfig(Section):
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
     gpu: str | None = Field(None, description="target GPU id for the pre-start plan, e.g. a100-40gb")
     nan_guard: bool = True
+    stages: list[StageConfig] = Field(
+        default_factory=list, description="staged unfreezing, e.g. [{until: 100, train: [projector]}, "
+                                          "{train: [projector, decoder_lora]}]")
+    aux_losses: list[AuxLossConfig] = Field(
+        default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
+
+
+    @field_validator("stages")
+    @classmethod
+    def _stage_order(cls, v: list) -> list:
+        ends = [st.until for st in v]
+        if v and ends[-1] is not None:
+            raise ValueError("the last stage runs to the end of training: leave out its `until`")
+        if any(e is None for e in ends[:-1]):
+            raise ValueError("every stage but the last needs `until` (the step it ends after)")
+        if any(b <= a for a, b in zip(ends[:-2], ends[1:-1])):
+            raise ValueError(f"stage `until` steps must increase: {ends[:-1]}")
+        return v
 
 
 class EvalConfig(Section):

@@ -310,7 +310,10 @@ def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: s
         t = {**DEFAULT_TEMPLATES, **(templates or {})}
         fields = {"object": _get(row, fmt, "object", columns, where), "count": _get(row, fmt, "count", columns, where)}
         answer = t["answer"].format(**fields)
-        return [_qa_record(rid, where, media, t["question"].format(**fields), answer, [answer])]
+        rec = _qa_record(rid, where, media, t["question"].format(**fields), answer, [answer])
+        # What the heatmap auxiliary loss compares with (mmtune.aux_losses.heatmap).
+        rec.targets = {k: row[k] for k in ("density", "points", "size") if row.get(k) is not None}
+        return [rec]
     question = _get(row, fmt, "question", columns, where)
     answer = _get(row, fmt, "answer", columns, where)
     if fmt == "ocrvqa":

@@ -23,6 +23,9 @@ class Record:
     references: list[str] = field(default_factory=list)
     # The mixture source it came from (data.train as a list); evaluation groups metrics by it.
     origin: str = ""
+    # Targets for auxiliary losses (mmtune.aux_losses), e.g. FSC147's density map path and points;
+    # a record without them contributes nothing to those losses.
+    targets: dict = field(default_factory=dict)
 
     def media_parts(self) -> list[dict]:
         return media_parts(self.messages)

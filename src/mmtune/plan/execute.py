@@ -77,7 +77,8 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
-              max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False) -> Execution:
+              max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
+              aux=None) -> Execution:
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -131,7 +132,9 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                 tracker.record_costs = last
                 n_mb = min(grad_accum, 2) if last else 1
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
-                               max_grad_norm=max_grad_norm, trainable_params=trainable_params)
+                               max_grad_norm=max_grad_norm, trainable_params=trainable_params,
+                               # auxiliary losses at full weight: the plan holds what they keep
+                               aux=aux, step=max((t.start for t in aux or []), default=0))
     finally:
         mode.tracker = None
         for h in handles + [h1, h2]:

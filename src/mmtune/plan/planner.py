@@ -105,10 +105,11 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
                                kind=cfg.train.scheduler)
     trainable = [p for g in groups for p in g["params"] if p.requires_grad]
+    aux, batch = _with_aux(cfg, pm, pb.micro_batch)
     try:
-        ex = run_steps(pm.model, optimizer, scheduler, pb.micro_batch, mode=mode, grad_accum=cfg.train.grad_accum,
+        ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps, cpu_kernels=not target_cuda)
+                       steps=steps, cpu_kernels=not target_cuda, aux=aux)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         if plan_eval:
             from .execute import run_eval
@@ -121,6 +122,18 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     except (RuntimeError, NotImplementedError, TypeError) as e:
         raise _untraceable(e, cfg) from None
     return pm, pb, ex, dtype
+
+
+def _with_aux(cfg, pm, batch: dict):
+    """train.aux_losses and the worst-case batch with their inputs (every record with a target)."""
+    if not cfg.train.aux_losses:
+        return [], batch
+    from ..aux_losses import AuxContext, build_terms
+
+    aux = build_terms(cfg.train.aux_losses, AuxContext.of(pm.model.config, pm.processor))
+    for t in aux:
+        batch = {**batch, **t.loss.placeholder_inputs(batch)}
+    return aux, batch
 
 
 def _plan_optimizer(groups, cfg, target_cuda: bool, pm):

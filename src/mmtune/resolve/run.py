@@ -139,6 +139,12 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(d)
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
+    if cfg.train.stages:
+        from ..stages import describe
+
+        decisions.append(Decision("train.stages", describe(cfg.train.stages),
+                                  "staged unfreezing: each step updates only its stage's parameters; planned "
+                                  "with every stage's parameters trainable"))
     _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)

@@ -15,6 +15,7 @@ import json
 import math
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 from ..console import console
@@ -33,14 +34,17 @@ from .checkpoint import (
 class EncodedDataset:
     """Records encoded on demand (in DataLoader workers when train.num_workers > 0)."""
 
-    def __init__(self, records, encoder):
-        self.records, self.encoder = records, encoder
+    def __init__(self, records, encoder, aux_losses=()):
+        self.records, self.encoder, self.aux_losses = records, encoder, tuple(aux_losses)
 
     def __len__(self):
         return len(self.records)
 
     def __getitem__(self, i):
-        return self.encoder.encode(self.records[i])
+        encoded = self.encoder.encode(self.records[i])
+        for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
+            encoded.update(loss.record_inputs(self.records[i], encoded))
+        return encoded
 
 
 class _FromStream:
@@ -55,10 +59,10 @@ class _FromStream:
             yield s.next()
 
 
-def _micro_batch_loader(run, stream_args: dict):
+def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     from ..data.collate import make_dataloader
 
-    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder), run.collator,
+    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder, aux_losses), run.collator,
                                 _FromStream(stream_args), num_workers=run.cfg.train.num_workers,
                                 seed=run.cfg.train.seed))
 
@@ -155,7 +159,13 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
-    loader = _micro_batch_loader(run, stream_args)
+    aux = aux_terms(run)
+    staged = None
+    if cfg.train.stages:
+        from ..stages import StagedParams, stage_index
+
+        staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
+    loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
 
     def world_sum(x):
         if acc.num_processes == 1:
@@ -172,6 +182,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     tokens_seen, train_time = 0, 0.0
     last_save = time.monotonic()
     start_step = step
+    last_losses: dict = {}  # the loss and its parts at the last step (with auxiliary losses)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
@@ -192,6 +203,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
+            **({"train_losses": last_losses} if last_losses else {}),
             **extra,
         }
 
@@ -202,9 +214,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             for _ in range(cfg.train.grad_accum):
                 ids.append(cursor.next())
                 micro.append(next(loader))
-            res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
-                                 max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
-                                 world_tokens=world_sum)
+            with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
+                res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
+                                     max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
+                                     world_tokens=world_sum, aux=aux, step=step)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [run.train_set.records[i].id for b in ids for i in b]
@@ -217,9 +230,13 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             train_time += dt
             tokens_seen += res.input_tokens
             lr = run.optimizer.param_groups[0]["lr"]
-            row = {"loss": res.loss, "lr": lr, "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
+            row = {"loss": res.loss, **res.parts, "lr": lr,
+                   **({"stage": stage_index(cfg.train.stages, step - 1)} if staged else {}),
+                   "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
+            if res.parts:
+                last_losses = {"loss": res.loss, **res.parts}
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
                 sinks.log(step, row)
             bar.update(step, loss=res.loss, lr=lr, tokens_per_s=row["tokens_per_s"])
@@ -260,6 +277,15 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def aux_terms(run) -> list:
+    """train.aux_losses as AuxTerms, reading the model's image token id and the processor's merge."""
+    if not run.cfg.train.aux_losses:
+        return []
+    from ..aux_losses import AuxContext, build_terms
+
+    return build_terms(run.cfg.train.aux_losses, AuxContext.of(run.unwrapped_model().config, run.processor))
+
 
 def _seed_python_and_numpy(seed: int) -> None:
     import random

@@ -18,7 +18,10 @@ def lr_factor(step: int, *, warmup: int, total: int, kind: str) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_scheduler(optimizer, *, warmup: int, total: int, kind: str):
+def make_scheduler(optimizer, *, warmup: int, total: int, kind: str, scale=None):
+    """`scale(step)`: an extra multiplier (the current stage's lr_multiplier, mmtune/stages.py)."""
     from torch.optim.lr_scheduler import LambdaLR
 
-    return LambdaLR(optimizer, lambda s: lr_factor(s, warmup=warmup, total=total, kind=kind))
+    if scale is None:
+        return LambdaLR(optimizer, lambda s: lr_factor(s, warmup=warmup, total=total, kind=kind))
+    return LambdaLR(optimizer, lambda s: lr_factor(s, warmup=warmup, total=total, kind=kind) * scale(s))

@@ -4,14 +4,26 @@ Loss normalisation: every micro-batch contributes its *sum* of answer-token cros
 sum is divided by the number of answer tokens in the whole accumulated step (across ranks in DDP).
 So the logged loss is the true token-weighted mean of the step, whatever the accumulation or padding,
 and it is computed from detached fp32 values before any gradient scaling (failure mode 22).
+
+Auxiliary losses (mmtune.aux_losses) join the same backward: each micro-batch adds
+`weight * aux_sum / (records with a target in the step)` to its scaled LM sum, so the gradient is that
+of `lm_loss + sum(weight * aux/<name>)` whatever the accumulation, ranks or fp16 loss scale, and the
+logged parts are the unscaled means.
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..loss import IGNORE_INDEX, count_answer_tokens, extract_logits, loss_sum, to_device  # noqa: F401 - shared
+from ..loss import (  # noqa: F401 - shared
+    IGNORE_INDEX,
+    count_answer_tokens,
+    extract_logits,
+    loss_sum,
+    loss_sum_and_output,
+    to_device,
+)
 
 
 @dataclass
@@ -21,14 +33,18 @@ class StepResult:
     input_tokens: int  # all non-pad tokens processed by this rank
     grad_norm: float | None
     skipped: bool = False  # fp16 overflow: the scaler skipped the update
+    # With auxiliary losses: {"lm_loss": ..., "aux/<name>": unweighted mean or None when no record of the
+    # step has a target}; `loss` is then lm_loss + sum(weight * aux).
+    parts: dict = field(default_factory=dict)
 
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
-                   trainable_params, world_tokens=None) -> StepResult:
+                   trainable_params, world_tokens=None, aux=None, step: int = 0) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
     over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
+    `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`.
     """
     import torch
 
@@ -39,6 +55,15 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
     scale = accelerator.num_processes / global_tokens
     loss_acc = torch.zeros((), dtype=torch.float64)
+    # Auxiliary terms: records with a target in the step (all ranks), from integer inputs (real even in
+    # the planner); a term without any, or at weight 0, is not computed this step.
+    terms = []
+    for term in aux or []:
+        n = sum(int(mb[term.loss.has_key()].sum()) for mb in micro_batches)
+        n = world_tokens(n) if world_tokens else n
+        terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64)))
+    active = [t for t in terms if t[1] > 0 and t[2] > 0]
+    forward_kwargs = {k: v for t in active for k, v in t[0].loss.model_kwargs.items()}
     input_tokens = 0
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
@@ -47,8 +72,14 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
         ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
-            total, _ = loss_sum(model, mb)
-            accelerator.backward(total * scale)
+            total, _, output = loss_sum_and_output(model, mb, **forward_kwargs)
+            objective = total * scale
+            for term, weight, n, acc in active:
+                value = term.loss(mb, output)
+                objective = objective + value * (weight * accelerator.num_processes / n)
+                acc += value.detach().double().cpu()
+            del output
+            accelerator.backward(objective)
         loss_acc += total.detach().double().cpu()
     grad_norm = None
     if max_grad_norm is not None:
@@ -60,6 +91,17 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     loss_global = world_tokens(float(loss_acc)) if world_tokens else float(loss_acc)
-    return StepResult(loss=loss_global / global_tokens, answer_tokens=int(global_tokens),
-                      input_tokens=input_tokens, grad_norm=grad_norm, skipped=skipped)
-
+    lm_loss = loss_global / global_tokens
+    if not terms:
+        return StepResult(loss=lm_loss, answer_tokens=int(global_tokens), input_tokens=input_tokens,
+                          grad_norm=grad_norm, skipped=skipped)
+    parts, loss = {"lm_loss": lm_loss}, lm_loss
+    for term, weight, n, acc in terms:
+        value = None
+        if weight > 0 and n > 0:  # computed this step (`active`)
+            value = (world_tokens(float(acc)) if world_tokens else float(acc)) / n
+            loss += weight * value
+        parts[f"aux/{term.name}"] = value
+        parts[f"aux_weight/{term.name}"] = weight
+    return StepResult(loss=loss, answer_tokens=int(global_tokens), input_tokens=input_tokens,
+                      grad_norm=grad_norm, skipped=skipped, parts=parts)
