@@ -38,18 +38,19 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     if global_tokens == 0:
         raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
     scale = accelerator.num_processes / global_tokens
-    loss_acc = torch.zeros((), dtype=torch.float64)
-    input_tokens = 0
+    # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
+    input_tokens = sum(int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
+                       for mb in micro_batches)
+    loss_acc = torch.zeros((), dtype=torch.float64, device=device)
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
-        input_tokens += int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
         last = i == len(micro_batches) - 1
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
         ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
             total, _ = loss_sum(model, mb)
             accelerator.backward(total * scale)
-        loss_acc += total.detach().double().cpu()
+        loss_acc += total.detach().double()
     grad_norm = None
     if max_grad_norm is not None:
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
