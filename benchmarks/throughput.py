@@ -1,11 +1,13 @@
 """mmtune's loop vs a plain transformers + peft loop (the seeds' way), same model, data and steps.
 
-    python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--json]
+    python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json]
+        [--src OTHER/src]   # run "ours" from another checkout's code (a before/after comparison)
 
 Each variant runs in its own process so peak memory is its own: CUDA max_memory_allocated on a GPU,
 peak RSS on a CPU. Both process the same synthetic counting records in the same order with the same
 micro-batch and accumulation; tokens/s counts non-pad input tokens over the timed steps (the first
-step of each is a warm-up and is not timed).
+step of each is a warm-up and is not timed). Variants run interleaved (ours, plain, ours, plain, ...)
+with one thread each; the median of the repeats is reported with the spread (min-max), not the best.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def _config(args):
           f"train.micro_batch_size={args.mbs}", f"train.grad_accum={args.accum}", "train.precision=fp32",
           "train.lr=1e-4", "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null",
           "logging.tensorboard=false", f"output_dir={args.out}/ours", "train.resume=false",
-          f"train.num_workers={args.workers}"]
+          f"train.num_workers={args.workers}"] + list(args.set or [])
     from pathlib import Path
 
     return load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
@@ -47,13 +49,17 @@ def run_ours(args) -> dict:
     from mmtune.build import build_run
     from mmtune.train.loop import train
 
+    t0 = time.perf_counter()
     run = build_run(_config(args))
+    build_s = time.perf_counter() - t0
     summary = train(run)
     rows = [json.loads(line) for line in open(f"{args.out}/ours/metrics.jsonl")]
     timed = [r for r in rows if r["kind"] == "train"][1:]
     tokens = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed)
     secs = sum(r["step_time_s"] for r in timed)
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": summary and rows[-1]["loss"]}
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": summary and rows[-1]["loss"],
+            "data_wait_fraction": sum(r.get("data_wait_s", 0.0) for r in timed) / secs,
+            "build_s": build_s}
 
 
 def run_plain(args) -> dict:
@@ -103,6 +109,12 @@ def run_plain(args) -> dict:
     return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": float(loss) * args.accum}
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    mid = len(xs) // 2
+    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
@@ -112,38 +124,50 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_throughput")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workers", type=int, default=0, help="train.num_workers for mmtune (the plain loop has none)")
-    ap.add_argument("--repeats", type=int, default=2,
-                    help="runs per variant, interleaved; the best of each is reported (least disturbed by load)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per variant, interleaved; median and spread reported")
+    ap.add_argument("--src", help="run mmtune from this src folder (e.g. an export of the previous commit)")
+    ap.add_argument("--set", action="append", help="extra config override for mmtune, e.g. --set data.cache_mb=0")
     ap.add_argument("--variant", choices=["ours", "plain"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.variant:
         res = run_ours(args) if args.variant == "ours" else run_plain(args)
         print("RESULT " + json.dumps(res))
         return
-    results: dict = {}
+    runs: dict[str, list[dict]] = {"ours": [], "plain": []}
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    if args.src:
+        env["PYTHONPATH"] = os.path.abspath(args.src)
     for variant in ("ours", "plain") * args.repeats:
         cmd = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
                "--accum", str(args.accum), "--model", args.model, "--out", args.out,
-               "--workers", str(args.workers)]
-        out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+               "--workers", str(args.workers)] + [a for kv in args.set or [] for a in ("--set", kv)]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
         if out.returncode != 0 or not line:
             sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-        res = json.loads(line[0][7:])
-        if variant not in results or res["tokens_per_s"] > results[variant]["tokens_per_s"]:
-            results[variant] = res
+        runs[variant].append(json.loads(line[0][7:]))
+    results = {}
+    for v, rs in runs.items():
+        tps = [r["tokens_per_s"] for r in rs]
+        results[v] = {**{k: _median([r[k] for r in rs]) for k in rs[0] if isinstance(rs[0][k], (int, float))},
+                      "tokens_per_s_spread": [min(tps), max(tps)], "tokens_per_s_runs": tps}
+    # The ratio of each interleaved pair (ours_i / plain_i ran back to back, under the same load), median'd.
+    pair = [o["tokens_per_s"] / p["tokens_per_s"] for o, p in zip(runs["ours"], runs["plain"])]
     ratio = {"tokens_per_s": results["ours"]["tokens_per_s"] / results["plain"]["tokens_per_s"],
+             "tokens_per_s_pairwise_median": _median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
              "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results["plain"]["peak_memory_bytes"]}
     report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
-              "micro_batch_size": args.mbs, "grad_accum": args.accum,
+              "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",
+              "overrides": args.set or [],
               "ours": results["ours"], "plain": results["plain"], "ratio_ours_over_plain": ratio}
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{'':8} {'tokens/s':>10} {'peak MiB':>10}")
+    print(f"{'':8} {'tokens/s (median)':>18} {'spread':>16} {'peak MiB':>10}")
     for v in ("ours", "plain"):
-        print(f"{v:8} {results[v]['tokens_per_s']:10.0f} {results[v]['peak_memory_bytes'] / 2**20:10.0f}")
-    print(f"{'ratio':8} {ratio['tokens_per_s']:10.2f} {ratio['peak_memory_bytes']:10.2f}   (ours / plain)")
+        lo, hi = results[v]["tokens_per_s_spread"]
+        print(f"{v:8} {results[v]['tokens_per_s']:18.0f} {lo:7.0f}-{hi:<8.0f} {results[v]['peak_memory_bytes'] / 2**20:10.0f}")
+    print(f"{'ratio':8} {ratio['tokens_per_s']:18.2f} {'':16} {ratio['peak_memory_bytes']:10.2f}   (ours / plain)")
 
 
 if __name__ == "__main__":

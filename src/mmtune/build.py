@@ -31,6 +31,7 @@ class Run:
     eval_set: Any = None  # RecordSet or None
     collator: Any = None
     train_lengths: list = field(default_factory=list)  # per-record token counts by modality
+    encode_cache: Any = None  # the start-up scan's encodings the loop reuses (data/encode_cache.py)
     decisions: list[str] = field(default_factory=list)
 
     @property
@@ -236,11 +237,15 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
             raise ConfigError("no training data", where="data.train",
                               fix="data.train=path/to/train.jsonl (or synthetic:counting for the demo)")
-        # Every record is encoded once before training: bad media, placeholder mismatches and records
+        # Every record is checked before training: bad media, placeholder mismatches and records
         # whose media would be cut by the sequence cap are found now (raised, or skipped and counted
-        # under data.on_bad_record=skip), never in the middle of a run.
+        # under data.on_bad_record=skip). Records are encoded into the cache the loop serves from
+        # while data.cache_mb lasts, measured from headers after that (data/encode_cache.py).
+        from .data.encode_cache import EncodeCache
+
+        run.encode_cache = EncodeCache(cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
-                            cfg.data.on_bad_record)
+                            cfg.data.on_bad_record, cache=run.encode_cache)
         run.train_set, run.train_lengths = scan.records, scan.lengths
         if cfg.data.eval:
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
@@ -251,6 +256,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
         run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
+        c = run.encode_cache
+        decisions.append(f"data: {len(c)} of {len(run.train_set.records)} training records encoded once at start-up "
+                         f"and kept ({c.nbytes / 2**20:.0f} MiB of data.cache_mb={cfg.data.cache_mb})"
+                         + ("; the rest were measured and are encoded when drawn" if c.full else ""))
     if with_optimizer:
         _configure_ddp(run)
         run.optimizer = make_optimizer(adapters.param_groups, cfg.train)

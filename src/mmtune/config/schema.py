@@ -72,6 +72,10 @@ class DataConfig(Section):
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
     on_bad_record: Literal["error", "skip"] = "error"
+    group_by_length: bool = Field(False, description="micro-batches of similar length (by the start-up scan's "
+                                                     "lengths) to cut padding; deterministic and resumable")
+    cache_mb: int = Field(1024, ge=0, description="memory for the start-up encodings the loop reuses (ids, labels, "
+                                                  "pixels); records past it are measured at start-up, encoded in the loop")
     system_prompt: str | None = None
     # Counting sets (format fsc147) write their text from templates over {object} and {count}.
     question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: <number>.'")

@@ -36,26 +36,43 @@ class Scan:
         return out
 
 
-def scan_records(rs: RecordSet, encoder, on_bad: str = "error") -> Scan:
-    """Encode each record once: media decoded, placeholders counted, length checked against
-    data.max_length. Under "error" the first bad record raises; under "skip" it is counted and left
-    out of the returned RecordSet (which keeps the loading-time skips too)."""
+def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None) -> Scan:
+    """Check each record once: placeholders counted, length checked against data.max_length. Under
+    "error" the first bad record raises; under "skip" it is counted and left out of the returned
+    RecordSet (which keeps the loading-time skips too).
+
+    Without a cache every record is encoded (media decoded). With one (`data.encode_cache.EncodeCache`,
+    the training run's), records are encoded and kept while the cache has room, so the loop never
+    encodes them again; once it is full the rest are measured (`Encoder.measure`: the same lengths and
+    checks from media headers, no pixels) and the loop encodes them when it draws them."""
+    from .encode_cache import key
+
     kept = RecordSet(skipped=dict(rs.skipped), problems=list(rs.problems), notes=list(rs.notes))
     scan = Scan(kept)
+    seen: dict[str, dict] = {}  # a mixture repeats records (the same objects): check each once
     for r in rs.records:
+        k, out = key(r), None
         try:
-            out = encoder.encode(r, check_length=False)
-            ids = out["input_ids"]
-            counts = {k: int((ids == encoder.media_token_id[k]).sum()) if k in encoder.media_token_id else 0
-                      for k in MEDIA_TYPES}
-            counts["total"] = int(ids.numel())
-            counts["text"] = counts["total"] - sum(counts[k] for k in MEDIA_TYPES)
+            if k in seen:
+                counts = seen[k]
+            elif cache is not None and cache.full:
+                counts = encoder.measure(r)
+            else:
+                out = encoder.encode(r, check_length=False)
+                ids = out["input_ids"]
+                counts = {m: int((ids == encoder.media_token_id[m]).sum()) if m in encoder.media_token_id else 0
+                          for m in MEDIA_TYPES}
+                counts["total"] = int(ids.numel())
+                counts["text"] = counts["total"] - sum(counts[m] for m in MEDIA_TYPES)
             encoder._check_length(counts["total"], r)
         except BadRecord as e:
             if on_bad == "error":
                 raise e.as_error() from None
             kept.skip(r.source, e.reason, e.what)
             continue
+        if cache is not None and out is not None:
+            cache.put(k, out)
+        seen[k] = counts
         kept.records.append(r)
         scan.lengths.append(counts)
     return scan

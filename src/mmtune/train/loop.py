@@ -32,19 +32,50 @@ from .checkpoint import (
 
 
 class EncodedDataset:
-    """Records encoded on demand (in DataLoader workers when train.num_workers > 0)."""
+    """Records served from the start-up scan's cache (data/encode_cache.py), else encoded on demand (in
+    DataLoader workers when train.num_workers > 0). Records past the cache were only measured at
+    start-up, so a media file that fails to decode now is a bad record found late: it comes back as
+    `{BAD: (index, source, reason, what)}` for the loop to handle by data.on_bad_record, never a crash
+    inside a worker."""
 
-    def __init__(self, records, encoder, aux_losses=()):
-        self.records, self.encoder, self.aux_losses = records, encoder, tuple(aux_losses)
+    def __init__(self, records, encoder, cache=None, aux_losses=()):
+        self.records, self.encoder, self.cache, self.aux_losses = records, encoder, cache, tuple(aux_losses)
 
     def __len__(self):
         return len(self.records)
 
     def __getitem__(self, i):
-        encoded = self.encoder.encode(self.records[i])
+        from ..data.encode_cache import key
+        from ..data.formats import BadRecord
+
+        r = self.records[i]
+        hit = self.cache.get(key(r)) if self.cache is not None else None
+        if hit is not None:
+            encoded = dict(hit)  # the cache's own entry stays as it is
+        else:
+            try:
+                encoded = self.encoder.encode(r)
+            except BadRecord as e:
+                return {BAD: (i, r.source, e.reason, e.what, e.fix)}
         for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
-            encoded.update(loss.record_inputs(self.records[i], encoded))
+            encoded.update(loss.record_inputs(r, encoded))
         return encoded
+
+
+BAD = "_bad_record"
+
+
+class SkippingCollator:
+    """The run's collator over the good records of a micro-batch; bad ones are listed under BAD."""
+
+    def __init__(self, collator):
+        self.collator = collator
+
+    def __call__(self, items):
+        good = [it for it in items if BAD not in it]
+        batch = self.collator(good) if good else {}
+        batch[BAD] = [it[BAD] for it in items if BAD in it]
+        return batch
 
 
 class _FromStream:
@@ -62,9 +93,32 @@ class _FromStream:
 def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     from ..data.collate import make_dataloader
 
-    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder, aux_losses), run.collator,
-                                _FromStream(stream_args), num_workers=run.cfg.train.num_workers,
-                                seed=run.cfg.train.seed))
+    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder, run.encode_cache, aux_losses),
+                                SkippingCollator(run.collator), _FromStream(stream_args),
+                                num_workers=run.cfg.train.num_workers, seed=run.cfg.train.seed))
+
+
+def _next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], dict]:
+    """The next micro-batch with at least one good record. A record found bad only now (its media
+    failed to decode after the start-up header check) follows data.on_bad_record: "error" stops with
+    the record named; "skip" counts it once (summary.json `skipped_records`) and trains on the rest."""
+    from ..errors import DataError
+
+    while True:
+        ids, mb = cursor.next(), next(loader)
+        for i, source, reason, what, fix in mb.pop(BAD):
+            if run.cfg.data.on_bad_record == "error":
+                raise DataError(f"{what} (found while training: the start-up check reads media headers only)",
+                                where=source, fix=(f"{fix}; or " if fix else "") + "data.on_bad_record=skip to count "
+                                "and skip such records; the run resumes from its last checkpoint")
+            if i not in late_bad:
+                late_bad.add(i)
+                run.train_set.skip(source, reason, what)
+        if len(late_bad) == len(run.train_set.records):  # else this would wait forever for a good one
+            raise DataError("every training record failed to encode while training", where=str(run.cfg.data.train),
+                            fix="see skipped_records in summary.json or `mmtune data inspect CONFIG`")
+        if mb:
+            return ids, mb
 
 
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
@@ -156,8 +210,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
     if main and history and ckpt is not None and history[-1]["step"] == step:
         sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
+    lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length else None
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
-                       rank=acc.process_index, world_size=acc.num_processes, **position)
+                       rank=acc.process_index, world_size=acc.num_processes, lengths=lengths, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
     aux = aux_terms(run)
     staged = None
@@ -180,6 +235,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     run.model.train()
     t_start = time.perf_counter()
     tokens_seen, train_time = 0, 0.0
+    data_wait, padded_tokens, late_bad = 0.0, 0, set()
     last_save = time.monotonic()
     start_step = step
     last_losses: dict = {}  # the loss and its parts at the last step (with auxiliary losses)
@@ -198,6 +254,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
             "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
             "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
+            # Time the loop waited for micro-batches (encoding, collating, workers), of the step time.
+            "data_wait_fraction": data_wait / train_time if train_time else 0.0,
+            "padding_fraction": 1 - tokens_seen / padded_tokens if padded_tokens else 0.0,
             "wall_s": time.perf_counter() - t_start,
             "train_records": len(run.train_set.records),
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
@@ -212,8 +271,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             t0 = time.perf_counter()
             ids, micro = [], []
             for _ in range(cfg.train.grad_accum):
-                ids.append(cursor.next())
-                micro.append(next(loader))
+                b, mb = _next_micro_batch(run, cursor, loader, late_bad)
+                ids.append(b)
+                micro.append(mb)
+            wait = time.perf_counter() - t0
+            padded = sum(int(mb["input_ids"].numel()) for mb in micro)
             with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
@@ -229,11 +291,14 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             dt = time.perf_counter() - t0
             train_time += dt
             tokens_seen += res.input_tokens
+            data_wait += wait
+            padded_tokens += padded
             lr = run.optimizer.param_groups[0]["lr"]
             row = {"loss": res.loss, **res.parts, "lr": lr,
                    **({"stage": stage_index(cfg.train.stages, step - 1)} if staged else {}),
                    "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
+                   "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
             if res.parts:
                 last_losses = {"loss": res.loss, **res.parts}

@@ -54,20 +54,21 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     if global_tokens == 0:
         raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
     scale = accelerator.num_processes / global_tokens
-    loss_acc = torch.zeros((), dtype=torch.float64)
-    # Auxiliary terms: records with a target in the step (all ranks), from integer inputs (real even in
-    # the planner); a term without any, or at weight 0, is not computed this step.
+    # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
+    input_tokens = sum(int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
+                       for mb in micro_batches)
+    loss_acc = torch.zeros((), dtype=torch.float64, device=device)
+    # Auxiliary terms: records with a target in the step (all ranks), from integer inputs of the host batch
+    # (real even in the planner); a term without any, or at weight 0, is not computed this step.
     terms = []
     for term in aux or []:
         n = sum(int(mb[term.loss.has_key()].sum()) for mb in micro_batches)
         n = world_tokens(n) if world_tokens else n
-        terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64)))
+        terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64, device=device)))
     active = [t for t in terms if t[1] > 0 and t[2] > 0]
     forward_kwargs = {k: v for t in active for k, v in t[0].loss.model_kwargs.items()}
-    input_tokens = 0
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
-        input_tokens += int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
         last = i == len(micro_batches) - 1
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
         ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
@@ -77,10 +78,10 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
                 objective = objective + value * (weight * accelerator.num_processes / n)
-                acc += value.detach().double().cpu()
+                acc += value.detach().double()
             del output
             accelerator.backward(objective)
-        loss_acc += total.detach().double().cpu()
+        loss_acc += total.detach().double()
     grad_norm = None
     if max_grad_norm is not None:
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
