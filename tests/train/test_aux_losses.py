@@ -77,7 +77,7 @@ def test_record_inputs_target_cells_and_records_without_target(tmp_path):
 def _micro_batches(run, aux, k=2):
     from mmtune.train.loop import EncodedDataset
 
-    ds = EncodedDataset(run.train_set.records, run.encoder, [t.loss for t in aux])
+    ds = EncodedDataset(run.train_set.records, run.encoder, aux_losses=[t.loss for t in aux])
     n = run.cfg.train.micro_batch_size
     return [run.collator([ds[i] for i in range(j * n, (j + 1) * n)]) for j in range(k)]
 
