@@ -82,3 +82,18 @@ def media_dir(tmp_path):
     d = tmp_path / "media"
     d.mkdir()
     return d
+
+
+def jsonl(path, rows):
+    import json
+
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.fixture
+def imgs(tmp_path):
+    """Two small PNGs (a.png, b.png) in a test folder."""
+    write_png(tmp_path / "a.png")
+    write_png(tmp_path / "b.png", (0, 0, 200))
+    return tmp_path

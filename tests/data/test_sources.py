@@ -10,19 +10,7 @@ from mmtune.config.schema import DataConfig
 from mmtune.data.sources import load_records
 from mmtune.errors import ConfigError, DataError
 
-from .conftest import write_png
-
-
-def jsonl(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
-
-
-@pytest.fixture
-def imgs(tmp_path):
-    write_png(tmp_path / "a.png")
-    write_png(tmp_path / "b.png", (0, 0, 200))
-    return tmp_path
+from .conftest import jsonl, write_png
 
 
 def test_messages_format_jsonl(imgs):

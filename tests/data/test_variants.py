@@ -14,19 +14,7 @@ from mmtune.data.records import part_text
 from mmtune.data.sources import load_records
 from mmtune.errors import DataError
 
-from .conftest import write_png, write_wav
-
-
-def jsonl(path, rows):
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
-
-
-@pytest.fixture
-def imgs(tmp_path):
-    write_png(tmp_path / "a.png")
-    write_png(tmp_path / "b.png", (0, 0, 200))
-    return tmp_path
+from .conftest import jsonl, write_wav
 
 
 def shape(record):
