@@ -82,7 +82,10 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
         notes = [f"on {target_run.target.describe()}: {line}" for line in target_run.summary_lines()
                  if not line.startswith("target:")] + notes
     plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
-    here = resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
+    # Where the target is this machine and its processor is the model's own, the target's resolved run is
+    # this run: not resolved (and the processor not loaded) a second time.
+    same = not smoke and target_run.target.local and target_run.processor is not None and target_run.exact_text_tokens
+    here = target_run if same else resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
     # One process per output_dir, checked before minutes of model loading (the loop holds it re-entrantly).
     with output_dir_lock(here.cfg.output_dir, enabled=is_main_launch()):
         run = build_run(here)
