@@ -34,10 +34,6 @@ class Run:
     encode_cache: Any = None  # the start-up scan's encodings the loop reuses (data/encode_cache.py)
     decisions: list[str] = field(default_factory=list)
 
-    @property
-    def precision(self) -> ResolvedRun:  # precision, device, compute_dtype, accelerate_mixed_precision
-        return self.resolved
-
     def unwrapped_model(self):
         return self.accelerator.unwrap_model(self.model)
 

@@ -108,6 +108,6 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
     model.eval()
     # The resolved run's processor (media caps applied once) and pad id: what evaluation used.
     return ChatSession(model=model, encoder=Encoder.for_run(run.resolved), pad_id=run.resolved.pad_token_id,
-                       dtype=run.precision.compute_dtype, device=run.accelerator.device,
+                       dtype=run.resolved.compute_dtype, device=run.accelerator.device,
                        autocast=run.accelerator.autocast, max_new_tokens=max_new_tokens or cfg.eval.max_new_tokens,
                        source=source)

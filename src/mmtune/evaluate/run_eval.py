@@ -65,7 +65,7 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     gen = cfg.eval.generate if with_generation is None else with_generation
     mixture = isinstance(cfg.data.eval, list)
     if gen and (cfg.eval.metrics or mixture):
-        answers = generate_answers(model, run.encoder, records, device=device, dtype=run.precision.compute_dtype,
+        answers = generate_answers(model, run.encoder, records, device=device, dtype=run.resolved.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
                                    max_new_tokens=cfg.eval.max_new_tokens, autocast=run.accelerator.autocast)
         refs = [references(run.encoder, r) for r in records]

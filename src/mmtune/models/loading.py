@@ -1,7 +1,8 @@
-"""Load a model for training: one compute dtype, one device, an explicit attention choice.
+"""The pieces of loading a model: model folders and offline errors, configs, dtype audits, 4-bit layers.
 
-`load_model(cfg, device=..., dtype=...)` is the only way mmtune builds a model, for `train`, `plan`
-(`meta=True`) and `doctor` alike. What it guarantees, and the failure mode each guards against:
+`mmtune.build.load_model(resolved, ...)` puts them together and is the only way mmtune builds a model,
+for `train`, `plan` (`meta=True`) and `doctor` alike. What it guarantees, and the failure mode each
+guards against:
 
 - one compute dtype for every floating parameter, audited after load, offenders named (4, 9);
 - the whole model on the process's device, never `device_map` offload while training (7);

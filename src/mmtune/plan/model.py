@@ -22,7 +22,6 @@ class PlannedModel:
     adapter_table: Any
     quantized_layers: int = 0
     decisions: list[str] = field(default_factory=list)
-    processor_facts: dict = field(default_factory=dict)
 
 
 def build_planned_model(resolved) -> PlannedModel:

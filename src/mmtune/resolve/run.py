@@ -239,12 +239,10 @@ def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
         decisions.append(Decision("image size", f"{crop[1]}x{crop[0]}", "fixed by the processor (every image resized)"))
     fe = getattr(processor, "feature_extractor", None)
     rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
-    kinds = {k for k in ("video", "audio") if getattr(processor, f"{k}_processor" if k == "video" else "feature_extractor",
-                                                       None) is not None}
-    if "video" in kinds:
+    if getattr(processor, "video_processor", None) is not None:
         how = f"{model_cfg.video_fps:g} fps" if model_cfg.video_fps else f"{model_cfg.video_frames} frames uniformly"
         decisions.append(Decision("model.video_frames", how, "model.video_fps" if model_cfg.video_fps else "model.video_frames"))
-    if "audio" in kinds:
+    if fe is not None:
         decisions.append(Decision("model.audio_max_seconds", f"{model_cfg.audio_max_seconds:g} s at {rate} Hz",
                                   "model.audio_max_seconds; the processor's sampling rate"))
     return MediaCaps(min_pixels=lo, max_pixels=hi, fixed_crop=crop, video_frames=model_cfg.video_frames,

@@ -287,7 +287,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                     f"loss became {res.loss} at step {step}",
                     where=f"records {bad[:8]}",
                     fix=("fp16 overflows easily; use train.precision=bf16 on a GPU that has it, or lower train.lr"
-                         if run.precision.precision == "fp16" else "lower train.lr or check these records"))
+                         if run.resolved.precision == "fp16" else "lower train.lr or check these records"))
             dt = time.perf_counter() - t0
             train_time += dt
             tokens_seen += res.input_tokens

@@ -70,14 +70,12 @@ def lengths(ctx):
 
 
 @check("MM002", "media token counts: worst case of the dataset and the processor's pixel cap",
-       needs=("cfg", "processor_info"), failure_mode=2)
+       needs=("cfg", "processor_info", "resolved"), failure_mode=2)
 def media_tokens(ctx):
     cfg, pinfo = ctx.need("cfg"), ctx.need("processor_info")
     ip = getattr(pinfo.processor, "image_processor", None)
     if ip is not None and hasattr(ip, "get_number_of_image_patches") and not cfg.model.max_pixels:
-        size = getattr(ip, "size", None)
-        cap = getattr(size, "longest_edge", None) if size is not None and not isinstance(size, dict) \
-            else (size or {}).get("longest_edge")
+        cap = ctx.need("resolved").media.max_pixels  # the cap the run's processor applies (resolve/processor.py)
         if cap:
             factor = ip.patch_size * ip.merge_size
             worst = cap // factor ** 2
