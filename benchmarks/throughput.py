@@ -1,7 +1,15 @@
-"""mmtune's loop vs a plain transformers + peft loop (the seeds' way), same model, data and steps.
+"""mmtune's loop vs a plain transformers + peft loop (the seeds' way), HF `Trainer` + peft and TRL's
+`SFTTrainer` + peft: same model, records, micro-batch, accumulation and steps.
 
     python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json]
         [--src OTHER/src]   # run "ours" from another checkout's code (a before/after comparison)
+        [--peers plain,trainer,sft] [--peer-python VENV/bin/python]   # where trl is installed
+
+Peers: "plain" is the loop the seeds wrote (processor on the raw batch, the model's own loss);
+"trainer" is `transformers.Trainer` fed by the same processor call in its collator; "sft" is TRL's
+`SFTTrainer` with TRL's own vision collator (`DataCollatorForVisionLanguageModeling`) on the records
+as a `datasets.Dataset` of `messages` + `images`. All three train on every non-pad token, mmtune on the
+answer tokens; tokens/s counts non-pad input tokens for every variant (the work done per step).
 
 Each variant runs in its own process so peak memory is its own: CUDA max_memory_allocated on a GPU,
 peak RSS on a CPU. Both process the same synthetic counting records in the same order with the same
@@ -109,6 +117,112 @@ def run_plain(args) -> dict:
     return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": float(loss) * args.accum}
 
 
+def _peer_setup(args):
+    """Model with the same LoRA as the plain loop, the records, and the plain loop's collate."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from mmtune.data.sources import load_records
+    from mmtune.models.tiny import build_tiny
+
+    cfg = _config(args)
+    torch.manual_seed(0)
+    model, processor = build_tiny(args.model)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                             "gate_proj", "up_proj", "down_proj"]))
+    records = load_records("synthetic:counting", cfg.data, split="train").records
+    return model, processor, records
+
+
+def _text_only(messages: list[dict]) -> list[dict]:
+    return [{"role": m["role"],
+             "content": [{"type": p["type"], **({"text": p["text"]} if p["type"] == "text" else {})}
+                         for p in m["content"]]} for m in messages]
+
+
+def _timed_trainer(trainer, counts: list[int], args) -> dict:
+    """Run a (SFT)Trainer; time from the end of step 1 to the end of the last step. Step k uses
+    micro-batches [(k-1)*accum, k*accum) in collation order, whatever the dataloader prefetches."""
+    from transformers import TrainerCallback
+
+    marks: list[float] = []
+
+    class StepClock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            marks.append(time.perf_counter())
+
+    trainer.add_callback(StepClock())
+    out = trainer.train()
+    secs = marks[-1] - marks[0]
+    tokens = sum(counts[args.accum: args.steps * args.accum])
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": float(out.training_loss)}
+
+
+def _trainer_args(cls, args, **extra):
+    import torch
+
+    return cls(output_dir=f"{args.out}/{extra.pop('name')}", per_device_train_batch_size=args.mbs,
+               gradient_accumulation_steps=args.accum, max_steps=args.steps, learning_rate=1e-4,
+               lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=0.0, weight_decay=0.0,
+               logging_steps=10**6, save_strategy="no", report_to=[], dataloader_num_workers=0,
+               remove_unused_columns=False, use_cpu=not torch.cuda.is_available(), seed=0,
+               disable_tqdm=True, **extra)
+
+
+def run_trainer(args) -> dict:
+    """HF Trainer fed the plain loop's batches (one processor call per micro-batch)."""
+    from transformers import Trainer, TrainingArguments
+
+    model, processor, records = _peer_setup(args)
+    pad = processor.tokenizer.pad_token_id
+    counts: list[int] = []
+
+    def collate(recs):
+        texts = [processor.apply_chat_template(_text_only(r.messages), tokenize=False) for r in recs]
+        images = [p["image"] for r in recs for m in r.messages for p in m["content"] if p["type"] == "image"]
+        batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
+        batch["labels"] = batch["input_ids"].masked_fill(batch["input_ids"] == pad, -100)
+        counts.append(int(batch["attention_mask"].sum()))
+        return dict(batch)
+
+    trainer = Trainer(model=model, args=_trainer_args(TrainingArguments, args, name="trainer"),
+                      train_dataset=list(records), data_collator=collate)
+    return _timed_trainer(trainer, counts, args)
+
+
+def run_sft(args) -> dict:
+    """TRL's SFTTrainer with its own vision-language collator, on messages + images columns."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    model, processor, records = _peer_setup(args)
+    rows = {"messages": [], "images": []}
+    for r in records:
+        rows["messages"].append(_text_only(r.messages))  # {"type": "image"} parts; pixels in "images"
+        rows["images"].append([p["image"] for m in r.messages for p in m["content"] if p["type"] == "image"])
+    ds = datasets.Dataset.from_dict(rows)
+    counts: list[int] = []
+    inner = DataCollatorForVisionLanguageModeling(processor)
+
+    def collate(examples):
+        batch = inner(examples)
+        counts.append(int(batch["attention_mask"].sum()))
+        return batch
+
+    # SFTConfig's own defaults differ from the other variants' settings: checkpointing on, bf16 where
+    # supported, truncation at 1,024 tokens. Set to match (no checkpointing, fp32, no truncation).
+    config = _trainer_args(SFTConfig, args, name="sft", max_length=None, gradient_checkpointing=False,
+                           bf16=False, fp16=False, dataset_kwargs={"skip_prepare_dataset": True})
+    trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=processor,
+                         data_collator=collate)
+    return _timed_trainer(trainer, counts, args)
+
+
+VARIANTS = {"ours": run_ours, "plain": run_plain, "trainer": run_trainer, "sft": run_sft}
+
+
 def _median(xs: list[float]) -> float:
     xs = sorted(xs)
     mid = len(xs) // 2
@@ -127,48 +241,54 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="runs per variant, interleaved; median and spread reported")
     ap.add_argument("--src", help="run mmtune from this src folder (e.g. an export of the previous commit)")
     ap.add_argument("--set", action="append", help="extra config override for mmtune, e.g. --set data.cache_mb=0")
-    ap.add_argument("--variant", choices=["ours", "plain"], help=argparse.SUPPRESS)
+    ap.add_argument("--peers", default="plain,trainer,sft", help="comma-separated: plain, trainer, sft")
+    ap.add_argument("--peer-python", help="python of an environment with trl (for the sft peer)")
+    ap.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.variant:
-        res = run_ours(args) if args.variant == "ours" else run_plain(args)
-        print("RESULT " + json.dumps(res))
+        print("RESULT " + json.dumps(VARIANTS[args.variant](args)))
         return
-    runs: dict[str, list[dict]] = {"ours": [], "plain": []}
+    peers = [p for p in args.peers.split(",") if p]
+    runs: dict[str, list[dict]] = {v: [] for v in ["ours", *peers]}
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    if args.src:
-        env["PYTHONPATH"] = os.path.abspath(args.src)
-    for variant in ("ours", "plain") * args.repeats:
-        cmd = [sys.executable, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-               "--accum", str(args.accum), "--model", args.model, "--out", args.out,
-               "--workers", str(args.workers)] + [a for kv in args.set or [] for a in ("--set", kv)]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        if out.returncode != 0 or not line:
-            sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-        runs[variant].append(json.loads(line[0][7:]))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
+    for _ in range(args.repeats):
+        for variant in runs:  # interleaved: ours, plain, trainer, sft, ours, ...
+            python = args.peer_python if (variant == "sft" and args.peer_python) else sys.executable
+            src = args.src if variant == "ours" and args.src else here
+            cmd = [python, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
+                   "--accum", str(args.accum), "--model", args.model, "--out", args.out,
+                   "--workers", str(args.workers)] + [a for kv in args.set or [] for a in ("--set", kv)]
+            out = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONPATH": os.path.abspath(src)})
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+            if out.returncode != 0 or not line:
+                sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
+            runs[variant].append(json.loads(line[0][7:]))
     results = {}
     for v, rs in runs.items():
         tps = [r["tokens_per_s"] for r in rs]
         results[v] = {**{k: _median([r[k] for r in rs]) for k in rs[0] if isinstance(rs[0][k], (int, float))},
                       "tokens_per_s_spread": [min(tps), max(tps)], "tokens_per_s_runs": tps}
-    # The ratio of each interleaved pair (ours_i / plain_i ran back to back, under the same load), median'd.
-    pair = [o["tokens_per_s"] / p["tokens_per_s"] for o, p in zip(runs["ours"], runs["plain"])]
-    ratio = {"tokens_per_s": results["ours"]["tokens_per_s"] / results["plain"]["tokens_per_s"],
-             "tokens_per_s_pairwise_median": _median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
-             "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results["plain"]["peak_memory_bytes"]}
+    # The ratio of each interleaved pair (ours_i / peer_i ran back to back, under the same load), median'd.
+    ratios = {}
+    for peer in peers:
+        pair = [o["tokens_per_s"] / p["tokens_per_s"] for o, p in zip(runs["ours"], runs[peer])]
+        ratios[peer] = {"tokens_per_s": results["ours"]["tokens_per_s"] / results[peer]["tokens_per_s"],
+                        "tokens_per_s_pairwise_median": _median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
+                        "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results[peer]["peak_memory_bytes"]}
     report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
               "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",
-              "overrides": args.set or [],
-              "ours": results["ours"], "plain": results["plain"], "ratio_ours_over_plain": ratio}
+              "overrides": args.set or [], "results": results, "ratio_ours_over": ratios}
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"{'':8} {'tokens/s (median)':>18} {'spread':>16} {'peak MiB':>10}")
-    for v in ("ours", "plain"):
+    print(f"{'':8} {'tokens/s (median)':>18} {'spread':>16} {'peak MiB':>10} {'ours/this tok/s':>16} {'ours/this mem':>14}")
+    for v in runs:
         lo, hi = results[v]["tokens_per_s_spread"]
-        print(f"{v:8} {results[v]['tokens_per_s']:18.0f} {lo:7.0f}-{hi:<8.0f} {results[v]['peak_memory_bytes'] / 2**20:10.0f}")
-    print(f"{'ratio':8} {ratio['tokens_per_s']:18.2f} {'':16} {ratio['peak_memory_bytes']:10.2f}   (ours / plain)")
-
+        r = ratios.get(v)
+        tail = f"{r['tokens_per_s_pairwise_median']:16.2f} {r['peak_memory_bytes']:14.2f}" if r else ""
+        mib = results[v]["peak_memory_bytes"] / 2**20
+        print(f"{v:8} {results[v]['tokens_per_s']:18.0f} {lo:7.0f}-{hi:<8.0f} {mib:10.0f} {tail}")
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,64 @@
+"""Time from `mmtune train` to its first optimizer step on a large image dataset (default 100k records).
+
+    python benchmarks/first_step.py [N] [--images K] [--set key=value ...]
+
+Builds an N-record JSONL of image questions over K distinct PNGs (several questions per image, as VQA
+sets have; every tenth record text-only), then runs `mmtune train` on the tiny Qwen2-VL twin for one
+step in a fresh process and reports: the whole command's wall time, the time until the first training
+step's metrics line was written (the loop appends it right after the step), and the start-up scan's
+own figures from the run's summary. The goal in issue #16 is a first step within 30 s of start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doctor_speed import make_dataset  # noqa: E402  (the same generated layout as the doctor benchmark)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=int, nargs="?", default=100_000)
+    ap.add_argument("--images", type=int, default=2000)
+    ap.add_argument("--set", action="append", default=[])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d:
+        folder = Path(d)
+        t = time.perf_counter()
+        data = make_dataset(folder, args.n, args.images)
+        made = time.perf_counter() - t
+        out = folder / "run"
+        cmd = [sys.executable, "-m", "mmtune.cli", "train", str(Path(__file__).resolve().parents[1] / "recipes" /
+               "demo_counting.yaml"), f"data.train={data}", "data.eval=null", "train.max_steps=1",
+               "eval.every=null", "train.save_every=null", "train.warmup_steps=0",
+               "logging.tensorboard=false", f"output_dir={out}",
+               "data.max_length=2048", "model.max_pixels=200704", *args.set]
+        start = time.time()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
+        first_step = None
+        metrics = out / "metrics.jsonl"
+        while proc.poll() is None:
+            if first_step is None and metrics.exists() and metrics.stat().st_size:
+                first_step = time.time() - start
+            time.sleep(0.05)
+        wall = time.time() - start
+        log = proc.stdout.read()
+        if proc.returncode != 0:
+            sys.exit(f"train failed ({proc.returncode}):\n{log[-4000:]}")
+        summary = json.loads((out / "summary.json").read_text())
+    print(json.dumps({"records": args.n, "images": args.images, "dataset_made_s": round(made, 1),
+                      "first_step_s": first_step and round(first_step, 1), "wall_s": round(wall, 1),
+                      "overrides": args.set, "startup": summary.get("startup") or summary.get("data")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
