@@ -1,0 +1,272 @@
+"""Model checks from public issue threads, read from the model's config alone (fast, no weights).
+
+Each reads what the run will load: the tiny twin's config, a local folder's or cached config.json, or
+the embedded public config (`mmtune plan`'s source); never a download. Sources: docs/doctor.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..findings import error, warning
+from ..registry import check
+
+# --------------------------------------------------------------------------- reading the config
+
+def model_config(cfg):
+    """The transformers config of the run's model without a download (None when none is on disk or
+    embedded): tiny twin, a local folder's config.json (weights need not be there), cache, embedded."""
+    from ...errors import ModelLoadError
+    from ...models.loading import meta_config
+    from ...models.tiny import is_tiny
+
+    name = cfg.model.name
+    if is_tiny(name):
+        from ...models.tiny import tiny_config_and_processor
+
+        return tiny_config_and_processor(name)[0]
+    folder = Path(name).expanduser()
+    if (folder / "config.json").is_file():
+        from transformers import AutoConfig
+
+        from ...models.loading import normalize_legacy_rope
+
+        try:
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError, KeyError):
+            return None  # an unknown model type: MM044 says why
+        normalize_legacy_rope(config)
+        return config
+    try:
+        return meta_config(cfg)
+    except (ModelLoadError, OSError, ValueError, KeyError):
+        return None
+
+
+def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
+    """(config.json as written, its path) for a local folder or a cached hub model; (None, None) else.
+    Read as JSON, so a model type this transformers does not know can still be reported."""
+    folder = Path(cfg.model.name).expanduser()
+    if not (folder / "config.json").is_file():
+        from ...models.loading import _cached_snapshot
+        from ...models.tiny import is_tiny
+
+        if is_tiny(cfg.model.name) or cfg.model.name.count("/") != 1:
+            return None, None
+        snap = _cached_snapshot(cfg.model.name, cfg.model.revision)
+        if snap is None or not (snap / "config.json").is_file():
+            return None, None
+        folder = snap
+    path = folder / "config.json"
+    try:
+        return json.loads(path.read_text()), str(path)
+    except (OSError, ValueError):
+        return None, None
+
+
+def trained_part(config, family):
+    """The sub-config of the model mmtune trains (Qwen2.5-Omni: the Thinker), else the config itself."""
+    sub = getattr(family, "sub_config", None)
+    return getattr(config, sub, None) or config if sub else config
+
+
+def family_of(cfg, config):
+    """The run's family from model.family or the config's model type (no weights needed), or None."""
+    from ...errors import ModelLoadError
+    from ...models.families import family_for_model_type, get_family
+
+    try:
+        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(config.model_type)
+    except (ModelLoadError, KeyError, ValueError):
+        return None
+
+
+def _config_or_skip(ctx):
+    from ..context import NotAvailable
+
+    cfg = ctx.need("cfg")
+    config = model_config(cfg)
+    if config is None:
+        raise NotAvailable(f"no config of {cfg.model.name} on disk or embedded (MM024 says how to get it)")
+    return cfg, config
+
+
+# --------------------------------------------------------------------------- checks
+
+_TIED_SOURCES = "peft#2777, peft#1750"
+
+
+def _units_naming(cfg, comp: str) -> list[str]:
+    """Config keys that train, freeze or scale `comp` in full."""
+    a = cfg.adapter
+    keys = [f"adapter.{k}" for k in ("train_components", "freeze_components") if comp in getattr(a, k)]
+    if comp in a.lr_multipliers:
+        keys.append(f"adapter.lr_multipliers.{comp}")
+    for i, st in enumerate(cfg.train.stages):
+        if any(u == comp or u.startswith(comp + "_last_") for u in st.train):
+            keys.append(f"train.stages[{i}].train")
+    return keys
+
+
+@check("MM037", "lm_head tied to the input embeddings is not trained, frozen or LoRA-adapted on its own", fast=True)
+def tied_lm_head(ctx):
+    """With tie_word_embeddings the output head IS the input embedding matrix (Qwen2-VL-2B, Qwen2.5-0.5B..3B,
+    Qwen3-VL-2B/4B): the model has no separate lm_head parameter (apply_adapters stops with "component
+    'lm_head' does not exist"), and LoRA on it merges into the shared matrix, so an export changes the
+    input embeddings too or drops the trained head (peft#2777)."""
+    cfg, config = _config_or_skip(ctx)
+    part = trained_part(config, family_of(cfg, config))
+    if not getattr(part, "tie_word_embeddings", False):
+        return
+    keys = _units_naming(cfg, "lm_head")
+    if keys:
+        yield error(f"{', '.join(keys)} name lm_head, but {cfg.model.name} ties lm_head to the input embeddings "
+                    "(tie_word_embeddings=true): there is no separate lm_head weight to train or freeze, and the "
+                    "run stops with \"component 'lm_head' does not exist\"", where=keys[0],
+                    fix="remove lm_head there; the tied matrix belongs to the decoder (adapter.method=full trains "
+                        f"it with the decoder, adapter.freeze_components=[decoder] freezes both) ({_TIED_SOURCES})")
+    targets = cfg.adapter.target_modules
+    named = [t for t in targets if "lm_head" in t] if isinstance(targets, list) else (
+        [targets] if isinstance(targets, str) and "lm_head" in targets else [])
+    if named and cfg.adapter.method != "full":
+        yield warning(f"adapter.target_modules puts LoRA on lm_head ({', '.join(named)}), which is tied to the "
+                      "input embeddings: merging the adapter (`mmtune export --merge`) adds the update to the shared "
+                      "matrix, so the input embeddings change too, or the merged head is dropped when the model is "
+                      "saved tied", where="adapter.target_modules",
+                      fix=f"leave lm_head out of adapter.target_modules ({_TIED_SOURCES}; unsloth#9331 measured the "
+                          "trained head discarded at merge)")
+
+
+@check("MM040", "the checkpoint is not already quantized (bnb / GPTQ / AWQ) for a run that trains its weights",
+       fast=True)
+def prequantized_checkpoint(ctx):
+    cfg = ctx.need("cfg")
+    raw, path = raw_config(cfg)
+    q = (raw or {}).get("quantization_config") or {}
+    if not q:
+        return
+    kind = q.get("quant_method") or ("bitsandbytes" if q.get("load_in_4bit") or q.get("load_in_8bit") else "quantized")
+    what = f"{cfg.model.name} is a quantized checkpoint ({kind}; quantization_config in {path})"
+    if cfg.adapter.method == "full":
+        yield error(f"{what}: adapter.method=full cannot train integer weights (\"You cannot perform fine-tuning "
+                    "on purely quantized models\")", where="model.name",
+                    fix="train the original 16-bit model (model.name=<its base model>), or adapter.method=lora")
+    elif cfg.adapter.method == "qlora":
+        yield warning(f"{what}: transformers keeps the checkpoint's own quantization and ignores the run's "
+                      "4-bit settings (adapter.bnb_4bit_*), and the planned memory assumes NF4 from 16-bit weights",
+                      where="model.name", fix="model.name=<the 16-bit base model> with adapter.method=qlora")
+    else:
+        yield warning(f"{what}: adapter.method=lora on it trains on quantized weights (QLoRA in effect, not what "
+                      "was planned), and merging the adapter into it fails (\"Cannot merge LORA layers when the "
+                      "model is ... quantized\") or loses precision", where="model.name",
+                      fix="model.name=<the 16-bit base model> (adapter.method=qlora quantizes it at load)")
+
+
+@check("MM043", "every token id the run feeds exists in the model's embedding matrix", needs=("cfg", "resolved"),
+       fast=True)
+def token_ids_fit_embeddings(ctx):
+    """A tokenizer (or a processor's media token) with ids beyond the embedding rows fails on the GPU
+    with "device-side assert triggered ... srcIndex < srcSelectDimSize", far from the cause."""
+    resolved = ctx.need("resolved")
+    if resolved.processor is None or not resolved.exact_text_tokens:
+        return  # the stand-in tokenizer's ids are not the model's: nothing to compare
+    cfg, config = _config_or_skip(ctx)
+    part = trained_part(config, resolved.family)
+    text = part.get_text_config() if hasattr(part, "get_text_config") else part
+    rows = getattr(text, "vocab_size", None) or getattr(part, "vocab_size", None)
+    if not rows:
+        return
+    yield from vocab_findings(resolved.processor, int(rows), resolved.pad_token_id, cfg.model.name)
+
+
+def media_token_ids(processor) -> dict[str, int]:
+    tok = getattr(processor, "tokenizer", processor)
+    out = {}
+    for kind in ("image", "video", "audio"):
+        tid = getattr(processor, f"{kind}_token_id", None)
+        token = getattr(processor, f"{kind}_token", None)
+        if tid is None and isinstance(token, str):
+            tid = tok.convert_tokens_to_ids(token)
+        if isinstance(tid, int):
+            out[f"{kind} token"] = tid
+    return out
+
+
+def vocab_findings(processor, rows: int, pad_id: int | None, name: str):
+    tok = getattr(processor, "tokenizer", processor)
+    used = dict(media_token_ids(processor))
+    if pad_id is not None:
+        used["pad token"] = pad_id
+    if tok.eos_token_id is not None:
+        used["eos token"] = tok.eos_token_id
+    over = {k: v for k, v in used.items() if v >= rows}
+    fix = (f"use the processor saved with {name} (a tokenizer from another checkpoint has other ids), or resize the "
+           "embeddings and train them (adapter.method=full) when tokens were added")
+    if over:
+        yield error(f"{', '.join(f'{k} id {v}' for k, v in over.items())} >= the model's {rows} embedding rows: "
+                    "the first batch fails with a device-side assert (index out of range)", where="model.name",
+                    fix=fix)
+    elif len(tok) > rows:
+        yield warning(f"the tokenizer has {len(tok)} tokens and the model {rows} embedding rows: a record containing "
+                      f"one of the {len(tok) - rows} added tokens fails with a device-side assert", where="model.name",
+                      fix=fix)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+@check("MM044", "this transformers knows the checkpoint's model type and is not older than the one that saved it",
+       fast=True)
+def transformers_version(ctx):
+    import transformers
+
+    cfg = ctx.need("cfg")
+    raw, path = raw_config(cfg)
+    if not raw:
+        return
+    here = transformers.__version__
+    mt = raw.get("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if mt and mt not in CONFIG_MAPPING and not cfg.model.trust_remote_code:
+        yield error(f"{path}: model_type {mt!r} is unknown to transformers {here} (\"Transformers does not recognize "
+                    "this architecture\")", where="model.name",
+                    fix=f"pip install -U transformers (the checkpoint was saved with {raw.get('transformers_version', '?')})")
+        return
+    saved = raw.get("transformers_version")
+    if saved and _version(saved)[:2] > _version(here)[:2]:
+        yield warning(f"{cfg.model.name} was saved with transformers {saved}, newer than the installed {here}: "
+                      "config keys and weight names it added may be ignored or fail to load", where="model.name",
+                      fix=f"pip install 'transformers>={'.'.join(map(str, _version(saved)[:2]))}'")
+
+
+@check("MM051", "model.name is a model, not a LoRA adapter or a training checkpoint folder", needs=("tree",), fast=True)
+def adapter_as_model(ctx):
+    model = (ctx.need("tree").get("model") or {})
+    name = model.get("name") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return
+    folder = Path(name).expanduser()
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return
+    for sub, what in (("", "a LoRA adapter"), ("adapter", "an mmtune checkpoint (LoRA adapter inside)")):
+        acfg = folder / sub / "adapter_config.json"
+        if acfg.is_file():
+            try:
+                base = json.loads(acfg.read_text()).get("base_model_name_or_path")
+            except (OSError, ValueError):
+                base = None
+            yield error(f"model.name={name} is {what}, not a model: it has {acfg.name} and no config.json "
+                        "(\"does not appear to have a file named config.json\")", where="model.name",
+                        fix=(f"model.name={base} (its base model); " if base else "")
+                        + f"or merge it into one model folder first: mmtune export {folder.parent if sub else folder} "
+                          "--merge")
+            return
+    if (folder / "model" / "config.json").is_file():
+        yield error(f"model.name={name} is an mmtune checkpoint folder; its model is in {folder / 'model'}",
+                    where="model.name", fix=f"model.name={folder / 'model'}")
+

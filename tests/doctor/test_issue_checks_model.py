@@ -1,0 +1,173 @@
+"""MM037, MM040, MM043, MM044, MM051: model checks built from public issue threads (docs/doctor.md lists them).
+
+Each test builds the broken setup from the report (a model folder as the user had it: config.json,
+processor, a weights file) and a clean one next to it; both go through the real doctor.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+from doctor_helpers import TINY_VL
+
+
+def model_folder(tmp_path, tiny="tiny/qwen2", name="m", config_json=None, **overrides):
+    """A local model folder of a tiny architecture: config.json, processor files, a (header-only) weights
+    file. `config_json` edits the written config.json (keys as the hub's files have them)."""
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / name
+    folder.mkdir()
+    config, processor = tiny_config_and_processor(tiny, **overrides)
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if config_json:
+        raw = json.loads((folder / "config.json").read_text())
+        raw.update(config_json)
+        (folder / "config.json").write_text(json.dumps(raw))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
+    return folder
+
+
+def tree(folder, adapter=None, train=None, family=None):
+    model = {"name": str(folder), **({"family": family} if family else {})}
+    return {"model": model, "data": {"train": "synthetic:counting", "synthetic_train_size": 8},
+            "adapter": adapter or {}, "train": train or {}}
+
+
+# --------------------------------------------------------------------------- MM037 tied lm_head
+
+def test_mm037_premise_tied_lm_head_is_not_a_separate_component():
+    """The report's setup in mmtune: training lm_head of a tied model stops with a misleading error."""
+    from mmtune.adapters import apply_adapters
+    from mmtune.config.schema import AdapterConfig
+    from mmtune.errors import ConfigError
+    from mmtune.models.families import get_family
+    from mmtune.models.tiny import build_tiny
+
+    model, _ = build_tiny("tiny/qwen2", tie_word_embeddings=True)
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    with pytest.raises(ConfigError, match="'lm_head' does not exist"):
+        apply_adapters(model, get_family("qwen2"), AdapterConfig(train_components=["lm_head"]))
+
+
+@pytest.mark.parametrize("adapter,train,severity", [
+    ({"train_components": ["lm_head"]}, {}, "error"),
+    ({"method": "full", "freeze_components": ["lm_head"]}, {}, "error"),
+    ({"lr_multipliers": {"lm_head": 0.1}, "train_components": ["lm_head"]}, {}, "error"),
+    ({}, {"stages": [{"until": 2, "train": ["lm_head"]}, {"train": ["lora"]}]}, "error"),
+    ({"target_modules": ["q_proj", "lm_head:lm_head"]}, {}, "warning"),
+])
+def test_mm037_tied_lm_head_flagged(doctor, tmp_path, adapter, train, severity):
+    folder = model_folder(tmp_path, tie_word_embeddings=True)
+    rep = doctor(tree(folder, adapter, train), "MM037")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM037", severity)], rep.findings
+    assert "tie" in rep.findings[0].message
+
+
+def test_mm037_clean_setups_are_silent(doctor, tmp_path):
+    tied = model_folder(tmp_path, tie_word_embeddings=True)
+    untied = model_folder(tmp_path, name="untied")
+    assert doctor(tree(tied), "MM037").findings == []  # LoRA on the decoder of a tied model: fine
+    assert doctor(tree(tied, {"method": "full"}), "MM037").findings == []
+    assert doctor(tree(untied, {"train_components": ["lm_head"]}), "MM037").findings == []
+    assert doctor(tree(untied, {"target_modules": ["q_proj", "lm_head:lm_head"]}), "MM037").findings == []
+
+
+# --------------------------------------------------------------------------- MM040 quantized checkpoint
+
+BNB = {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True, "bnb_4bit_quant_type": "nf4"}}
+
+
+@pytest.mark.parametrize("method,severity", [("full", "error"), ("lora", "warning"), ("qlora", "warning")])
+def test_mm040_prequantized_checkpoint(doctor, tmp_path, method, severity):
+    folder = model_folder(tmp_path, config_json=BNB)
+    rep = doctor(tree(folder, {"method": method}), "MM040")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM040", severity)]
+    assert "bitsandbytes" in rep.findings[0].message and "quantization_config" in rep.findings[0].message
+
+
+def test_mm040_unquantized_checkpoint_is_silent(doctor, tmp_path):
+    folder = model_folder(tmp_path)
+    for method in ("full", "lora", "qlora"):
+        assert doctor(tree(folder, {"method": method}), "MM040").findings == []
+    assert doctor(TINY_VL, "MM040").findings == []
+
+
+# --------------------------------------------------------------------------- MM043 token ids vs embeddings
+
+def test_mm043_tokenizer_larger_than_the_embeddings(doctor, tmp_path):
+    """A checkpoint whose config has fewer embedding rows than its tokenizer has tokens (453)."""
+    small = model_folder(tmp_path, vocab_size=400)
+    rep = doctor(tree(small), "MM043")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM043", "warning")], (rep.findings, rep.not_run)
+    assert "453 tokens" in rep.findings[0].message and "400 embedding rows" in rep.findings[0].message
+    assert doctor(tree(model_folder(tmp_path, name="ok")), "MM043").findings == []
+    assert doctor(TINY_VL, "MM043").findings == []
+
+
+def test_mm043_media_token_beyond_the_embeddings_is_an_error():
+    """E5-V#7: image_token_index == vocab_size, so every image record indexes past the matrix."""
+    from mmtune.doctor.checks.model_setup import vocab_findings
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    config, processor = tiny_config_and_processor("tiny/qwen2-vl")
+    rows = config.get_text_config().vocab_size
+    assert list(vocab_findings(processor, rows, 0, "m")) == []
+    found = list(vocab_findings(processor, processor.image_token_id, 0, "m"))
+    assert [f.severity for f in found] == ["error"] and "image token id 5" in found[0].message
+
+
+# --------------------------------------------------------------------------- MM044 transformers version
+
+def test_mm044_model_type_unknown_to_this_transformers(doctor, tmp_path):
+    folder = model_folder(tmp_path, config_json={"model_type": "qwen9_vl", "transformers_version": "9.0.0"})
+    rep = doctor(tree(folder, family="qwen2"), "MM044")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM044", "error")]
+    assert "qwen9_vl" in rep.findings[0].message and "pip install -U transformers" in rep.findings[0].fix
+
+
+def test_mm044_checkpoint_saved_by_a_newer_transformers(doctor, tmp_path):
+    import transformers
+
+    major = int(transformers.__version__.split(".")[0])
+    newer = model_folder(tmp_path, config_json={"transformers_version": f"{major + 1}.0.0"})
+    rep = doctor(tree(newer), "MM044")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM044", "warning")]
+    same = model_folder(tmp_path, name="same", config_json={"transformers_version": transformers.__version__})
+    assert doctor(tree(same), "MM044").findings == []
+    assert doctor(TINY_VL, "MM044").findings == []
+
+
+# --------------------------------------------------------------------------- MM051 adapter as model
+
+def test_mm051_lora_adapter_folder_as_model(doctor, tmp_path):
+    adapter = tmp_path / "lora-out"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2-VL-7B-Instruct",
+                                                             "peft_type": "LORA"}))
+    (adapter / "adapter_model.safetensors").write_bytes(b"")
+    rep = doctor(tree(adapter), "MM051")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM051", "error")]
+    assert rep.findings[0].fix.startswith("model.name=Qwen/Qwen2-VL-7B-Instruct")
+
+
+def test_mm051_mmtune_checkpoint_folders_as_model(doctor, tmp_path):
+    ckpt = tmp_path / "run" / "checkpoint-10"
+    (ckpt / "adapter").mkdir(parents=True)
+    (ckpt / "adapter" / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "base/m"}))
+    rep = doctor(tree(ckpt), "MM051")
+    assert [f.severity for f in rep.findings] == ["error"] and "mmtune export" in rep.findings[0].fix
+    full = tmp_path / "run" / "checkpoint-20"
+    (full / "model").mkdir(parents=True)
+    (full / "model" / "config.json").write_text("{}")
+    rep = doctor(tree(full), "MM051")
+    assert [f.fix for f in rep.findings] == [f"model.name={full / 'model'}"]
+
+
+def test_mm051_real_model_folders_are_silent(doctor, tmp_path):
+    assert doctor(tree(model_folder(tmp_path)), "MM051").findings == []
+    assert doctor(TINY_VL, "MM051").findings == []
