@@ -171,3 +171,73 @@ def test_mm051_mmtune_checkpoint_folders_as_model(doctor, tmp_path):
 def test_mm051_real_model_folders_are_silent(doctor, tmp_path):
     assert doctor(tree(model_folder(tmp_path)), "MM051").findings == []
     assert doctor(TINY_VL, "MM051").findings == []
+
+
+# --------------------------------------------------------------------------- MM052 untrained projector
+
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory):
+    """A LLaVA folder from `compose_llava` (tiny CLIP + tiny Qwen2): its projector is freshly initialised."""
+    import torch
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    from mmtune.models.compose import compose_llava, save_composed
+    from mmtune.models.local_tokenizer import chat_template
+    from mmtune.models.tiny import build_tiny
+
+    torch.manual_seed(1)  # the parts tests/models/test_compose.py composes
+    clip = CLIPVisionModel(CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=2, image_size=56, patch_size=14))
+    ip = CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
+    lm, tok = build_tiny("tiny/qwen2", seed=2)
+    tok.chat_template = chat_template(image="<image>\n")
+    folder = tmp_path_factory.mktemp("c") / "composed"
+    save_composed(compose_llava(clip, lm, tokenizer=tok, image_processor=ip), folder)
+    return folder
+
+
+def _llava(folder, adapter=None, train=None):
+    return {"model": {"name": str(folder), "family": "llava"}, "data": {"train": "synthetic:counting"},
+            "adapter": adapter or {}, "train": train or {}}
+
+
+def test_mm052_frozen_fresh_projector(doctor, composed):
+    rep = doctor(_llava(composed, {"freeze_components": ["vision"]}), "MM052")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM052", "error")], (rep.findings, rep.not_run)
+    assert "exactly zero" in rep.findings[0].message and "train_components=[projector]" in rep.findings[0].fix
+
+
+def test_mm052_checkpoint_without_projector_weights(doctor, composed, tmp_path):
+    """A language-model checkpoint loaded as LLaVA: the projector is "newly initialized" (LLaVA#808)."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bare = tmp_path / "bare"
+    shutil.copytree(composed, bare)
+    tensors = {k: v for k, v in load_file(bare / "model.safetensors").items() if "projector" not in k}
+    save_file(tensors, bare / "model.safetensors", metadata={"format": "pt"})
+    rep = doctor(_llava(bare), "MM052")
+    assert [f.severity for f in rep.findings] == ["error"] and "no projector weights" in rep.findings[0].message
+
+
+def test_mm052_projector_trained_or_already_trained_is_silent(doctor, composed, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    stage1 = {"method": "full", "freeze_components": ["vision", "decoder", "lm_head"]}  # seed 004 stage 1
+    assert doctor(_llava(composed, stage1), "MM052").findings == []
+    assert doctor(_llava(composed, {"train_components": ["projector"]}), "MM052").findings == []
+    stages = {"stages": [{"until": 2, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]}
+    assert doctor(_llava(composed, train=stages), "MM052").findings == []
+    trained = tmp_path / "trained"  # the same folder after stage 1: biases moved off zero
+    shutil.copytree(composed, trained)
+    tensors = load_file(trained / "model.safetensors")
+    for k in tensors:
+        if "projector" in k and k.endswith(".bias"):
+            tensors[k] = tensors[k] + 0.01
+    save_file(tensors, trained / "model.safetensors", metadata={"format": "pt"})
+    assert doctor(_llava(trained, {"freeze_components": ["vision"]}), "MM052").findings == []
+    assert doctor(TINY_VL, "MM052").findings == []

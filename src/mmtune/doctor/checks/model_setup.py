@@ -270,3 +270,72 @@ def adapter_as_model(ctx):
         yield error(f"model.name={name} is an mmtune checkpoint folder; its model is in {folder / 'model'}",
                     where="model.name", fix=f"model.name={folder / 'model'}")
 
+
+
+def weights_folder(cfg) -> Path | None:
+    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
+    from ...models.tiny import is_tiny
+
+    if is_tiny(cfg.model.name):
+        return None
+    folder = Path(cfg.model.name).expanduser()
+    if not folder.is_dir():
+        if cfg.model.name.count("/") != 1:
+            return None
+        from ...models.loading import _cached_snapshot
+
+        folder = _cached_snapshot(cfg.model.name, cfg.model.revision)
+    return folder if folder is not None and any(folder.glob("*.safetensors")) else None
+
+
+def projector_biases(folder: Path, family) -> dict[str, float] | None:
+    """{projector bias tensor: sum of |values|} read from the checkpoint (only those tensors), or None
+    when the checkpoint has no projector tensors at all. Names may be in transformers 4.x's layout
+    ("multi_modal_projector...", saved that way by transformers 5 too) or 5.x's ("model.multi_...")."""
+    from safetensors import safe_open
+
+    def is_projector(key: str) -> bool:
+        return "projector" in (family.component_of(key), family.component_of("model." + key))
+
+    out: dict[str, float] = {}
+    found = False
+    for shard in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            for key in f.keys():
+                if not is_projector(key):
+                    continue
+                found = True
+                if key.endswith(".bias"):
+                    out[key] = float(f.get_tensor(key).float().abs().sum())
+    return out if found else None
+
+
+@check("MM052", "a projector that was never trained is trained by the run", needs=("cfg", "resolved"), fast=True)
+def untrained_projector(ctx):
+    """A composed LLaVA-style model (`mmtune compose`) or a checkpoint without projector weights starts
+    with a random projector (transformers initialises biases to zero; missing weights are "newly
+    initialized"). A run that keeps it frozen trains the decoder on random projections of the image
+    features: the loss falls a little and the model never looks at the image (LLaVA#808, #1548)."""
+    resolved = ctx.need("resolved")
+    cfg, family = resolved.cfg, resolved.family
+    if "projector" not in family.components:
+        return
+    folder = weights_folder(cfg)
+    if folder is None:
+        return
+    biases = projector_biases(folder, family)
+    if biases is None:
+        state = "has no projector weights (transformers initialises them at random when loading)"
+    elif biases and all(v == 0.0 for v in biases.values()):
+        state = (f"has a projector that was never trained: its {len(biases)} bias tensors are exactly zero, as "
+                 "initialised (a composed model before its alignment stage)")
+    else:
+        return
+    trained = "projector" in resolved.trainable or any(
+        u.startswith("projector") for st in cfg.train.stages for u in st.train)
+    if trained:
+        return
+    yield error(f"{cfg.model.name} {state}, and this run keeps the projector frozen: the language model is trained "
+                "on random projections of the image features", where="adapter.train_components",
+                fix="adapter.train_components=[projector] (or train the projector alone first, as "
+                    "recipes/seed004_llava_clip_stage1.yaml does)")
