@@ -9,7 +9,7 @@ import pytest
 from doctor_helpers import TINY_VL
 
 LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
-               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS")
+               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def launch(monkeypatch, tmp_path):
     return set_
 
 
-NEW = ("MM045", "MM046", "MM047", "MM048", "MM049")
+NEW = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054")
 
 
 def test_no_launcher_no_findings(doctor, launch):
@@ -103,3 +103,24 @@ def test_mm049_deepspeed_json_owns_optimizer_or_precision(doctor, launch):
     assert "'optimizer'" in msgs[0] and "'scheduler'" in msgs[1] and "enables fp16 and the run is bf16" in msgs[2]
     launch(stage=2, ds_json={"fp16": {"enabled": True}})
     assert doctor({**TINY_VL, "train": {"precision": "fp16"}}, "MM049", gpu="t4").findings == []
+
+
+def test_mm054_zero_offload_refuses_the_runs_optimizer(doctor, launch, monkeypatch):
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    rep = doctor(TINY_VL, "MM054")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM054", "error")]
+    assert "client provided optimizer" in rep.findings[0].message
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                             "zero_force_ds_cpu_optimizer": False})
+    assert doctor(TINY_VL, "MM054").findings == []
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}}})
+    assert doctor(TINY_VL, "MM054").findings == []
+
+
+def test_mm054_offload_from_the_accelerate_config(doctor, launch, monkeypatch):
+    """recipes/accelerate/zero2.yaml style (no JSON): accelerate passes offload_optimizer_device as a variable."""
+    launch(stage=2)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu")
+    assert [f.severity for f in doctor(TINY_VL, "MM054").findings] == ["error"]
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")  # what the shipped zero2.yaml sets
+    assert doctor(TINY_VL, "MM054").findings == []

@@ -241,3 +241,60 @@ def test_mm052_projector_trained_or_already_trained_is_silent(doctor, composed, 
     save_file(tensors, trained / "model.safetensors", metadata={"format": "pt"})
     assert doctor(_llava(trained, {"freeze_components": ["vision"]}), "MM052").findings == []
     assert doctor(TINY_VL, "MM052").findings == []
+
+
+# --------------------------------------------------------------------------- MM050 FA2 head size
+
+def test_mm050_flash_attention_beyond_head_dim_256(doctor, tmp_path):
+    fa2 = {"name": None, "attn_implementation": "flash_attention_2"}
+    big = model_folder(tmp_path, name="big", head_dim=288)
+    rep = doctor({**tree(big), "model": {**fa2, "name": str(big)}}, "MM050", gpu="a100-80gb")
+    assert [(f.code, f.severity, f.fix) for f in rep.findings] == [("MM050", "error", "model.attn_implementation=sdpa")]
+    assert "head_dim 288" in rep.findings[0].message
+    assert doctor(tree(big), "MM050", gpu="a100-80gb").findings == []  # sdpa: no limit
+    ok = model_folder(tmp_path, name="ok")
+    assert doctor({**tree(ok), "model": {**fa2, "name": str(ok)}}, "MM050", gpu="a100-80gb").findings == []
+
+
+def test_mm050_backward_above_192_needs_an_a100_class_gpu(doctor, tmp_path):
+    """flash-attention#277/#328: head_dim 193-256 runs forward everywhere, backward only on A100/H100."""
+    mid = model_folder(tmp_path, name="mid", head_dim=224)
+    t = {**tree(mid), "model": {"name": str(mid), "attn_implementation": "flash_attention_2"}}
+    rep = doctor(t, "MM050", gpu="l4")
+    assert [f.severity for f in rep.findings] == ["error"] and "backward on L4" in rep.findings[0].message
+    assert doctor(t, "MM050", gpu="a100-80gb").findings == []
+
+
+def test_mm050_real_architectures_fit_flash_attention():
+    """The embedded real configs (text and encoders) are all within FlashAttention-2's limit: no false alarm."""
+    from mmtune.doctor.checks.model_setup import FA2_MAX_HEAD_DIM, head_dims
+    from mmtune.models.configs import embedded, embedded_names, hf_config
+
+    for name in embedded_names():
+        config = hf_config(embedded(name))
+        dims = head_dims(getattr(config, "thinker_config", config))
+        assert dims and max(dims.values()) <= FA2_MAX_HEAD_DIM, (name, dims)
+    assert head_dims(hf_config(embedded("Qwen/Qwen2-VL-7B-Instruct")))["vision"] == 80  # 1280 / 16, not 3584 / 16
+
+
+# --------------------------------------------------------------------------- MM053 static RoPE scaling
+
+YARN = {"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}}
+
+
+def test_mm053_yarn_on_for_short_sequences(doctor, tmp_path):
+    """Qwen's model card YaRN snippet added to config.json, training on 512-token records (Qwen3#1567)."""
+    folder = model_folder(tmp_path, config_json={**YARN, "max_position_embeddings": 4096})
+    rep = doctor({**tree(folder), "data": {"train": "synthetic:counting", "max_length": 512}}, "MM053")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM053", "warning")], (rep.findings, rep.not_run)
+    assert "yarn, factor 4" in rep.findings[0].message
+
+
+def test_mm053_clean(doctor, tmp_path):
+    folder = model_folder(tmp_path, config_json={**YARN, "max_position_embeddings": 4096})
+    long = {**tree(folder), "data": {"train": "synthetic:counting", "max_length": 4096}}
+    assert doctor(long, "MM053").findings == []  # the run needs the long window
+    assert doctor(tree(model_folder(tmp_path, name="plain")), "MM053").findings == []
+    assert doctor(TINY_VL, "MM053").findings == []  # M-RoPE is not a scaling
+    qwen2_vl = {"model": {"name": "Qwen/Qwen2-VL-7B-Instruct"}, "data": {"train": "synthetic:counting"}}
+    assert doctor(qwen2_vl, "MM053").findings == []

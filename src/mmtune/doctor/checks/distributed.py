@@ -24,6 +24,8 @@ class DeepSpeedLaunch:
     config_file: str | None
     config: dict = field(default_factory=dict)  # the DeepSpeed JSON, when a file was given
     grad_accum: str | None = None  # accelerate's gradient_accumulation_steps, when set
+    offload_optimizer: str | None = None  # cpu / nvme: ZeRO-Offload of the optimizer
+    force_ds_cpu_optimizer: bool = True  # DeepSpeed's zero_force_ds_cpu_optimizer (default true)
 
 
 def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
@@ -44,7 +46,12 @@ def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
     except (TypeError, ValueError):
         stage = None
     ga = ds.get("gradient_accumulation_steps", env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"))
-    return DeepSpeedLaunch(stage, path, ds, None if ga is None else str(ga))
+    zero = ds.get("zero_optimization") or {}
+    offload = (zero.get("offload_optimizer") or {}).get("device") if ds else env.get(
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
+    return DeepSpeedLaunch(stage, path, ds, None if ga is None else str(ga),
+                           str(offload).lower() if offload not in (None, "none") else None,
+                           ds.get("zero_force_ds_cpu_optimizer", True) is not False)
 
 
 def _launch(ctx) -> DeepSpeedLaunch | None:
@@ -159,3 +166,20 @@ def deepspeed_config_sections(ctx):
         if enabled is True and precision != name:
             yield error(f"{ds.config_file} enables {name} and the run is {precision}", where=ds.config_file,
                         fix=f'"{name}": {{"enabled": "auto"}} (accelerate fills it from the run\'s precision)')
+
+
+@check("MM054", "ZeRO-Offload of the optimizer accepts the run's own optimizer", fast=True)
+def zero_offload_client_optimizer(ctx):
+    """With the optimizer offloaded to CPU, DeepSpeed refuses any optimizer but its own CPU Adam unless
+    `zero_force_ds_cpu_optimizer` is false ("You are using ZeRO-Offload with a client provided
+    optimizer"), and mmtune always passes its own (per-component groups; MM049 keeps the config's out)."""
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.offload_optimizer is None or not ds.force_ds_cpu_optimizer:
+        return
+    yield error(f"the DeepSpeed launch offloads the optimizer to {ds.offload_optimizer}, and mmtune passes its own "
+                f"optimizer (train.optimizer={cfg.train.optimizer}): DeepSpeed stops with \"You are using ZeRO-Offload "
+                "with a client provided optimizer\"",
+                where=ds.config_file or "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                fix="offload_optimizer_device: none in the accelerate config (use adapter.method=qlora or more GPUs to "
+                    "fit), or \"zero_force_ds_cpu_optimizer\": false in the DeepSpeed config with train.optimizer=adamw")

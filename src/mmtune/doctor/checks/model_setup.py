@@ -339,3 +339,74 @@ def untrained_projector(ctx):
                 "on random projections of the image features", where="adapter.train_components",
                 fix="adapter.train_components=[projector] (or train the projector alone first, as "
                     "recipes/seed004_llava_clip_stage1.yaml does)")
+
+
+FA2_MAX_HEAD_DIM = 256  # flash-attn 2: head dimensions up to 256 (flash-attention#277)
+FA2_MAX_BACKWARD_HEAD_DIM_CONSUMER = 192  # backward above 192 needs A100/H100-class SMs (flash-attention#328)
+
+
+def head_dims(config) -> dict[str, int]:
+    """{part: attention head dimension} of the text model and any encoder sub-config."""
+    out = {}
+    parts = {"text": config.get_text_config() if hasattr(config, "get_text_config") else config}
+    for key in ("vision_config", "audio_config"):
+        sub = getattr(config, key, None)
+        if sub is not None:
+            parts[key.split("_")[0]] = sub
+    for name, c in parts.items():
+        heads = getattr(c, "num_attention_heads", None) or getattr(c, "num_heads", None) or getattr(
+            c, "encoder_attention_heads", None)
+        width = getattr(c, "embed_dim", None) or getattr(c, "hidden_size", None) or getattr(c, "d_model", None)
+        dim = getattr(c, "head_dim", None) or (width // heads if heads and width else None)
+        if isinstance(dim, int):
+            out[name] = dim
+    return out
+
+
+@check("MM050", "FlashAttention-2 supports the model's attention head size", needs=("cfg", "resolved"), fast=True)
+def fa2_head_dim(ctx):
+    resolved = ctx.need("resolved")
+    if resolved.attn_implementation != "flash_attention_2":
+        return
+    cfg, config = _config_or_skip(ctx)
+    limit, why = FA2_MAX_HEAD_DIM, f"FlashAttention-2 supports head dimensions up to {FA2_MAX_HEAD_DIM}"
+    gpu = resolved.target.gpu
+    if gpu is not None and tuple(gpu.compute_capability) in ((8, 6), (8, 7), (8, 9)):  # A10/A40/L4/RTX 30-40
+        limit = FA2_MAX_BACKWARD_HEAD_DIM_CONSUMER
+        why = (f"FlashAttention-2's backward on {gpu.name} (sm_{''.join(map(str, gpu.compute_capability))}) supports "
+               f"head dimensions up to {limit}; above that it needs an A100/H100")
+    big = {k: v for k, v in head_dims(trained_part(config, resolved.family)).items() if v > limit}
+    if big:
+        parts = ", ".join(f"{k} model has head_dim {v}" for k, v in big.items())
+        yield error(f"model.attn_implementation=flash_attention_2 and the {parts}: {why}",
+                    where="model.attn_implementation",
+                    fix="model.attn_implementation=sdpa")
+
+
+_STATIC_ROPE = ("yarn", "linear")
+
+
+@check("MM053", "a static RoPE scaling (YaRN / linear) is only on when the run's sequences need it", fast=True)
+def static_rope_scaling(ctx):
+    """Qwen's model cards add `rope_scaling: {type: yarn, factor: 4}` to config.json for 128k contexts;
+    transformers applies it to every sequence, and short ones lose quality (Qwen3#1567: Arena-Hard 39 ->
+    26.5 with YaRN on). Training with it on sequences that fit the original window trains the model under
+    the scaled positions for nothing."""
+    cfg, config = _config_or_skip(ctx)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    if not isinstance(rope, dict):
+        return
+    kind = rope.get("rope_type") or rope.get("type")
+    factor = rope.get("factor") or 1.0
+    original = rope.get("original_max_position_embeddings")
+    if kind not in _STATIC_ROPE or factor <= 1.0:
+        return
+    window = original or int(getattr(text, "max_position_embeddings", 0) / factor) or None
+    need = cfg.data.max_length + (cfg.eval.max_new_tokens if cfg.data.eval else 0)
+    if window and need <= window:
+        yield warning(f"{cfg.model.name}'s config scales RoPE statically ({kind}, factor {factor:g}) for contexts beyond "
+                      f"{window} tokens, and the run's sequences are at most {need}: every sequence trains and "
+                      "evaluates under the stretched positions, which costs short-context quality",
+                      where="model.name", fix="remove rope_scaling from the model's config.json (keep it only for "
+                                              f"sequences longer than {window} tokens)")

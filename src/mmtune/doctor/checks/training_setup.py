@@ -80,7 +80,7 @@ def fp16_overflow_architecture(ctx):
     yield warning(f"the run computes in fp16{why}, and {resolved.family.name}'s vision tower is reported to overflow "
                   f"in fp16 (inf/NaN activations, gibberish output: {src}); train.nan_guard stops the run at the first "
                   "non-finite loss, after the GPU time is spent", where="train.precision",
-                  fix="a GPU with bf16 (--gpu l4 / a10g / a100-40gb, then train.precision=bf16)")
+                  fix="a GPU with bf16 (--gpu l4 / a10 / a100-40gb, then train.precision=bf16)")
 
 
 _ENCODER_LR_LIMIT = 1e-4  # LoRA-sized rates (1e-4..2e-4) move a pretrained encoder far from its weights
