@@ -9,7 +9,8 @@ import pytest
 from doctor_helpers import TINY_VL
 
 LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
-               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
+               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+               "ACCELERATE_GRADIENT_CLIPPING")
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def launch(monkeypatch, tmp_path):
     return set_
 
 
-NEW = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054")
+NEW = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054", "MM055")
 
 
 def test_no_launcher_no_findings(doctor, launch):
@@ -38,7 +39,7 @@ def test_no_launcher_no_findings(doctor, launch):
 
 
 def test_zero2_with_the_runs_own_settings_is_clean(doctor, launch):
-    launch(stage=2, ds_json={"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"},
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "gradient_clipping": 1.0,
                              "gradient_accumulation_steps": "auto", "train_micro_batch_size_per_gpu": "auto"})
     rep = doctor(TINY_VL, *NEW, gpu="a100-80gb")
     assert rep.findings == [], rep.findings
@@ -124,3 +125,23 @@ def test_mm054_offload_from_the_accelerate_config(doctor, launch, monkeypatch):
     assert [f.severity for f in doctor(TINY_VL, "MM054").findings] == ["error"]
     monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")  # what the shipped zero2.yaml sets
     assert doctor(TINY_VL, "MM054").findings == []
+
+
+def test_mm055_deepspeed_ignores_max_grad_norm(doctor, launch, monkeypatch):
+    """accelerate's clip_grad_norm_ under DeepSpeed returns the engine's norm and clips nothing itself."""
+    import inspect
+
+    from accelerate import Accelerator
+
+    src = inspect.getsource(Accelerator.clip_grad_norm_)
+    assert "DistributedType.DEEPSPEED" in src and "get_global_grad_norm" in src  # the premise
+
+    launch(stage=2)
+    rep = doctor({**TINY_VL, "train": {"max_grad_norm": 1.0}}, "MM055")  # no gradient_clipping in the launch
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM055", "warning")] and "does not clip" in rep.findings[0].message
+    monkeypatch.setenv("ACCELERATE_GRADIENT_CLIPPING", "1.0")  # recipes/accelerate/zero2.yaml's value
+    assert doctor({**TINY_VL, "train": {"max_grad_norm": 1.0}}, "MM055").findings == []
+    rep = doctor({**TINY_VL, "train": {"max_grad_norm": 0.3}}, "MM055")
+    assert [f.severity for f in rep.findings] == ["warning"] and "clips at 1" in rep.findings[0].message
+    launch(stage=2, ds_json={"gradient_clipping": "auto"})
+    assert doctor({**TINY_VL, "train": {"max_grad_norm": 0.3}}, "MM055").findings == []  # accelerate fills it

@@ -26,6 +26,7 @@ class DeepSpeedLaunch:
     grad_accum: str | None = None  # accelerate's gradient_accumulation_steps, when set
     offload_optimizer: str | None = None  # cpu / nvme: ZeRO-Offload of the optimizer
     force_ds_cpu_optimizer: bool = True  # DeepSpeed's zero_force_ds_cpu_optimizer (default true)
+    clipping: str | None = None  # DeepSpeed's gradient_clipping: a number, "auto", or None (no clipping)
 
 
 def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
@@ -51,7 +52,12 @@ def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
         "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
     return DeepSpeedLaunch(stage, path, ds, None if ga is None else str(ga),
                            str(offload).lower() if offload not in (None, "none") else None,
-                           ds.get("zero_force_ds_cpu_optimizer", True) is not False)
+                           ds.get("zero_force_ds_cpu_optimizer", True) is not False,
+                           _as_str(ds.get("gradient_clipping", env.get("ACCELERATE_GRADIENT_CLIPPING"))))
+
+
+def _as_str(v) -> str | None:
+    return None if v is None else str(v).lower()
 
 
 def _launch(ctx) -> DeepSpeedLaunch | None:
@@ -183,3 +189,23 @@ def zero_offload_client_optimizer(ctx):
                 where=ds.config_file or "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
                 fix="offload_optimizer_device: none in the accelerate config (use adapter.method=qlora or more GPUs to "
                     "fit), or \"zero_force_ds_cpu_optimizer\": false in the DeepSpeed config with train.optimizer=adamw")
+
+
+@check("MM055", "under DeepSpeed, train.max_grad_norm is the clipping DeepSpeed applies", fast=True)
+def deepspeed_clipping(ctx):
+    """Under DeepSpeed, accelerator.clip_grad_norm_ only reads the engine's gradient norm back; the
+    engine clips by its own `gradient_clipping` (accelerate config or DeepSpeed JSON), so
+    train.max_grad_norm silently does nothing when the two differ."""
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.clipping == "auto":
+        return
+    want = cfg.train.max_grad_norm
+    have = None if ds.clipping in (None, "0", "0.0", "none") else float(ds.clipping)
+    if (want or None) == have:
+        return
+    said = f"clips at {have:g}" if have is not None else "does not clip (no gradient_clipping set)"
+    yield warning(f"train.max_grad_norm={want} is not applied under DeepSpeed: the engine clips by its own "
+                  f"gradient_clipping, and this launch {said}", where="train.max_grad_norm",
+                  fix=f"gradient_clipping: {want} in the accelerate config's deepspeed_config (or the DeepSpeed JSON)"
+                  if want else "remove gradient_clipping from the DeepSpeed setup, or set train.max_grad_norm to it")
