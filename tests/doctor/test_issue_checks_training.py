@@ -111,3 +111,29 @@ def test_mm042_encoder_in_full_at_a_lora_rate(doctor, adapter, train):
 def test_mm042_clean(doctor, adapter, train):
     assert doctor({**QWEN2_VL_7B, "adapter": adapter, "train": train}, "MM042").findings == []
     assert doctor({**TINY_VL, "adapter": {"train_components": ["vision"]}, "train": {"lr": 1e-3}}, "MM042").findings == []
+
+
+# --------------------------------------------------------------------------- MM056
+
+def test_mm056_premise_trainer_keeps_embedding_states_in_32_bit():
+    import inspect
+
+    from transformers import Trainer
+
+    assert 'register_module_override(module, "weight", {"optim_bits": 32})' in inspect.getsource(Trainer)
+
+
+def test_mm056_8bit_adam_on_embeddings_trained_in_full(doctor):
+    rep = doctor({**TINY_VL, "adapter": {"method": "full"}, "train": {"optimizer": "adamw_8bit"}}, "MM056")
+    assert [(f.code, f.severity, f.fix.split(" ")[0]) for f in rep.findings] == [
+        ("MM056", "warning", "train.optimizer=adamw")]
+
+
+@pytest.mark.parametrize("adapter,train", [
+    ({"method": "full"}, {"optimizer": "adamw"}),
+    ({"method": "full", "freeze_components": ["decoder"]}, {"optimizer": "adamw_8bit"}),
+    ({"method": "qlora"}, {"optimizer": "adamw_8bit"}),  # the T4 profile: LoRA weights only
+    ({"train_components": ["projector"]}, {"optimizer": "adamw_8bit"}),
+])
+def test_mm056_clean(doctor, adapter, train):
+    assert doctor({**TINY_VL, "adapter": adapter, "train": train}, "MM056").findings == []

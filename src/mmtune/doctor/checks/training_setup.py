@@ -117,3 +117,24 @@ def encoder_learning_rate(ctx):
                     yield warning(f"train.stages[{i}] trains {comp} blocks in full at lr {lr:g}: a LoRA-sized rate "
                                   "for a pretrained encoder", where=f"train.stages[{i}].lr_multiplier",
                                   fix=f"adapter.lr_multipliers.{comp}={_ENCODER_LR_LIMIT / 10 / (t.lr * st.lr_multiplier):.2g}")
+
+
+@check("MM056", "8-bit AdamW does not keep 8-bit states for embeddings trained in full", fast=True)
+def adam8bit_embeddings(ctx):
+    """bitsandbytes' author: 8-bit optimizer states for embedding layers make LM fine-tuning unstable; use
+    32-bit for them (transformers#14819). transformers' Trainer does exactly that for every nn.Embedding
+    (register_module_override optim_bits=32); mmtune's optimizer gives every group the same 8-bit AdamW."""
+    cfg = ctx.need("cfg")
+    a, t = cfg.adapter, cfg.train
+    if t.optimizer != "adamw_8bit":
+        return
+    how = None
+    if a.method == "full" and "decoder" not in a.freeze_components:
+        how = "adapter.method=full trains the decoder's input embeddings"
+    elif any("decoder" in st.train for st in t.stages):
+        how = "a train.stages unit `decoder` trains the input embeddings"
+    if how:
+        yield warning(f"train.optimizer=adamw_8bit and {how}: their Adam states are kept in 8 bits, which "
+                      "bitsandbytes reports unstable for embeddings in LM fine-tuning (the transformers Trainer keeps "
+                      "nn.Embedding states in 32 bits for this reason)", where="train.optimizer",
+                      fix="train.optimizer=adamw (or freeze the decoder: adapter.freeze_components=[decoder])")
