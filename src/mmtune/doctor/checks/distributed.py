@@ -91,23 +91,16 @@ def zero3_qlora(ctx):
                 fix="ZeRO-2 or DDP for QLoRA (each GPU holds the 4-bit model), or adapter.method=lora under ZeRO-3")
 
 
-@check("MM047", "ZeRO-3 with a multimodal model: every rank must run the same encoders each step", fast=True)
+@check("MM047", "ZeRO-3 with a multimodal model: every rank must run the same encoders each step",
+       needs=("cfg", "resolved"), fast=True)
 def zero3_modalities(ctx):
     """ZeRO-3 gathers each module's parameters collectively when it runs: a rank whose batch has no
     image skips the vision tower while the others wait in its all-gather, so mixed image and text data
     hangs without an error (DeepSpeed#7170, ms-swift#3213, LLaMA-Factory#5648, Qwen3-VL#126)."""
-    cfg = ctx.need("cfg")
     ds = _launch(ctx)
     if ds is None or ds.zero_stage != 3:
         return
-    from ...errors import ModelLoadError
-    from ...models.loading import resolve_family
-    from ..context import NotAvailable
-
-    try:
-        family = resolve_family(cfg)
-    except ModelLoadError as e:
-        raise NotAvailable(f"the model's family is unknown here: {e.what}") from None
+    family = ctx.need("resolved").family
     media = [m for m in family.modalities if m != "text"]
     if not media:
         return

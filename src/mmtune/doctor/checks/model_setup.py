@@ -116,7 +116,9 @@ def tied_lm_head(ctx):
     'lm_head' does not exist"), and LoRA on it merges into the shared matrix, so an export changes the
     input embeddings too or drops the trained head (peft#2777)."""
     cfg, config = _config_or_skip(ctx)
-    part = trained_part(config, family_of(cfg, config))
+    # The resolved run's family when it resolves here (a folder without weights does not: its config's type)
+    family = ctx.need("resolved").family if ctx.has("resolved") else family_of(cfg, config)
+    part = trained_part(config, family)
     if not getattr(part, "tie_word_embeddings", False):
         return
     keys = _units_naming(cfg, "lm_head")
