@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ..findings import error, warning
+from ..findings import error, info, warning
 from ..registry import check
 
 
@@ -58,10 +58,15 @@ def qlora_trains_4bit(ctx):
                             "blocks in full")
 
 
-# Families whose vision tower is reported to overflow in fp16 (inf/NaN, "!!!!" output): Qwen2-VL's ViT
-# (transformers#33294, fixed for inference by clamping in #33312) and Qwen2.5-VL's (MiMo-VL#8, a Qwen2.5-VL
-# fine-tune). Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
-FP16_OVERFLOW = {"qwen2_vl": "transformers#33294", "qwen2_5_vl": "MiMo-VL#8 (Qwen2.5-VL architecture)"}
+# Families whose vision tower is reported to overflow in fp16 (inf/NaN features, "!!!!" output), with how
+# sure the reports make it. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,
+# llama.cpp#17534 NaN in the vision embeddings, ollama#18070 forcing fp32 for this family only): a warning.
+# Qwen2-VL: transformers#33294, fixed for transformers' eager attention by #33312 (#35151): an info.
+# Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
+FP16_OVERFLOW = {
+    "qwen2_5_vl": ("warning", "MiMo-VL#8, llama.cpp#17534, ollama#18070"),
+    "qwen2_vl": ("info", "transformers#33294; fixed in transformers' eager attention by #33312"),
+}
 
 
 @check("MM041", "fp16 is not used on an architecture reported to overflow in fp16", needs=("cfg", "resolved"),
@@ -72,14 +77,16 @@ def fp16_overflow_architecture(ctx):
     resolved = ctx.need("resolved")
     if resolved.precision != "fp16" or is_tiny(resolved.cfg.model.name):
         return
-    src = FP16_OVERFLOW.get(resolved.family.name)
-    if src is None:
+    known = FP16_OVERFLOW.get(resolved.family.name)
+    if known is None:
         return
+    severity, src = known
     d = resolved.decision("train.precision")
     why = f" ({d.reason})" if d is not None and d.changed else ""
-    yield warning(f"the run computes in fp16{why}, and {resolved.family.name}'s vision tower is reported to overflow "
-                  f"in fp16 (inf/NaN activations, gibberish output: {src}); train.nan_guard stops the run at the first "
-                  "non-finite loss, after the GPU time is spent", where="train.precision",
+    finding = warning if severity == "warning" else info
+    yield finding(f"the run computes in fp16{why}, and {resolved.family.name}'s vision tower is reported to overflow "
+                  f"in fp16 (inf/NaN image features, gibberish output: {src}); train.nan_guard stops the run at the "
+                  "first non-finite loss, after the GPU time is spent", where="train.precision",
                   fix="a GPU with bf16 (--gpu l4 / a10 / a100-40gb, then train.precision=bf16)")
 
 
