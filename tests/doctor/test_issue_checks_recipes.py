@@ -25,3 +25,28 @@ def test_recipe_is_silent(recipe, tmp_path, monkeypatch):
     rep = run_doctor(recipe, [f"output_dir={tmp_path / 'run'}"], gpu, fast=True, only=CODES)
     loud = [f for f in rep.findings if f.severity in ("error", "warning")]
     assert loud == [], loud
+
+
+TINY = ["tiny/qwen2", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio", "tiny/qwen2.5-omni",
+        "tiny/llava", "tiny/llava-next", "tiny/llava-onevision"]
+
+
+@pytest.mark.parametrize("name", TINY)
+@pytest.mark.parametrize("adapter", [{}, {"method": "qlora"}, {"method": "full"}, {"train_components": ["projector"]}])
+def test_every_family_default_setups_are_silent(name, adapter, tmp_path, monkeypatch):
+    """Each architecture with the common adapter setups, on a bf16 GPU and on a T4: nothing to say."""
+    import yaml
+
+    from mmtune.doctor.runner import run_doctor
+
+    if name == "tiny/qwen2" and adapter.get("train_components"):
+        return  # no projector in a text-only model (a config error, not these checks')
+    for var in ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_CONFIG_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": name}, "data": {"train": "synthetic:counting"}, "adapter": adapter,
+                                   "output_dir": str(tmp_path / "run")}))
+    for gpu in ("a100-80gb", "t4"):
+        rep = run_doctor(cfg, [], gpu, fast=True, only=CODES)
+        assert [f for f in rep.findings if f.severity in ("error", "warning")] == [], (gpu, rep.findings)
+        assert not rep.not_run, rep.not_run
