@@ -12,7 +12,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-AREAS = ("config", "schedule", "hardware", "loading", "adapters", "data", "generation", "runtime", "memory")
+AREAS = ("config", "schedule", "hardware", "loading", "adapters", "data", "generation", "runtime", "memory",
+         "model_setup", "training_setup", "distributed")
 CHECK_MODULES = tuple(f"mmtune.doctor.checks.{a}" for a in AREAS)
 
 

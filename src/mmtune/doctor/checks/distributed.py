@@ -1,0 +1,204 @@
+"""Launch checks: the DeepSpeed setup `accelerate launch` hands to this process (fast; from issue threads).
+
+`accelerate launch` passes its DeepSpeed settings to each process as environment variables
+(ACCELERATE_USE_DEEPSPEED, ACCELERATE_DEEPSPEED_ZERO_STAGE, ACCELERATE_DEEPSPEED_CONFIG_FILE, ...), so
+these checks see them in `mmtune train`'s pre-start doctor; a plain `mmtune doctor` (no launcher) sees
+none and they stay silent. They read the same variables accelerate's own DeepSpeed plugin reads.
+Sources per check: docs/doctor.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..findings import error, warning
+from ..registry import check
+
+
+@dataclass(frozen=True)
+class DeepSpeedLaunch:
+    zero_stage: int | None
+    config_file: str | None
+    config: dict = field(default_factory=dict)  # the DeepSpeed JSON, when a file was given
+    grad_accum: str | None = None  # accelerate's gradient_accumulation_steps, when set
+    offload_optimizer: str | None = None  # cpu / nvme: ZeRO-Offload of the optimizer
+    force_ds_cpu_optimizer: bool = True  # DeepSpeed's zero_force_ds_cpu_optimizer (default true)
+    clipping: str | None = None  # DeepSpeed's gradient_clipping: a number, "auto", or None (no clipping)
+
+
+def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
+    """The DeepSpeed setup this process was launched with, or None (not under DeepSpeed)."""
+    env = os.environ if environ is None else environ
+    if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return None
+    path = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
+    ds: dict = {}
+    if path and Path(path).is_file():
+        try:
+            ds = json.loads(Path(path).read_text())
+        except (OSError, ValueError):
+            ds = {}
+    stage = (ds.get("zero_optimization") or {}).get("stage", env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
+    try:
+        stage = int(stage) if stage is not None else None
+    except (TypeError, ValueError):
+        stage = None
+    ga = ds.get("gradient_accumulation_steps", env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"))
+    zero = ds.get("zero_optimization") or {}
+    offload = (zero.get("offload_optimizer") or {}).get("device") if ds else env.get(
+        "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
+    return DeepSpeedLaunch(stage, path, ds, None if ga is None else str(ga),
+                           str(offload).lower() if offload not in (None, "none") else None,
+                           ds.get("zero_force_ds_cpu_optimizer", True) is not False,
+                           _as_str(ds.get("gradient_clipping", env.get("ACCELERATE_GRADIENT_CLIPPING"))))
+
+
+def _as_str(v) -> str | None:
+    return None if v is None else str(v).lower()
+
+
+def _launch(ctx) -> DeepSpeedLaunch | None:
+    return deepspeed_launch()
+
+
+@check("MM045", "DeepSpeed ZeRO-3: mmtune's checkpoints would hold no weights", fast=True)
+def zero3_checkpoints(ctx):
+    """ZeRO-3 partitions every parameter across ranks (each rank holds a size-0 placeholder); mmtune
+    saves with the model's own save_pretrained, which then writes empty tensors: the adapter file of a
+    few hundred bytes of peft#2892, trl#4416, DeepSpeed#7900."""
+    ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.zero_stage != 3:
+        return
+    yield error("launched with DeepSpeed ZeRO-3: parameters are partitioned across ranks and mmtune saves "
+                "checkpoints with save_pretrained, which writes the size-0 placeholders (an empty adapter / model) "
+                "and resumes from nothing", where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+                fix="ZeRO-2 (accelerate launch --config_file recipes/accelerate/zero2.yaml) or plain DDP (torchrun)")
+
+
+@check("MM046", "QLoRA is not launched under DeepSpeed ZeRO-3", fast=True)
+def zero3_qlora(ctx):
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.zero_stage != 3 or cfg.adapter.method != "qlora":
+        return
+    yield error("adapter.method=qlora under DeepSpeed ZeRO-3: the 4-bit decoder is placed whole on each GPU "
+                "(device_map) and ZeRO-3 cannot partition uint8 4-bit weights (\"DeepSpeed Zero-3 is not compatible "
+                "with ... passing a device_map\"; shape errors, transformers#29266)", where="adapter.method",
+                fix="ZeRO-2 or DDP for QLoRA (each GPU holds the 4-bit model), or adapter.method=lora under ZeRO-3")
+
+
+@check("MM047", "ZeRO-3 with a multimodal model: every rank must run the same encoders each step",
+       needs=("cfg", "resolved"), fast=True)
+def zero3_modalities(ctx):
+    """ZeRO-3 gathers each module's parameters collectively when it runs: a rank whose batch has no
+    image skips the vision tower while the others wait in its all-gather, so mixed image and text data
+    hangs without an error (DeepSpeed#7170, ms-swift#3213, LLaMA-Factory#5648, Qwen3-VL#126)."""
+    ds = _launch(ctx)
+    if ds is None or ds.zero_stage != 3:
+        return
+    family = ctx.need("resolved").family
+    media = [m for m in family.modalities if m != "text"]
+    if not media:
+        return
+    scan = ctx._cache.get("scan")
+    kinds = sorted({s for sp in scan.splits for s in sp.signatures}) if scan is not None else []
+    if kinds and len(kinds) == 1:
+        return  # one batch kind throughout: every rank runs the same modules
+    said = f" (batch kinds in the data: {', '.join(kinds)})" if kinds else ""
+    yield warning(f"DeepSpeed ZeRO-3 with {family.name} ({', '.join(media)} encoders): a step where one rank's "
+                  f"micro-batch has no {media[0]} and another's has skips the encoder on one rank only and hangs in "
+                  f"ZeRO-3's parameter gather{said}", where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+                  fix="ZeRO-2 (recipes/accelerate/zero2.yaml) or DDP; or one modality per dataset")
+
+
+@check("MM048", "under DeepSpeed, gradient accumulation is the run's own", fast=True)
+def deepspeed_accumulation(ctx):
+    """mmtune accumulates train.grad_accum micro-batches itself and calls accelerator.backward on each;
+    under DeepSpeed, accelerate's backward runs engine.step() at every backward outside
+    accelerator.accumulate() (accelerate utils/deepspeed.py DeepSpeedEngineWrapper.backward), so each
+    micro-batch becomes an optimizer step: grad_accum x more updates on 1/grad_accum of the batch."""
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None:
+        return
+    ga = cfg.train.grad_accum
+    if ga > 1:
+        yield error(f"train.grad_accum={ga} under DeepSpeed: accelerate steps the DeepSpeed engine at every "
+                    f"accelerator.backward, so each of the {ga} micro-batches becomes its own optimizer step (the "
+                    "effective batch silently shrinks to train.micro_batch_size x GPUs)", where="train.grad_accum",
+                    fix="train.grad_accum=1 with a larger train.micro_batch_size, or DDP (torchrun), where mmtune's "
+                        "accumulation applies")
+    if ds.grad_accum not in (None, "auto", str(ga)):
+        yield error(f"the DeepSpeed config sets gradient_accumulation_steps={ds.grad_accum} and the run "
+                    f"train.grad_accum={ga}: the two disagree on when the optimizer steps",
+                    where=ds.config_file or "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
+                    fix='"gradient_accumulation_steps": "auto" in the DeepSpeed config (accelerate#2210)')
+    mbs = ds.config.get("train_micro_batch_size_per_gpu")
+    if mbs not in (None, "auto") and str(mbs) != str(cfg.train.micro_batch_size):
+        yield error(f"the DeepSpeed config sets train_micro_batch_size_per_gpu={mbs} and the run "
+                    f"train.micro_batch_size={cfg.train.micro_batch_size}", where=ds.config_file,
+                    fix='"train_micro_batch_size_per_gpu": "auto" in the DeepSpeed config')
+
+
+@check("MM049", "the DeepSpeed config leaves the optimizer, scheduler and precision to the run",
+       needs=("cfg", "resolved"), fast=True)
+def deepspeed_config_sections(ctx):
+    """mmtune builds its own optimizer (param groups per component) and scheduler and passes them to
+    accelerate.prepare; a DeepSpeed JSON that defines them as well is refused by accelerate ("You cannot
+    specify an optimizer in the config file and in the code at the same time"), and a precision section
+    other than the run's trains in another dtype than planned."""
+    ds = _launch(ctx)
+    if ds is None or not ds.config:
+        return
+    for section, what in (("optimizer", "optimizer"), ("scheduler", "LR scheduler")):
+        if section in ds.config:
+            yield error(f"{ds.config_file} defines a DeepSpeed {section!r} section, and mmtune passes its own {what} "
+                        "(train.optimizer / train.scheduler): accelerate refuses both at once", where=ds.config_file,
+                        fix=f"remove the {section!r} section; the run's train.* settings apply")
+    precision = ctx.need("resolved").precision
+    for name in ("fp16", "bf16"):
+        enabled = (ds.config.get(name) or {}).get("enabled")
+        if enabled is True and precision != name:
+            yield error(f"{ds.config_file} enables {name} and the run is {precision}", where=ds.config_file,
+                        fix=f'"{name}": {{"enabled": "auto"}} (accelerate fills it from the run\'s precision)')
+
+
+@check("MM054", "ZeRO-Offload of the optimizer accepts the run's own optimizer", fast=True)
+def zero_offload_client_optimizer(ctx):
+    """With the optimizer offloaded to CPU, DeepSpeed refuses any optimizer but its own CPU Adam unless
+    `zero_force_ds_cpu_optimizer` is false ("You are using ZeRO-Offload with a client provided
+    optimizer"), and mmtune always passes its own (per-component groups; MM049 keeps the config's out)."""
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.offload_optimizer is None or not ds.force_ds_cpu_optimizer:
+        return
+    yield error(f"the DeepSpeed launch offloads the optimizer to {ds.offload_optimizer}, and mmtune passes its own "
+                f"optimizer (train.optimizer={cfg.train.optimizer}): DeepSpeed stops with \"You are using ZeRO-Offload "
+                "with a client provided optimizer\"",
+                where=ds.config_file or "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+                fix="offload_optimizer_device: none in the accelerate config (use adapter.method=qlora or more GPUs to "
+                    "fit), or \"zero_force_ds_cpu_optimizer\": false in the DeepSpeed config with train.optimizer=adamw")
+
+
+@check("MM055", "under DeepSpeed, train.max_grad_norm is the clipping DeepSpeed applies", fast=True)
+def deepspeed_clipping(ctx):
+    """Under DeepSpeed, accelerator.clip_grad_norm_ only reads the engine's gradient norm back; the
+    engine clips by its own `gradient_clipping` (accelerate config or DeepSpeed JSON), so
+    train.max_grad_norm silently does nothing when the two differ."""
+    cfg = ctx.need("cfg")
+    ds = _launch(ctx)
+    if ds is None or ds.clipping == "auto":
+        return
+    want = cfg.train.max_grad_norm
+    have = None if ds.clipping in (None, "0", "0.0", "none") else float(ds.clipping)
+    if (want or None) == have:
+        return
+    said = f"clips at {have:g}" if have is not None else "does not clip (no gradient_clipping set)"
+    yield warning(f"train.max_grad_norm={want} is not applied under DeepSpeed: the engine clips by its own "
+                  f"gradient_clipping, and this launch {said}", where="train.max_grad_norm",
+                  fix=f"gradient_clipping: {want} in the accelerate config's deepspeed_config (or the DeepSpeed JSON)"
+                  if want else "remove gradient_clipping from the DeepSpeed setup, or set train.max_grad_norm to it")

@@ -1,0 +1,414 @@
+"""Model checks from public issue threads, read from the model's config alone (fast, no weights).
+
+Each reads what the run will load: the tiny twin's config, a local folder's or cached config.json, or
+the embedded public config (`mmtune plan`'s source); never a download. Sources: docs/doctor.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..findings import error, warning
+from ..registry import check
+
+# --------------------------------------------------------------------------- reading the config
+
+def model_config(cfg):
+    """The transformers config of the run's model without a download (None when none is on disk or
+    embedded): tiny twin, a local folder's config.json (weights need not be there), cache, embedded."""
+    from ...errors import ModelLoadError
+    from ...models.loading import meta_config
+    from ...models.tiny import is_tiny
+
+    name = cfg.model.name
+    if is_tiny(name):
+        from ...models.tiny import tiny_config_and_processor
+
+        return tiny_config_and_processor(name)[0]
+    folder = Path(name).expanduser()
+    if (folder / "config.json").is_file():
+        from transformers import AutoConfig
+
+        from ...models.loading import normalize_legacy_rope
+
+        try:
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError, KeyError):
+            return None  # an unknown model type: MM044 says why
+        normalize_legacy_rope(config)
+        return config
+    try:
+        return meta_config(cfg)
+    except (ModelLoadError, OSError, ValueError, KeyError):
+        return None
+
+
+def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
+    """(config.json as written, its path) for a local folder or a cached hub model; (None, None) else.
+    Read as JSON, so a model type this transformers does not know can still be reported."""
+    folder = Path(cfg.model.name).expanduser()
+    if not (folder / "config.json").is_file():
+        from ...models.loading import _cached_snapshot
+        from ...models.tiny import is_tiny
+
+        if is_tiny(cfg.model.name) or cfg.model.name.count("/") != 1:
+            return None, None
+        snap = _cached_snapshot(cfg.model.name, cfg.model.revision)
+        if snap is None or not (snap / "config.json").is_file():
+            return None, None
+        folder = snap
+    path = folder / "config.json"
+    try:
+        return json.loads(path.read_text()), str(path)
+    except (OSError, ValueError):
+        return None, None
+
+
+def trained_part(config, family):
+    """The sub-config of the model mmtune trains (Qwen2.5-Omni: the Thinker), else the config itself."""
+    sub = getattr(family, "sub_config", None)
+    return getattr(config, sub, None) or config if sub else config
+
+
+def family_of(cfg, config):
+    """The run's family from model.family or the config's model type (no weights needed), or None."""
+    from ...errors import ModelLoadError
+    from ...models.families import family_for_model_type, get_family
+
+    try:
+        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(config.model_type)
+    except (ModelLoadError, KeyError, ValueError):
+        return None
+
+
+def _config_or_skip(ctx):
+    from ..context import NotAvailable
+
+    cfg = ctx.need("cfg")
+    config = model_config(cfg)
+    if config is None:
+        raise NotAvailable(f"no config of {cfg.model.name} on disk or embedded (MM024 says how to get it)")
+    return cfg, config
+
+
+# --------------------------------------------------------------------------- checks
+
+_TIED_SOURCES = "peft#2777, peft#1750"
+
+
+def _units_naming(cfg, comp: str) -> list[str]:
+    """Config keys that train, freeze or scale `comp` in full."""
+    a = cfg.adapter
+    keys = [f"adapter.{k}" for k in ("train_components", "freeze_components") if comp in getattr(a, k)]
+    if comp in a.lr_multipliers:
+        keys.append(f"adapter.lr_multipliers.{comp}")
+    for i, st in enumerate(cfg.train.stages):
+        if any(u == comp or u.startswith(comp + "_last_") for u in st.train):
+            keys.append(f"train.stages[{i}].train")
+    return keys
+
+
+@check("MM037", "lm_head tied to the input embeddings is not trained, frozen or LoRA-adapted on its own", fast=True)
+def tied_lm_head(ctx):
+    """With tie_word_embeddings the output head IS the input embedding matrix (Qwen2-VL-2B, Qwen2.5-0.5B..3B,
+    Qwen3-VL-2B/4B): the model has no separate lm_head parameter (apply_adapters stops with "component
+    'lm_head' does not exist"), and LoRA on it merges into the shared matrix, so an export changes the
+    input embeddings too or drops the trained head (peft#2777)."""
+    cfg, config = _config_or_skip(ctx)
+    # The resolved run's family when it resolves here (a folder without weights does not: its config's type)
+    family = ctx.need("resolved").family if ctx.has("resolved") else family_of(cfg, config)
+    part = trained_part(config, family)
+    if not getattr(part, "tie_word_embeddings", False):
+        return
+    keys = _units_naming(cfg, "lm_head")
+    if keys:
+        yield error(f"{', '.join(keys)} name lm_head, but {cfg.model.name} ties lm_head to the input embeddings "
+                    "(tie_word_embeddings=true): there is no separate lm_head weight to train or freeze, and the "
+                    "run stops with \"component 'lm_head' does not exist\"", where=keys[0],
+                    fix="remove lm_head there; the tied matrix belongs to the decoder (adapter.method=full trains "
+                        f"it with the decoder, adapter.freeze_components=[decoder] freezes both) ({_TIED_SOURCES})")
+    targets = cfg.adapter.target_modules
+    named = [t for t in targets if "lm_head" in t] if isinstance(targets, list) else (
+        [targets] if isinstance(targets, str) and "lm_head" in targets else [])
+    if named and cfg.adapter.method != "full":
+        yield warning(f"adapter.target_modules puts LoRA on lm_head ({', '.join(named)}), which is tied to the "
+                      "input embeddings: merging the adapter (`mmtune export --merge`) adds the update to the shared "
+                      "matrix, so the input embeddings change too, or the merged head is dropped when the model is "
+                      "saved tied", where="adapter.target_modules",
+                      fix=f"leave lm_head out of adapter.target_modules ({_TIED_SOURCES}; unsloth#9331 measured the "
+                          "trained head discarded at merge)")
+
+
+@check("MM040", "the checkpoint is not already quantized (bnb / GPTQ / AWQ) for a run that trains its weights",
+       fast=True)
+def prequantized_checkpoint(ctx):
+    cfg = ctx.need("cfg")
+    raw, path = raw_config(cfg)
+    q = (raw or {}).get("quantization_config") or {}
+    if not q:
+        return
+    kind = q.get("quant_method") or ("bitsandbytes" if q.get("load_in_4bit") or q.get("load_in_8bit") else "quantized")
+    what = f"{cfg.model.name} is a quantized checkpoint ({kind}; quantization_config in {path})"
+    if cfg.adapter.method == "full":
+        yield error(f"{what}: adapter.method=full cannot train integer weights (\"You cannot perform fine-tuning "
+                    "on purely quantized models\")", where="model.name",
+                    fix="train the original 16-bit model (model.name=<its base model>), or adapter.method=lora")
+    elif cfg.adapter.method == "qlora":
+        yield warning(f"{what}: transformers keeps the checkpoint's own quantization and ignores the run's "
+                      "4-bit settings (adapter.bnb_4bit_*), and the planned memory assumes NF4 from 16-bit weights",
+                      where="model.name", fix="model.name=<the 16-bit base model> with adapter.method=qlora")
+    else:
+        yield warning(f"{what}: adapter.method=lora on it trains on quantized weights (QLoRA in effect, not what "
+                      "was planned), and merging the adapter into it fails (\"Cannot merge LORA layers when the "
+                      "model is ... quantized\") or loses precision", where="model.name",
+                      fix="model.name=<the 16-bit base model> (adapter.method=qlora quantizes it at load)")
+
+
+@check("MM043", "every token id the run feeds exists in the model's embedding matrix", needs=("cfg", "resolved"),
+       fast=True)
+def token_ids_fit_embeddings(ctx):
+    """A tokenizer (or a processor's media token) with ids beyond the embedding rows fails on the GPU
+    with "device-side assert triggered ... srcIndex < srcSelectDimSize", far from the cause."""
+    resolved = ctx.need("resolved")
+    if resolved.processor is None or not resolved.exact_text_tokens:
+        return  # the stand-in tokenizer's ids are not the model's: nothing to compare
+    cfg, config = _config_or_skip(ctx)
+    part = trained_part(config, resolved.family)
+    text = part.get_text_config() if hasattr(part, "get_text_config") else part
+    rows = getattr(text, "vocab_size", None) or getattr(part, "vocab_size", None)
+    if not rows:
+        return
+    yield from vocab_findings(resolved.processor, int(rows), resolved.pad_token_id, cfg.model.name)
+
+
+def media_token_ids(processor) -> dict[str, int]:
+    tok = getattr(processor, "tokenizer", processor)
+    out = {}
+    for kind in ("image", "video", "audio"):
+        tid = getattr(processor, f"{kind}_token_id", None)
+        token = getattr(processor, f"{kind}_token", None)
+        if tid is None and isinstance(token, str):
+            tid = tok.convert_tokens_to_ids(token)
+        if isinstance(tid, int):
+            out[f"{kind} token"] = tid
+    return out
+
+
+def vocab_findings(processor, rows: int, pad_id: int | None, name: str):
+    tok = getattr(processor, "tokenizer", processor)
+    used = dict(media_token_ids(processor))
+    if pad_id is not None:
+        used["pad token"] = pad_id
+    if tok.eos_token_id is not None:
+        used["eos token"] = tok.eos_token_id
+    over = {k: v for k, v in used.items() if v >= rows}
+    fix = (f"use the processor saved with {name} (a tokenizer from another checkpoint has other ids), or resize the "
+           "embeddings and train them (adapter.method=full) when tokens were added")
+    if over:
+        yield error(f"{', '.join(f'{k} id {v}' for k, v in over.items())} >= the model's {rows} embedding rows: "
+                    "the first batch fails with a device-side assert (index out of range)", where="model.name",
+                    fix=fix)
+    elif len(tok) > rows:
+        yield warning(f"the tokenizer has {len(tok)} tokens and the model {rows} embedding rows: a record containing "
+                      f"one of the {len(tok) - rows} added tokens fails with a device-side assert", where="model.name",
+                      fix=fix)
+
+
+def _version(v: str) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+@check("MM044", "this transformers knows the checkpoint's model type and is not older than the one that saved it",
+       fast=True)
+def transformers_version(ctx):
+    import transformers
+
+    cfg = ctx.need("cfg")
+    raw, path = raw_config(cfg)
+    if not raw:
+        return
+    here = transformers.__version__
+    mt = raw.get("model_type")
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if mt and mt not in CONFIG_MAPPING and not cfg.model.trust_remote_code:
+        yield error(f"{path}: model_type {mt!r} is unknown to transformers {here} (\"Transformers does not recognize "
+                    "this architecture\")", where="model.name",
+                    fix=f"pip install -U transformers (the checkpoint was saved with {raw.get('transformers_version', '?')})")
+        return
+    saved = raw.get("transformers_version")
+    if saved and _version(saved)[:2] > _version(here)[:2]:
+        yield warning(f"{cfg.model.name} was saved with transformers {saved}, newer than the installed {here}: "
+                      "config keys and weight names it added may be ignored or fail to load", where="model.name",
+                      fix=f"pip install 'transformers>={'.'.join(map(str, _version(saved)[:2]))}'")
+
+
+@check("MM051", "model.name is a model, not a LoRA adapter or a training checkpoint folder", needs=("tree",), fast=True)
+def adapter_as_model(ctx):
+    model = (ctx.need("tree").get("model") or {})
+    name = model.get("name") if isinstance(model, dict) else None
+    if not isinstance(name, str):
+        return
+    folder = Path(name).expanduser()
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return
+    for sub, what in (("", "a LoRA adapter"), ("adapter", "an mmtune checkpoint (LoRA adapter inside)")):
+        acfg = folder / sub / "adapter_config.json"
+        if acfg.is_file():
+            try:
+                base = json.loads(acfg.read_text()).get("base_model_name_or_path")
+            except (OSError, ValueError):
+                base = None
+            yield error(f"model.name={name} is {what}, not a model: it has {acfg.name} and no config.json "
+                        "(\"does not appear to have a file named config.json\")", where="model.name",
+                        fix=(f"model.name={base} (its base model); " if base else "")
+                        + f"or merge it into one model folder first: mmtune export {folder.parent if sub else folder} "
+                          "--merge")
+            return
+    if (folder / "model" / "config.json").is_file():
+        yield error(f"model.name={name} is an mmtune checkpoint folder; its model is in {folder / 'model'}",
+                    where="model.name", fix=f"model.name={folder / 'model'}")
+
+
+
+def weights_folder(cfg) -> Path | None:
+    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
+    from ...models.tiny import is_tiny
+
+    if is_tiny(cfg.model.name):
+        return None
+    folder = Path(cfg.model.name).expanduser()
+    if not folder.is_dir():
+        if cfg.model.name.count("/") != 1:
+            return None
+        from ...models.loading import _cached_snapshot
+
+        folder = _cached_snapshot(cfg.model.name, cfg.model.revision)
+    return folder if folder is not None and any(folder.glob("*.safetensors")) else None
+
+
+def projector_biases(folder: Path, family) -> dict[str, float] | None:
+    """{projector bias tensor: sum of |values|} read from the checkpoint (only those tensors), or None
+    when the checkpoint has no projector tensors at all. Names may be in transformers 4.x's layout
+    ("multi_modal_projector...", saved that way by transformers 5 too) or 5.x's ("model.multi_...")."""
+    from safetensors import safe_open
+
+    def is_projector(key: str) -> bool:
+        return "projector" in (family.component_of(key), family.component_of("model." + key))
+
+    out: dict[str, float] = {}
+    found = False
+    for shard in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(shard), "pt") as f:
+            for key in f.keys():
+                if not is_projector(key):
+                    continue
+                found = True
+                if key.endswith(".bias"):
+                    out[key] = float(f.get_tensor(key).float().abs().sum())
+    return out if found else None
+
+
+@check("MM052", "a projector that was never trained is trained by the run", needs=("cfg", "resolved"), fast=True)
+def untrained_projector(ctx):
+    """A composed LLaVA-style model (`mmtune compose`) or a checkpoint without projector weights starts
+    with a random projector (transformers initialises biases to zero; missing weights are "newly
+    initialized"). A run that keeps it frozen trains the decoder on random projections of the image
+    features: the loss falls a little and the model never looks at the image (LLaVA#808, #1548)."""
+    resolved = ctx.need("resolved")
+    cfg, family = resolved.cfg, resolved.family
+    if "projector" not in family.components:
+        return
+    folder = weights_folder(cfg)
+    if folder is None:
+        return
+    biases = projector_biases(folder, family)
+    if biases is None:
+        state = "has no projector weights (transformers initialises them at random when loading)"
+    elif biases and all(v == 0.0 for v in biases.values()):
+        state = (f"has a projector that was never trained: its {len(biases)} bias tensors are exactly zero, as "
+                 "initialised (a composed model before its alignment stage)")
+    else:
+        return
+    trained = "projector" in resolved.trainable or any(
+        u.startswith("projector") for st in cfg.train.stages for u in st.train)
+    if trained:
+        return
+    yield error(f"{cfg.model.name} {state}, and this run keeps the projector frozen: the language model is trained "
+                "on random projections of the image features", where="adapter.train_components",
+                fix="adapter.train_components=[projector] (or train the projector alone first, as "
+                    "recipes/seed004_llava_clip_stage1.yaml does)")
+
+
+FA2_MAX_HEAD_DIM = 256  # flash-attn 2: head dimensions up to 256 (flash-attention#277)
+FA2_MAX_BACKWARD_HEAD_DIM_CONSUMER = 192  # backward above 192 needs A100/H100-class SMs (flash-attention#328)
+
+
+def head_dims(config) -> dict[str, int]:
+    """{part: attention head dimension} of the text model and any encoder sub-config."""
+    out = {}
+    parts = {"text": config.get_text_config() if hasattr(config, "get_text_config") else config}
+    for key in ("vision_config", "audio_config"):
+        sub = getattr(config, key, None)
+        if sub is not None:
+            parts[key.split("_")[0]] = sub
+    for name, c in parts.items():
+        heads = getattr(c, "num_attention_heads", None) or getattr(c, "num_heads", None) or getattr(
+            c, "encoder_attention_heads", None)
+        width = getattr(c, "embed_dim", None) or getattr(c, "hidden_size", None) or getattr(c, "d_model", None)
+        dim = getattr(c, "head_dim", None) or (width // heads if heads and width else None)
+        if isinstance(dim, int):
+            out[name] = dim
+    return out
+
+
+@check("MM050", "FlashAttention-2 supports the model's attention head size", needs=("cfg", "resolved"), fast=True)
+def fa2_head_dim(ctx):
+    resolved = ctx.need("resolved")
+    if resolved.attn_implementation != "flash_attention_2":
+        return
+    cfg, config = _config_or_skip(ctx)
+    limit, why = FA2_MAX_HEAD_DIM, f"FlashAttention-2 supports head dimensions up to {FA2_MAX_HEAD_DIM}"
+    gpu = resolved.target.gpu
+    if gpu is not None and tuple(gpu.compute_capability) in ((8, 6), (8, 7), (8, 9)):  # A10/A40/L4/RTX 30-40
+        limit = FA2_MAX_BACKWARD_HEAD_DIM_CONSUMER
+        why = (f"FlashAttention-2's backward on {gpu.name} (sm_{''.join(map(str, gpu.compute_capability))}) supports "
+               f"head dimensions up to {limit}; above that it needs an A100/H100")
+    big = {k: v for k, v in head_dims(trained_part(config, resolved.family)).items() if v > limit}
+    if big:
+        parts = ", ".join(f"{k} model has head_dim {v}" for k, v in big.items())
+        yield error(f"model.attn_implementation=flash_attention_2 and the {parts}: {why}",
+                    where="model.attn_implementation",
+                    fix="model.attn_implementation=sdpa")
+
+
+_STATIC_ROPE = ("yarn", "linear")
+
+
+@check("MM053", "a static RoPE scaling (YaRN / linear) is only on when the run's sequences need it", fast=True)
+def static_rope_scaling(ctx):
+    """Qwen's model cards add `rope_scaling: {type: yarn, factor: 4}` to config.json for 128k contexts;
+    transformers applies it to every sequence, and short ones lose quality (Qwen3#1567: Arena-Hard 39 ->
+    26.5 with YaRN on). Training with it on sequences that fit the original window trains the model under
+    the scaled positions for nothing."""
+    cfg, config = _config_or_skip(ctx)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    rope = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
+    if not isinstance(rope, dict):
+        return
+    kind = rope.get("rope_type") or rope.get("type")
+    factor = rope.get("factor") or 1.0
+    original = rope.get("original_max_position_embeddings")
+    if kind not in _STATIC_ROPE or factor <= 1.0:
+        return
+    window = original or int(getattr(text, "max_position_embeddings", 0) / factor) or None
+    need = cfg.data.max_length + (cfg.eval.max_new_tokens if cfg.data.eval else 0)
+    if window and need <= window:
+        yield warning(f"{cfg.model.name}'s config scales RoPE statically ({kind}, factor {factor:g}) for contexts beyond "
+                      f"{window} tokens, and the run's sequences are at most {need}: every sequence trains and "
+                      "evaluates under the stretched positions, which costs short-context quality",
+                      where="model.name", fix="remove rope_scaling from the model's config.json (keep it only for "
+                                              f"sequences longer than {window} tokens)")

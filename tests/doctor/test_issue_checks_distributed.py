@@ -1,0 +1,147 @@
+"""MM045-MM049: the DeepSpeed setup `accelerate launch` hands the process, read from the same
+environment variables accelerate's DeepSpeed plugin reads (set here as the launcher sets them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from doctor_helpers import TINY_VL
+
+LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+               "ACCELERATE_GRADIENT_CLIPPING")
+
+
+@pytest.fixture
+def launch(monkeypatch, tmp_path):
+    """launch(stage=2, ds_json=None): the environment `accelerate launch` with a DeepSpeed config sets."""
+    for k in LAUNCH_VARS:
+        monkeypatch.delenv(k, raising=False)
+
+    def set_(stage=2, ds_json=None):
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
+        if ds_json is not None:
+            path = tmp_path / "ds.json"
+            path.write_text(json.dumps(ds_json))
+            monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
+
+    return set_
+
+
+NEW = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054", "MM055")
+
+
+def test_no_launcher_no_findings(doctor, launch):
+    for tree in (TINY_VL, {**TINY_VL, "adapter": {"method": "qlora"}, "train": {"grad_accum": 8}}):
+        assert doctor(tree, *NEW).findings == []
+
+
+def test_zero2_with_the_runs_own_settings_is_clean(doctor, launch):
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}, "gradient_clipping": 1.0,
+                             "gradient_accumulation_steps": "auto", "train_micro_batch_size_per_gpu": "auto"})
+    rep = doctor(TINY_VL, *NEW, gpu="a100-80gb")
+    assert rep.findings == [], rep.findings
+
+
+def test_mm045_zero3_checkpoints(doctor, launch):
+    launch(stage=3)
+    rep = doctor(TINY_VL, "MM045")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM045", "error")]
+    assert "zero2.yaml" in rep.findings[0].fix
+
+
+def test_mm046_qlora_under_zero3(doctor, launch):
+    launch(stage=3)
+    assert [f.severity for f in doctor({**TINY_VL, "adapter": {"method": "qlora"}}, "MM046").findings] == ["error"]
+    assert doctor(TINY_VL, "MM046").findings == []
+    launch(stage=2)
+    assert doctor({**TINY_VL, "adapter": {"method": "qlora"}}, "MM046").findings == []
+
+
+def test_mm047_zero3_with_a_multimodal_model(doctor, launch):
+    launch(stage=3, ds_json={"zero_optimization": {"stage": 3}})
+    rep = doctor(TINY_VL, "MM047")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM047", "warning")]
+    text_only = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"}}
+    assert doctor(text_only, "MM047").findings == []  # no encoder to skip
+
+
+def test_mm048_deepspeed_steps_every_micro_batch(doctor, launch):
+    """accelerate runs engine.step() in every accelerator.backward outside accelerator.accumulate():
+    the loop's own accumulation becomes one optimizer step per micro-batch."""
+    import inspect
+
+    from accelerate.utils.deepspeed import DeepSpeedEngineWrapper
+
+    src = inspect.getsource(DeepSpeedEngineWrapper.backward)
+    assert "self.engine.step()" in src and "if sync_gradients" in src  # the premise, in accelerate itself
+    from mmtune.train import step as train_step
+
+    assert "accelerator.accumulate(" not in inspect.getsource(train_step)  # mmtune never clears sync_gradients
+
+    launch(stage=2)
+    rep = doctor({**TINY_VL, "train": {"grad_accum": 8}}, "MM048")
+    assert [(f.code, f.severity, f.where) for f in rep.findings] == [("MM048", "error", "train.grad_accum")]
+    assert doctor({**TINY_VL, "train": {"grad_accum": 1, "micro_batch_size": 4}}, "MM048").findings == []
+
+
+def test_mm048_deepspeed_json_disagrees_with_the_run(doctor, launch):
+    launch(stage=2, ds_json={"gradient_accumulation_steps": 4, "train_micro_batch_size_per_gpu": 8})
+    rep = doctor(TINY_VL, "MM048")
+    assert [f.severity for f in rep.findings] == ["error", "error"]
+    assert "gradient_accumulation_steps=4" in rep.findings[0].message
+    assert "train_micro_batch_size_per_gpu=8" in rep.findings[1].message
+
+
+def test_mm049_deepspeed_json_owns_optimizer_or_precision(doctor, launch):
+    launch(stage=2, ds_json={"optimizer": {"type": "AdamW"}, "scheduler": {"type": "WarmupLR"},
+                             "fp16": {"enabled": True}})
+    rep = doctor(TINY_VL, "MM049", gpu="a100-80gb")  # the run is bf16 there
+    msgs = [f.message for f in rep.findings]
+    assert [f.severity for f in rep.findings] == ["error"] * 3
+    assert "'optimizer'" in msgs[0] and "'scheduler'" in msgs[1] and "enables fp16 and the run is bf16" in msgs[2]
+    launch(stage=2, ds_json={"fp16": {"enabled": True}})
+    assert doctor({**TINY_VL, "train": {"precision": "fp16"}}, "MM049", gpu="t4").findings == []
+
+
+def test_mm054_zero_offload_refuses_the_runs_optimizer(doctor, launch, monkeypatch):
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})
+    rep = doctor(TINY_VL, "MM054")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM054", "error")]
+    assert "client provided optimizer" in rep.findings[0].message
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                             "zero_force_ds_cpu_optimizer": False})
+    assert doctor(TINY_VL, "MM054").findings == []
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "none"}}})
+    assert doctor(TINY_VL, "MM054").findings == []
+
+
+def test_mm054_offload_from_the_accelerate_config(doctor, launch, monkeypatch):
+    """recipes/accelerate/zero2.yaml style (no JSON): accelerate passes offload_optimizer_device as a variable."""
+    launch(stage=2)
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "cpu")
+    assert [f.severity for f in doctor(TINY_VL, "MM054").findings] == ["error"]
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", "none")  # what the shipped zero2.yaml sets
+    assert doctor(TINY_VL, "MM054").findings == []
+
+
+def test_mm055_deepspeed_ignores_max_grad_norm(doctor, launch, monkeypatch):
+    """accelerate's clip_grad_norm_ under DeepSpeed returns the engine's norm and clips nothing itself."""
+    import inspect
+
+    from accelerate import Accelerator
+
+    src = inspect.getsource(Accelerator.clip_grad_norm_)
+    assert "DistributedType.DEEPSPEED" in src and "get_global_grad_norm" in src  # the premise
+
+    launch(stage=2)
+    rep = doctor({**TINY_VL, "train": {"max_grad_norm": 1.0}}, "MM055")  # no gradient_clipping in the launch
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM055", "warning")] and "does not clip" in rep.findings[0].message
+    monkeypatch.setenv("ACCELERATE_GRADIENT_CLIPPING", "1.0")  # recipes/accelerate/zero2.yaml's value
+    assert doctor({**TINY_VL, "train": {"max_grad_norm": 1.0}}, "MM055").findings == []
+    rep = doctor({**TINY_VL, "train": {"max_grad_norm": 0.3}}, "MM055")
+    assert [f.severity for f in rep.findings] == ["warning"] and "clips at 1" in rep.findings[0].message
+    launch(stage=2, ds_json={"gradient_clipping": "auto"})
+    assert doctor({**TINY_VL, "train": {"max_grad_norm": 0.3}}, "MM055").findings == []  # accelerate fills it
