@@ -238,7 +238,7 @@ class TrainConfig(Section):
     resume: bool = Field(True, description="continue from the latest checkpoint in output_dir if present")
     accept_changes: bool = Field(
         False, description="resume even though the config changes the run (lr, schedule, batch, data, adapter, "
-                           "model); the new values are applied and recorded")
+                           "model, stages, aux_losses); the new values are applied and recorded")
     log_every: int = Field(1, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
