@@ -15,7 +15,8 @@ from pathlib import Path
 # Keys whose change alters the run's meaning. Everything else (logging, eval, save cadence, workers,
 # device choice) may change between a run and its resume.
 MEANING: dict[str, tuple[str, ...] | None] = {
-    "model": ("name", "revision", "family", "max_pixels", "min_pixels", "video_frames", "video_fps",
+    "model": ("name", "class", "factory", "processor", "components", "loss", "revision", "family",
+              "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
     "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
              "group_by_length"),
@@ -26,9 +27,9 @@ MEANING: dict[str, tuple[str, ...] | None] = {
               "warmup_steps", "max_grad_norm", "precision", "seed", "stages", "aux_losses"),
 }
 
-# What a key meant before it existed: a checkpoint saved before train.stages / train.aux_losses were
-# settings had none of either, which is the same run as an empty list now.
-ABSENT_MEANS = {"train.stages": [], "train.aux_losses": []}
+# What a key meant before it existed: a checkpoint saved before train.stages / train.aux_losses /
+# model.loss were settings had none of the first two and mmtune's own loss, the same run as now.
+ABSENT_MEANS = {"train.stages": [], "train.aux_losses": [], "model.loss": "logits"}
 
 
 def differences(saved: dict, now: dict) -> dict[str, tuple]:
