@@ -55,7 +55,12 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
-    return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
+        from .compat.accelerate_state import enable_cpu_fp16
+
+        enable_cpu_fp16(accelerator)
+    return accelerator
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
