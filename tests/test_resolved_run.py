@@ -98,8 +98,8 @@ def test_resolved_config_file_lists_every_decision(tmp_path):
                              "data.synthetic_train_size=4", "train.precision=fp16", "train.device=cpu",
                              f"output_dir={tmp_path}", "logging.tensorboard=false", "eval.generate=false"])
     run = build_run(cfg)
-    assert run.resolved.precision == "fp32"  # fp16 is a GPU path
+    assert run.resolved.precision == "fp16" and run.resolved.loss_scaling  # torch's CPU autocast + GradScaler
     train(run)
     text = (tmp_path / "config.resolved.yaml").read_text()
-    assert "# train.precision: fp32 (fp16 autocast with GradScaler is a GPU path; on the CPU)" in text
-    assert load_config(tmp_path / "config.resolved.yaml").train.precision == "fp32"
+    assert "# train.precision: fp16 + GradScaler (requested, on CPU (train.device=cpu): torch's CPU fp16 autocast" in text
+    assert load_config(tmp_path / "config.resolved.yaml").train.precision == "fp16"

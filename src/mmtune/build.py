@@ -55,7 +55,12 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
-    return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
+        from .compat.accelerate_state import enable_cpu_fp16
+
+        enable_cpu_fp16(accelerator)
+    return accelerator
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
@@ -99,7 +104,29 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
     name = cfg.model.name
     processor = run.processor
 
-    if meta:
+    if family.custom:  # brought by import path (models/custom.py, docs/byo_model.md)
+        from .models.custom import build_custom
+
+        model = build_custom(cfg, family, dtype, meta=meta)
+        if not meta:
+            model.to(device=device, dtype=dtype)
+        else:
+            for p in model.parameters():
+                if p.is_floating_point() and p.dtype != dtype:
+                    p.data = p.data.to(dtype)
+        config = getattr(model, "config", None)
+        _decide(decisions, f"model: {type(model).__name__} from {cfg.model.factory or cfg.model.class_} "
+                           f"({name}{', on meta' if meta else ''})")
+        if qlora and meta:
+            from .models.packed4bit import replace_decoder_linears
+
+            n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+        elif qlora:
+            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
+                                      cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+    elif meta:
         if is_tiny(name):
             from .models.tiny import tiny_config_and_processor
 
@@ -164,7 +191,13 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
                 p.data = p.data.to(dtype)
         check_dtypes(model, dtype)
         check_no_meta(model)
-    if cfg.model.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
+    if cfg.model.gradient_checkpointing and family.custom:
+        from .models.custom import enable_part_checkpointing
+
+        parts = enable_part_checkpointing(model)
+        _decide(decisions, "gradient checkpointing: " + (f"on (non-reentrant) in {', '.join(parts)}" if parts else
+                                                         f"off: no part of {type(model).__name__} supports it"))
+    elif cfg.model.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
         # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
         enable_checkpointing(model)
         model.config.use_cache = False

@@ -47,7 +47,7 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     if cfg.adapter.method == "qlora":
         # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
-    resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU: fp16 -> fp32
+    resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU, in the compute dtype
     dtype = resolved.compute_dtype
     loaded = load_model(resolved, device="cpu")
     model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))

@@ -29,7 +29,8 @@ def extract_logits(output):
                 return item
     raise TypeError(
         f"cannot find logits in the model output of type {type(output).__name__}; the model must return "
-        "`logits` (ModelOutput/dict) or a tuple whose first 3-D tensor is (batch, seq, vocab)"
+        "`logits` (ModelOutput/dict) or a tuple whose first 3-D tensor is (batch, seq, vocab); a model that "
+        "returns only its own loss: model.loss=output (docs/byo_model.md)"
     )
 
 
@@ -52,11 +53,44 @@ def model_inputs(batch: dict) -> dict:
     return {k: v for k, v in batch.items() if k != "labels" and not k.startswith("aux_")}
 
 
+def extract_loss(output):
+    """The model's own loss from any output form: ModelOutput / object (`loss`), dict (`loss`), or a tuple
+    whose first element is a 0-dim tensor (transformers' return_dict=False order)."""
+    import torch
+
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None and isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor) \
+            and output[0].dim() == 0:
+        loss = output[0]
+    if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+        from .errors import ModelLoadError
+
+        raise ModelLoadError(
+            f"model.loss=output, but the model's output ({type(output).__name__}) holds no loss", where="model.loss",
+            fix="return a scalar `loss` (attribute, dict key, or first element of a tuple) when forward gets `labels`, "
+                "or model.loss=logits (mmtune's cross entropy from the logits) (docs/byo_model.md)")
+    return loss
+
+
+def own_loss(model) -> bool:
+    """Whether the model computes its own loss (model.loss=output, set on a brought model by the builder);
+    seen through DDP (`.module`) and peft (attribute fallback to the base model)."""
+    return getattr(getattr(model, "module", model), "mmtune_loss", "logits") == "output"
+
+
 def loss_sum_and_output(model, batch: dict, **forward_kwargs):
     """`loss_sum` plus the model's output, for auxiliary losses that read it (hidden states)."""
     import torch.nn.functional as F
 
     labels = batch["labels"]
+    if own_loss(model):
+        # The model's loss is a mean over its answer tokens (labels shifted by one, -100 ignored, as
+        # transformers computes it); times those tokens it is the sum the step normalises.
+        output = model(**model_inputs(batch), labels=labels, use_cache=False, **forward_kwargs)
+        n = (labels[:, 1:] != IGNORE_INDEX).sum()
+        return extract_loss(output).float() * n, n, output
     output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
     logits = extract_logits(output)
     shift_logits = logits[:, :-1, :].float()

@@ -16,7 +16,10 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     notes = []
     data = cfg.model_dump()
     twin = cfg.model.name
-    if not is_tiny(cfg.model.name):
+    if cfg.model.class_ or cfg.model.factory:  # a brought model: its factory decides its size (docs/byo_model.md)
+        notes.append(f"model {cfg.model.factory or cfg.model.class_}({cfg.model.name!r}) as configured: a brought "
+                     "model has no tiny twin; give model.name a small size for a smoke run")
+    elif not is_tiny(cfg.model.name):
         from .models.smoke_twin import smoke_twin
 
         twin = smoke_twin(cfg.model.name, family=cfg.model.family)

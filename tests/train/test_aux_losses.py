@@ -84,7 +84,8 @@ def _micro_batches(run, aux, k=2):
 
 class _ScalingAccelerator:
     """fp16 loss scaling as GradScaler does it: backward on loss * S, gradients divided by S before
-    clipping and the update (fp16 itself cannot run on a CPU; the arithmetic is what matters)."""
+    clipping and the update, with a fixed S so the gradients can be compared exactly (the real scaler on
+    a real fp16 run: test_seed003_fp16_heatmap_and_a_stage_change below)."""
 
     device = torch.device("cpu")
     num_processes = 1
@@ -185,7 +186,7 @@ def test_plan_includes_the_aux_loss(tmp_path):
 
 
 def test_aux_loss_with_a_stage_change_resumes_exactly(tmp_path):
-    """The seed-003 combination in fp32 on the CPU (fp16 needs a GPU; its scaling is tested above): the
+    """The seed-003 combination in fp32 on the CPU (exact to 1e-6; fp16 is run below): the
     heatmap loss ramping in, the projector alone then decoder LoRA; killed after the stage boundary and
     resumed, every logged part equals the uninterrupted run's."""
     from mmtune.build import build_run
@@ -207,3 +208,44 @@ def test_aux_loss_with_a_stage_change_resumes_exactly(tmp_path):
         for key in ("loss", "lm_loss", "aux/heatmap"):
             assert abs(x[key] - y[key]) < 1e-6, (key, x, y)
         assert x["aux_weight/heatmap"] == y["aux_weight/heatmap"]
+
+
+def test_seed003_fp16_heatmap_and_a_stage_change(tmp_path):
+    """Seed 003's run as its T4 would do it, on the CPU: fp16 autocast with a real GradScaler (torch's CPU
+    fp16 path), the heatmap loss, the projector alone then decoder LoRA; every loss finite, the arithmetic
+    fp16's (close to, not equal to, fp32's), and summary.json holding mae, lm_loss and aux/heatmap."""
+    from mmtune.build import build_run
+    from mmtune.train.loop import train
+
+    over = ["train.max_steps=4", "train.scheduler=constant", "train.save_every=2",
+            "train.stages=[{until: 2, train: [projector]}, {train: [projector, decoder_lora], lr_multiplier: 0.5}]",
+            "train.aux_losses=[{name: heatmap, weight: 0.5, warmup: 1, options: {grid: 4}}]",
+            f"data.eval={FSC147}", "data.eval_max_samples=2", "eval.metrics=[mae]", "eval.best_metric=mae",
+            "eval.max_new_tokens=4", "eval.batch_size=2"]
+    logs, dtypes = {}, set()
+    for precision in ("fp16", "fp32"):
+        cfg = _cfg(tmp_path, *over, f"train.precision={precision}", f"output_dir={tmp_path / precision}")
+        run = build_run(cfg)
+        if precision == "fp16":
+            assert run.resolved.loss_scaling and isinstance(run.accelerator.scaler, torch.amp.GradScaler)
+            layer = run.unwrapped_model().base_model.model.model.language_model.layers[0].mlp.down_proj
+            layer.register_forward_hook(lambda m, i, o: dtypes.add(o.dtype))
+        summary = train(run)
+        rows = [json.loads(ln) for ln in (tmp_path / precision / "metrics.jsonl").read_text().splitlines()]
+        logs[precision] = [r for r in rows if r["kind"] == "train"]
+        if precision == "fp16":
+            assert dtypes == {torch.float16}  # autocast: the decoder computes in fp16
+            assert run.accelerator.scaler.get_scale() > 1  # a live loss scale, not 1
+            assert json.loads((tmp_path / "fp16" / "summary.json").read_text()) == json.loads(json.dumps(summary,
+                                                                                                         default=str))
+            assert {"mae", "unparsable", "eval_loss"} <= set(summary["eval"])
+            assert {"loss", "lm_loss", "aux/heatmap"} <= set(summary["train_losses"])
+            state = torch.load(tmp_path / "fp16" / "checkpoint-2" / "state.pt", weights_only=False)
+            assert state["scaler"]["scale"] > 1  # the checkpoint carries the loss scale for an exact resume
+    assert [r["stage"] for r in logs["fp16"]] == [0, 0, 1, 1]
+    for a, b in zip(logs["fp16"], logs["fp32"], strict=True):
+        for key in ("loss", "lm_loss", "aux/heatmap"):
+            assert np.isfinite(a[key]) and a[key] > 0
+            assert a[key] == pytest.approx(b[key], rel=5e-2)  # fp16 arithmetic: close to fp32's
+        assert not a["skipped_update"]
+    assert any(a["lm_loss"] != b["lm_loss"] for a, b in zip(logs["fp16"], logs["fp32"]))  # and not fp32 itself

@@ -67,6 +67,9 @@ def test_two_rank_mixture_metrics_match_one_process_and_resume_is_exact(tmp_path
     whole = tmp_path / "whole"
     _torchrun(_config(tmp_path, tmp_path / "data", whole, 4), 29541)
     summary = json.loads((whole / "summary.json").read_text())
+    # the scale printed at start and kept in summary.json counts both ranks: 2 x micro-batch 1 x accumulation 2
+    assert summary["scale"]["world_size"] == 2 and summary["scale"]["effective_batch"] == 4
+    assert summary["scale"]["steps_per_epoch"] == 6  # 24 samples, 12 per rank, 2 micro-batches per step
     per_source = {k: v for k, v in summary["eval"].items() if "/" in k}
     assert {"chartqa/relaxed_accuracy", "infovqa/anls", "ocrvqa/exact_match", "mixture/score"} <= set(per_source)
 

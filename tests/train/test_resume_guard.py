@@ -90,3 +90,36 @@ def test_a_moved_run_folder_keeps_its_best_checkpoint(tiny_vl_config, tmp_path):
     assert summary["best"]["path"] == "checkpoint-2"
     assert sorted(p.name for p in moved.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-6"]
     assert (moved / "best").resolve() == (moved / "checkpoint-2").resolve()
+
+
+STAGED = {**BASE, "scheduler": "constant",
+          "stages": [{"until": 2, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]}
+
+
+def test_changed_stages_or_aux_losses_are_refused_then_applied_when_accepted(tiny_vl_config):
+    """train.stages decides which parameters each step updates and train.aux_losses what it minimises:
+    changing either on resume is a run change like the LR (refused unless accepted, then applied)."""
+    cfg = load_config(tiny_vl_config(train=STAGED), [])
+    out = Path(cfg.output_dir)
+    assert train(build_run(cfg), stop_after=2) is None
+    later = {**STAGED, "stages": [{"until": 3, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]}
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(tiny_vl_config(train=later), [])))
+    assert "train.stages:" in e.value.what and "'until': 2" in e.value.what and "'until': 3" in e.value.what
+    aux = {**STAGED, "aux_losses": [{"name": "heatmap", "weight": 0.1}]}
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(tiny_vl_config(train=aux), [])))
+    assert "train.aux_losses: [] -> [{'name': 'heatmap'" in e.value.what
+    summary = train(build_run(load_config(tiny_vl_config(train=later), ["train.accept_changes=true"])))
+    assert [r["stage"] for r in _rows(out)] == [0, 0, 0, 1]  # the new boundary applies from step 3 on
+    assert "train.stages" in summary["accepted_changes"][0]["changes"]
+
+
+def test_a_checkpoint_from_before_stages_and_aux_losses_compares_as_none_of_either():
+    from mmtune.train.resume_guard import differences
+
+    now = {"train": {"lr": 1e-3, "stages": [], "aux_losses": []}}
+    assert differences({"train": {"lr": 1e-3}}, now) == {}
+    staged = {"train": {"lr": 1e-3, "stages": [{"until": None, "train": ["projector"], "lr_multiplier": 1.0}],
+                        "aux_losses": []}}
+    assert set(differences({"train": {"lr": 1e-3}}, staged)) == {"train.stages"}

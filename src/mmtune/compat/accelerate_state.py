@@ -24,4 +24,29 @@ def reset_accelerate_state() -> None:
     need_attr(gradient_state, "_reset_state", "accelerate", _FEATURE)()
 
 
-__all__ = ["reset_accelerate_state"]
+def enable_cpu_fp16(accelerator) -> None:
+    """fp16 autocast + loss scaling on the CPU, which accelerate leaves off.
+
+    accelerate 1.15 turns its fp16 path (`native_amp`, a `GradScaler`) on only for GPU-type devices; on the
+    CPU an fp16 Accelerator silently runs without autocast or scaling. torch itself has both on the CPU
+    (`torch.autocast("cpu", dtype=torch.float16)`, `torch.amp.GradScaler("cpu")`; checked on torch 2.13),
+    so this sets the two attributes accelerate's own fp16 branch sets. From then on accelerate's code path
+    is the GPU one: `autocast()` and the prepared model's forward autocast to fp16 on the CPU,
+    `backward` scales the loss, `clip_grad_norm_` unscales first, the prepared optimizer steps through the
+    scaler and reports skipped steps. Call it before `prepare`. Checked on accelerate 1.15.
+    """
+    import torch
+
+    if accelerator.device.type != "cpu" or accelerator.mixed_precision != "fp16":
+        return
+    if not hasattr(accelerator, "native_amp") or not hasattr(accelerator, "scaler"):
+        from . import CompatError
+
+        raise CompatError("accelerate's Accelerator has no `native_amp` / `scaler` attributes: fp16 on the CPU "
+                          "needs accelerate's fp16 path (checked on accelerate 1.15)",
+                          fix="pip install 'accelerate>=1.15', or train.precision=fp32 / bf16 on the CPU")
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu")
+
+
+__all__ = ["enable_cpu_fp16", "reset_accelerate_state"]

@@ -122,6 +122,7 @@ def load_profile(name: str) -> dict:
 def _schema_keys(model_cls, prefix: str = "") -> list[str]:
     keys = []
     for name, field in model_cls.model_fields.items():
+        name = field.alias or name  # model.class (the field class_)
         keys.append(prefix + name)
         ann = field.annotation
         if isinstance(ann, type) and hasattr(ann, "model_fields"):

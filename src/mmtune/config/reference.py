@@ -10,6 +10,7 @@ from .schema import RunConfig
 
 def _rows(model_cls, prefix=""):
     for name, f in model_cls.model_fields.items():
+        name = f.alias or name  # model.class (the field class_)
         ann = f.annotation
         if isinstance(ann, type) and hasattr(ann, "model_fields"):
             yield from _rows(ann, prefix + name + ".")

@@ -16,7 +16,24 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
-    name: str = Field(description="hub id, local folder, or tiny/<family> for a tiny random twin")
+    # `class` is a Python keyword: the field is `class_`, read and written as `model.class`.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_by_name=True,
+                              validate_by_alias=True, serialize_by_alias=True)
+
+    name: str = Field(description="hub id, local folder, or tiny/<family> for a tiny random twin; with model.class / "
+                                  "model.factory: what the factory is given (a folder, a size name)")
+    class_: str | None = Field(None, alias="class", description="bring your own model: import path of its class, "
+                                                               "pkg.module:Class (docs/byo_model.md)")
+    factory: str | None = Field(None, description="bring your own model: import path of a function "
+                                                  "build(name, *, dtype) -> model (docs/byo_model.md)")
+    processor: str | None = Field(None, description="bring your own model: a processor folder / hub id, or the import "
+                                                    "path of a function make(name) -> processor; default: model.name's")
+    components: dict[str, list[str]] | None = Field(
+        None, description="bring your own model: component -> parameter-name prefixes, e.g. {vision: [vision_tower.]}; "
+                          "default: the class's (or factory's) `mmtune_components`")
+    loss: Literal["logits", "output"] = Field(
+        "logits", description="logits: mmtune's cross entropy over the answer tokens from the output's logits; output: "
+                              "the model's own loss (forward called with labels; a mean over answer tokens)")
     family: str | None = Field(None, description="family name; inferred from the model's config when unset")
     revision: str | None = None
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
@@ -238,7 +255,7 @@ class TrainConfig(Section):
     resume: bool = Field(True, description="continue from the latest checkpoint in output_dir if present")
     accept_changes: bool = Field(
         False, description="resume even though the config changes the run (lr, schedule, batch, data, adapter, "
-                           "model); the new values are applied and recorded")
+                           "model, stages, aux_losses); the new values are applied and recorded")
     log_every: int = Field(1, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
@@ -324,6 +341,12 @@ class RunConfig(Section):
             raise ValueError(f"eval.best_metric={best!r} is not computed: it must be eval_loss or one of "
                              f"eval.metrics {self.eval.metrics} (add it there, or eval.best_metric=eval_loss)")
         comps = {"vision", "audio", "projector", "decoder", "lm_head"}
+        for c in self.model.components or {}:
+            if c not in comps:
+                raise ValueError(f"model.components: unknown component {c!r}; one of {sorted(comps)}")
+        if self.model.loss == "output" and not (self.model.class_ or self.model.factory):
+            raise ValueError("model.loss: output is for a model brought by model.class / model.factory; a "
+                             "transformers model's loss is mmtune's (model.loss=logits)")
         for key in ("train_components", "freeze_components"):
             for c in getattr(self.adapter, key):
                 if c not in comps:

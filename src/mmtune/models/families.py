@@ -24,7 +24,7 @@ DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 class Family:
     name: str
     model_types: tuple[str, ...]  # config.model_type values that map to this family
-    model_class: str  # attribute of `transformers`
+    model_class: str  # attribute of `transformers` (a custom family: its import path)
     modalities: tuple[str, ...]  # subset of ("text", "image", "video", "audio")
     # component -> module-name prefixes. The first matching component wins, in this order:
     # projector, audio, vision, lm_head, decoder (so a projector nested in the vision tower is a projector).
@@ -34,6 +34,13 @@ class Family:
     # When the hub checkpoint's config wraps the part we train (Qwen2.5-Omni: the Thinker inside
     # the Omni config), the attribute holding the sub-config.
     sub_config: str | None = None
+    # A model brought by import path (models/custom.py): model_class is then `pkg.module:Class` (or empty
+    # with a factory), and `factory` the import path of its build function.
+    factory: str | None = None
+
+    @property
+    def custom(self) -> bool:
+        return self.name.startswith("custom:")
 
     def component_of(self, param_name: str) -> str:
         for comp in ("projector", "audio", "vision", "lm_head", "decoder"):

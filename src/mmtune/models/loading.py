@@ -63,7 +63,12 @@ def _decide(decisions: list[str], text: str) -> None:
 # --------------------------------------------------------------------------- family resolution
 
 def resolve_family(cfg) -> Family:
-    """The family from `model.family`, the tiny twin's spec, or the model's config `model_type`."""
+    """The family from `model.family`, the tiny twin's spec, or the model's config `model_type`; a model
+    brought by model.class / model.factory gets its own (models/custom.py)."""
+    from .custom import custom_family, is_custom
+
+    if is_custom(cfg):
+        return custom_family(cfg)
     if cfg.model.family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):

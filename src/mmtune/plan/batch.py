@@ -95,6 +95,13 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
     return out
 
 
+def describe_spec(spec) -> str:
+    """A data spec in words: a path, or a mixture's sources by name."""
+    if isinstance(spec, list):
+        return "mixture " + " + ".join(getattr(src, "name", None) or str(src) for src in spec)
+    return str(spec)
+
+
 def worst_case_batch(resolved, *, declared: Declared | None = None, max_records: int = 5000,
                      spec: str | None = None, micro_batch_size: int | None = None) -> PlanBatch:
     """`micro_batch_size` copies of the longest record of `spec` (default: the run's training data), found
@@ -111,16 +118,23 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     tok = enc.tokenizer
     collate = Collator(resolved.pad_token_id, None)
     mb = micro_batch_size or cfg.train.micro_batch_size
+    # The eval split only when another spec is given: a mixture's eval sources can equal its train sources.
+    split = "eval" if spec is not None and spec is not cfg.data.train else "train"
     spec = spec or cfg.data.train
     if spec and declared is None:
+        from ..data.encode_cache import key
         from ..data.sources import load_records
 
-        split = "train" if spec == cfg.data.train else "eval"
         rs = load_records(spec, cfg.data, split=split)
-        records = rs.records[:max_records]
-        if not records:
-            raise DataError("the training set has no usable record to plan with", where=spec,
+        if not rs.records:
+            raise DataError("the training set has no usable record to plan with", where=describe_spec(spec),
                             fix="check data.train; skipped: " + str(rs.skipped))
+        # A mixture repeats its records (100k samples of a few thousand records): each distinct record
+        # is measured once, as the training scan does; the first `max_records` distinct ones are scanned.
+        distinct: dict[str, object] = {}
+        for r in rs.records:
+            distinct.setdefault(key(r), r)
+        records = list(distinct.values())[:max_records]
         worst, worst_n, counts = None, -1, {k: [] for k in MEDIA}
         skipped = dict(rs.skipped)
         for r in records:
@@ -139,11 +153,13 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
             if c["total"] > worst_n:
                 worst, worst_n = r, c["total"]
         if worst is None:
-            raise DataError("no record of the training set can be planned with (all skipped)", where=spec,
-                            fix="see `mmtune data inspect CONFIG`; skipped: " + str(skipped))
+            raise DataError("no record of the training set can be planned with (all skipped)",
+                            where=describe_spec(spec), fix="see `mmtune data inspect CONFIG`; skipped: " + str(skipped))
         item = enc.encode(worst)
-        src = f"worst-case record of {spec} ({worst_n} tokens; {len(records)} records scanned" + \
-              (f" of {len(rs.records)}" if len(rs.records) > len(records) else "") + ")"
+        scanned = f"{len(records)} records measured" + (f" of {len(distinct)}" if len(distinct) > len(records) else "")
+        if len(distinct) < len(rs.records):
+            scanned += f"; {len(rs.records)} samples"
+        src = f"worst-case record of {describe_spec(spec)} ({worst_n} tokens; {scanned})"
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
     decl = declared or Declared.default_for(family.modalities)

@@ -223,7 +223,11 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
                 if _accepts(model, "logits_to_keep"):
                     inputs["logits_to_keep"] = 1
                 out = model(**inputs, use_cache=True)
-                cache, logits = out.past_key_values, out.logits
+                from ..loss import extract_logits
+
+                # A brought model (docs/byo_model.md) may keep no cache: its generation re-runs the whole
+                # sequence, which the prompt forward traced above bounds; no cache bytes are added.
+                cache, logits = getattr(out, "past_key_values", None), extract_logits(out)
                 del out
                 kv = _cache_tensors(cache)
                 kv_bytes = sum(t.numel() * t.element_size() for t in kv)

@@ -29,14 +29,17 @@ class Decision:
 
 def decide_precision(requested: str, target) -> tuple[str, bool, Decision]:
     """(precision, loss scaling, decision). bf16 where the GPU lacks it becomes fp16 + GradScaler
-    (failure mode 5); fp16 on the CPU becomes fp32 (no fp16 autocast + scaler path there)."""
+    (failure mode 5); fp16 on the CPU is fp16 too: torch's CPU autocast and GradScaler("cpu") through
+    accelerate's fp16 path (compat.accelerate_state.enable_cpu_fp16) -- slow, but the same arithmetic as
+    a T4's, so a GPU recipe's fp16 path is tested on a CPU."""
     gpu = target.gpu
     if gpu is not None and requested == "bf16" and not gpu.bf16:
         return "fp16", True, Decision("train.precision", "fp16 + GradScaler",
                                       f"bf16 unsupported on {gpu.name} ({target.sm})", changed=True)
     if gpu is None and requested == "fp16":
-        return "fp32", False, Decision("train.precision", "fp32", "fp16 autocast with GradScaler is a GPU path; "
-                                       "on the CPU", changed=True)
+        return "fp16", True, Decision("train.precision", "fp16 + GradScaler",
+                                      f"requested, on {target.describe()}: torch's CPU fp16 autocast and "
+                                      "GradScaler('cpu') (slow; bf16 or fp32 are the CPU's fast paths)")
     scaled = requested == "fp16"
     return requested, scaled, Decision("train.precision", requested + (" + GradScaler" if scaled else ""),
                                        f"requested, on {target.describe()}")

@@ -33,6 +33,11 @@ def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
     from ..models.tiny import is_tiny, tiny_config_and_processor
 
     name = cfg.model.name
+    if family.custom:  # a model brought by import path: its processor as model.processor says (custom.py)
+        from ..models.custom import load_custom_processor
+
+        proc, where = load_custom_processor(cfg)
+        return ProcessorSource(proc, where, True)
     if is_tiny(name):
         return ProcessorSource(tiny_config_and_processor(name)[1], f"{name} (tiny twin, made locally)", True)
     path = Path(name).expanduser()

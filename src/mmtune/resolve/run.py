@@ -130,6 +130,13 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     family = resolve_family(cfg)
     decisions: list[Decision] = [Decision("target", target.describe(), "where the run executes" if target.local
                                           else "the GPU the run is planned for")]
+    if family.custom:  # a model brought by import path: what mmtune will treat as its parts, and its loss
+        comps = "; ".join(f"{c}={','.join(p)}" for c, p in family.components.items())
+        decisions.append(Decision("model.class", f"{cfg.model.factory or cfg.model.class_}: {comps}",
+                                  "model.components" if cfg.model.components else "the model's mmtune_components"))
+        decisions.append(Decision("model.loss", "the model's own loss from its output x answer tokens"
+                                  if cfg.model.loss == "output" else "mmtune's cross entropy from the output's logits",
+                                  f"model.loss={cfg.model.loss}"))
     precision, scaled, d = decide_precision(cfg.train.precision, target)
     decisions.append(d)
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)

@@ -239,6 +239,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     last_save = time.monotonic()
     start_step = step
     last_losses: dict = {}  # the loss and its parts at the last step (with auxiliary losses)
+    from .summary import batch_scale, epoch_time
+
+    scale = batch_scale(run)  # effective batch, lr, tokens per step, steps per epoch (summary.py)
+    timed = {"s": 0.0, "n": 0}  # step times after the first (warm-up) step of this process
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
@@ -263,6 +267,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "decisions": run.decisions,
             "accepted_changes": history,
             **({"train_losses": last_losses} if last_losses else {}),
+            "scale": {**scale, **epoch_time(scale, timed["s"] / max(timed["n"], 1), timed["n"])},
             **extra,
         }
 
@@ -290,6 +295,12 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                          if run.resolved.precision == "fp16" else "lower train.lr or check these records"))
             dt = time.perf_counter() - t0
             train_time += dt
+            if step > start_step + 1:  # the first step of a process warms up (allocations, kernels): not timed
+                timed["s"], timed["n"] = timed["s"] + dt, timed["n"] + 1
+                if timed["n"] == 3:
+                    est = epoch_time(scale, timed["s"] / timed["n"], timed["n"])
+                    bar.note(f"time per epoch ~{est['epoch_time_s'] / 60:.1f} min ({scale['steps_per_epoch']:g} steps x "
+                             f"{est['step_time_s']:.3g} s, measured over 3 steps)")
             tokens_seen += res.input_tokens
             data_wait += wait
             padded_tokens += padded

@@ -15,14 +15,21 @@ from pathlib import Path
 # Keys whose change alters the run's meaning. Everything else (logging, eval, save cadence, workers,
 # device choice) may change between a run and its resume.
 MEANING: dict[str, tuple[str, ...] | None] = {
-    "model": ("name", "revision", "family", "max_pixels", "min_pixels", "video_frames", "video_fps",
+    "model": ("name", "class", "factory", "processor", "components", "loss", "revision", "family",
+              "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
     "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
              "group_by_length"),
     "adapter": None,  # every adapter key
+    # stages: which parameters each step updates, and its LR multiplier; aux_losses: what the step
+    # minimises. Either changes the run from the checkpoint on, so both are compared like the LR.
     "train": ("max_steps", "micro_batch_size", "grad_accum", "lr", "weight_decay", "optimizer", "scheduler",
-              "warmup_steps", "max_grad_norm", "precision", "seed"),
+              "warmup_steps", "max_grad_norm", "precision", "seed", "stages", "aux_losses"),
 }
+
+# What a key meant before it existed: a checkpoint saved before train.stages / train.aux_losses /
+# model.loss were settings had none of the first two and mmtune's own loss, the same run as now.
+ABSENT_MEANS = {"train.stages": [], "train.aux_losses": [], "model.loss": "logits"}
 
 
 def differences(saved: dict, now: dict) -> dict[str, tuple]:
@@ -31,8 +38,10 @@ def differences(saved: dict, now: dict) -> dict[str, tuple]:
     for section, keys in MEANING.items():
         a, b = saved.get(section, {}) or {}, now.get(section, {}) or {}
         for k in (keys if keys is not None else sorted(set(a) | set(b))):
-            if a.get(k) != b.get(k):
-                diffs[f"{section}.{k}"] = (a.get(k), b.get(k))
+            default = ABSENT_MEANS.get(f"{section}.{k}")
+            old, new = a.get(k, default), b.get(k, default)
+            if old != new:
+                diffs[f"{section}.{k}"] = (old, new)
     return diffs
 
 

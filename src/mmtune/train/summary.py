@@ -7,6 +7,41 @@ from rich.markup import escape
 from ..console import console
 
 
+def batch_scale(run) -> dict:
+    """What one optimizer step and one epoch are, over all ranks: records per step (world size x micro
+    batch x accumulation), the base LR, answer+prompt tokens per step (from the start-up scan's record
+    lengths), and optimizer steps per epoch (each rank's share, cut to whole micro-batches as the
+    BatchStream cuts it)."""
+    t = run.cfg.train
+    world = run.accelerator.num_processes
+    per_step = world * t.micro_batch_size * t.grad_accum
+    n = len(run.train_set.records)
+    micro_per_epoch = (n // world) // t.micro_batch_size  # per rank, as data/batches.py cuts an epoch
+    lengths = [x["total"] for x in run.train_lengths] or [0]
+    mean_tokens = sum(lengths) / len(lengths)
+    return {"world_size": world, "micro_batch_size": t.micro_batch_size, "grad_accum": t.grad_accum,
+            "effective_batch": per_step, "lr": t.lr, "tokens_per_step": round(per_step * mean_tokens),
+            "mean_record_tokens": round(mean_tokens, 1), "train_records": n,
+            "steps_per_epoch": round(micro_per_epoch / t.grad_accum, 2),
+            "epochs": round(t.max_steps * t.grad_accum / max(micro_per_epoch, 1), 3)}
+
+
+def epoch_time(scale: dict, step_time_s: float, steps_timed: int) -> dict:
+    """The measured mean step time and the time an epoch (and the whole run) takes at that pace."""
+    if not steps_timed:
+        return {}
+    return {"step_time_s": round(step_time_s, 6), "epoch_time_s": round(step_time_s * scale["steps_per_epoch"], 3),
+            "steps_timed": steps_timed}
+
+
+def scale_line(scale: dict) -> str:
+    return (f"{scale['effective_batch']} records per step = {scale['world_size']} rank(s) x micro-batch "
+            f"{scale['micro_batch_size']} x accumulation {scale['grad_accum']}; lr {scale['lr']:g}; "
+            f"~{scale['tokens_per_step']:,} tokens per step (mean record {scale['mean_record_tokens']:g} tokens); "
+            f"{scale['steps_per_epoch']:g} steps per epoch of {scale['train_records']:,} records "
+            f"({scale['epochs']:g} epochs in train.max_steps)")
+
+
 def print_start_summary(run, notes) -> None:
     from rich.table import Table
 
@@ -22,6 +57,7 @@ def print_start_summary(run, notes) -> None:
               + (f", skipped {dict(run.train_set.skipped)}" if getattr(run.train_set, 'skipped', None) else ""))
     t.add_row("steps", f"{cfg.train.max_steps} x (micro-batch {cfg.train.micro_batch_size} x accumulation "
               f"{cfg.train.grad_accum} x {run.accelerator.num_processes} process(es))")
+    t.add_row("batch", escape(scale_line(batch_scale(run))) + "; time per epoch printed once measured")
     t.add_row("optimizer", f"{cfg.train.optimizer} lr {cfg.train.lr} {cfg.train.scheduler}, warmup {cfg.train.warmup_steps}")
     t.add_row("eval", f"every {cfg.eval.every or 'end'}: eval_loss + {', '.join(cfg.eval.metrics)}; "
               f"best by {cfg.eval.best_metric}")

@@ -18,8 +18,8 @@ def model_available(ctx):
     from ...models.tiny import is_tiny
 
     cfg = ctx.need("cfg")
-    if is_tiny(cfg.model.name):
-        return
+    if is_tiny(cfg.model.name) or cfg.model.class_ or cfg.model.factory:
+        return  # a brought model (model.class / model.factory) is built by its own code, not fetched
     try:
         model_folder(cfg.model.name, cfg.model.revision)
     except ModelLoadError as e:
@@ -53,7 +53,7 @@ def checkpoint_dtypes(ctx):
     from ...models.tiny import is_tiny
 
     cfg = ctx.need("cfg")
-    if is_tiny(cfg.model.name):
+    if is_tiny(cfg.model.name) or cfg.model.class_ or cfg.model.factory:
         return
     try:
         folder = model_folder(cfg.model.name, cfg.model.revision)
