@@ -257,15 +257,47 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                          f"and kept ({c.nbytes / 2**20:.0f} MiB of data.cache_mb={cfg.data.cache_mb})"
                          + ("; the rest were measured and are encoded when drawn" if c.full else ""))
     if with_optimizer:
-        _configure_ddp(run)
-        run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
-        run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+        _check_strategy_here(resolved, accelerator)
+        if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
+            _shard_fsdp(run, loaded.family, resolved)
+            run.optimizer = make_optimizer(run.param_groups, cfg.train)
+            # The model is already sharded: accelerate wraps only the optimizer (no DDP around FSDP).
+            run.optimizer = accelerator.prepare_optimizer(run.optimizer)
+        else:
+            _configure_ddp(run)
+            run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
+            run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
         from .stages import lr_scale
 
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
+
+
+def _check_strategy_here(resolved: ResolvedRun, accelerator) -> None:
+    """The strategy must be one this launch can execute: DeepSpeed's ZeRO needs deepspeed installed and
+    `accelerate launch` with a DeepSpeed config (docs/distributed.md)."""
+    import importlib.util
+
+    from .errors import ConfigError
+
+    if resolved.strategy in ("zero2", "zero3") and accelerator.num_processes > 1:
+        if importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
+                              where="train.strategy", fix="pip install deepspeed (and launch with `accelerate "
+                              "launch`, docs/distributed.md), or train.strategy=fsdp: PyTorch's own sharding")
+
+
+def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:
+    """FSDP2 over every rank (mmtune/sharding.py); the optimizer groups follow the sharded parameters."""
+    from .sharding import apply_fsdp, names_of, remap
+
+    old = names_of(run.model)
+    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device)
+    run.param_groups = remap(run.param_groups, old, run.model)
+    run.trainable_params = [p for g in run.param_groups for p in g["params"] if p.requires_grad]
+    run.decisions.append(note)
 
 
 DDP_MAY_BE_UNUSED = ("vision", "audio", "projector")

@@ -408,9 +408,8 @@ def _evaluate(run, step, sinks, bar):
 
     acc = run.accelerator
     records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
-    metrics = {}
+    metrics, preds = evaluate(run, records)  # every rank evaluates its shard; all get the whole set's metrics
     if acc.is_main_process:
-        metrics, preds = evaluate(run, records)
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
             f.writelines(json.dumps({"step": step, **p}) + "\n" for p in preds)
@@ -435,8 +434,8 @@ def _track_best(cfg, best, metrics, step) -> None:
 def _checkpoint(run, step, train_state: dict, metrics) -> None:
     acc = run.accelerator
     best = train_state["best"]
+    save_checkpoint(run, step, train_state, metrics)  # every rank: its RNG, and its shards under fsdp
     if acc.is_main_process:
-        save_checkpoint(run, step, train_state, metrics)
         out = Path(run.cfg.output_dir)
         # .name: runs saved before paths were relative stored absolute ones, which break when moved.
         best_dir = out / Path(best["path"]).name if best.get("path") else None

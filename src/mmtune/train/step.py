@@ -71,7 +71,11 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         mb = to_device(mb, device)
         last = i == len(micro_batches) - 1
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
-        ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: no no_sync(); the same switch, by call
+            model.set_requires_gradient_sync(last)
+            ctx = nullcontext()
+        else:
+            ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
             total, _, output = loss_sum_and_output(model, mb, **forward_kwargs)
             objective = total * scale
@@ -85,7 +89,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     grad_norm = None
     if max_grad_norm is not None:
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
-        grad_norm = float(norm) if norm is not None else None
+        full = getattr(norm, "full_tensor", None)  # sharded gradients (FSDP2): the norm is a DTensor
+        grad_norm = float(full() if full is not None else norm) if norm is not None else None
     optimizer.step()
     skipped = bool(getattr(optimizer, "step_was_skipped", False))
     if not skipped:
