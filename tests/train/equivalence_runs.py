@@ -39,7 +39,7 @@ CASES = {
 
 
 def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | None = None,
-                 adapter: dict | None = None, **train) -> Path:
+                 adapter: dict | None = None, evaluate: bool = False, **train) -> Path:
     twin, src, transform, method = CASES[case]
     folder.mkdir(parents=True, exist_ok=True)
     data = "synthetic:arithmetic"
@@ -57,6 +57,9 @@ def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | 
                   "save_every_minutes": None, **train},
         "logging": {"tensorboard": False},
     }
+    if evaluate:  # at the end, on 3 records: uneven shards over 2 ranks (2 + 1, one filled with a repeat)
+        cfg["data"].update({"eval": data, "eval_max_samples": 3})
+        cfg["eval"] = {"every": STEPS, "metrics": ["exact_match", "anls"], "max_new_tokens": 4, "batch_size": 2}
     path = folder / f"cfg-{tag or strategy}-{world}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path
@@ -68,12 +71,12 @@ def losses(run_dir: Path) -> list[float]:
 
 
 def run_case(case: str, strategy: str, folder: Path, world: int, *, tag: str | None = None, adapter=None,
-             stop_after: int | None = None, **train_overrides) -> list[float]:
+             stop_after: int | None = None, evaluate: bool = False, **train_overrides) -> list[float]:
     from mmtune.build import build_run
     from mmtune.config import load_config
     from mmtune.train.loop import train
 
-    cfg = load_config(write_config(case, strategy, folder / case, world, tag, adapter, **train_overrides), [])
+    cfg = load_config(write_config(case, strategy, folder / case, world, tag, adapter, evaluate, **train_overrides), [])
     train(build_run(cfg), stop_after=stop_after)
     return losses(Path(cfg.output_dir))
 

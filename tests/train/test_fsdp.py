@@ -53,6 +53,32 @@ def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_
         assert "train.strategy: fsdp (requested)" in decisions
 
 
+@pytest.mark.slow  # ~40 s: two 2-rank runs in one launch, one 1-process run
+@pytest.mark.distributed
+def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
+    """Each rank evaluates its shard (3 records: 2 + 1, the short shard filled with a repeat that counts
+    nowhere); the gathered predictions and metrics are those of one process, also when the weights are
+    sharded (FSDP: generation in step across ranks)."""
+    jobs = [{"key": s, "case": "image-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
+            for s in ("ddp", "fsdp")]
+    two_ranks(jobs, tmp_path, 29643)
+    run_case("image-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
+
+    def results(tag):
+        run = tmp_path / "image-lora" / f"run-{tag}"
+        preds = [json.loads(ln) for ln in (run / "predictions.jsonl").read_text().splitlines()]
+        return json.loads((run / "summary.json").read_text())["eval"], preds
+
+    one_metrics, one_preds = results("eval-one")
+    assert len(one_preds) == 3 and set(one_metrics) == {"eval_loss", "exact_match", "anls"}
+    for s in ("ddp", "fsdp"):
+        metrics, preds = results(f"eval-{s}")
+        assert [p["id"] for p in preds] == [p["id"] for p in one_preds]  # all records, in order, once
+        assert [p["prediction"] for p in preds] == [p["prediction"] for p in one_preds], s
+        assert metrics["exact_match"] == one_metrics["exact_match"] and metrics["anls"] == one_metrics["anls"]
+        assert abs(metrics["eval_loss"] - one_metrics["eval_loss"]) <= 1e-5 * one_metrics["eval_loss"], s
+
+
 @pytest.mark.slow  # ~70 s: one 2-rank launch of 8 short runs, and 2 one-process runs
 @pytest.mark.distributed
 def test_sharded_checkpoints_resume_exactly_on_any_world_size_and_export(tmp_path):
