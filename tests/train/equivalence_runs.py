@@ -21,11 +21,22 @@ RECORDS = 4  # each step takes the whole (shuffled) set: 1 rank x 4 micro-batche
 STEPS = 5
 
 
-def _video_only(row: dict) -> dict:
+def _video_only(row: dict, i: int = 0) -> dict:
     row = json.loads(json.dumps(row))
     user = row["messages"][0]
     user["content"] = [p for p in user["content"] if p["type"] != "audio"]
     user["content"].append({"type": "text", "text": "Which way does the dot move?"})
+    return row
+
+
+def _text_only_odd(row: dict, i: int) -> dict:
+    """Records 1 and 3 without their image: batches mixing text-only and image records across ranks."""
+    if i % 2 == 0:
+        return row
+    row = json.loads(json.dumps(row))
+    for m in row["messages"]:
+        if isinstance(m["content"], list):
+            m["content"] = [p for p in m["content"] if p.get("type") != "image"]
     return row
 
 
@@ -35,6 +46,7 @@ CASES = {
     "image-lora": ("tiny/qwen2-vl", "image_qa.jsonl", None, "lora"),
     "image-full": ("tiny/qwen2-vl", "image_qa.jsonl", None, "full"),
     "video-lora": ("tiny/qwen2-vl", "video_audio_qa.jsonl", _video_only, "lora"),
+    "mixed-lora": ("tiny/qwen2-vl", "image_qa.jsonl", _text_only_odd, "lora"),
 }
 
 
@@ -46,7 +58,8 @@ def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | 
     if src is not None:
         rows = [json.loads(ln) for ln in (DATA / src).read_text().splitlines() if ln.strip()][:RECORDS]
         data = str(folder / "data.jsonl")
-        Path(data).write_text("\n".join(json.dumps(transform(r) if transform else r) for r in rows) + "\n")
+        Path(data).write_text("\n".join(json.dumps(transform(r, i) if transform else r) for i, r in enumerate(rows))
+                              + "\n")
     cfg = {
         "output_dir": str(folder / f"run-{tag or f'{strategy}-{world}'}"),
         "model": {"name": twin, "gradient_checkpointing": True},  # activation checkpointing inside the units
@@ -59,7 +72,7 @@ def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | 
     }
     if evaluate:  # at the end, on 3 records: uneven shards over 2 ranks (2 + 1, one filled with a repeat)
         cfg["data"].update({"eval": data, "eval_max_samples": 3})
-        cfg["eval"] = {"every": STEPS, "metrics": ["exact_match", "anls"], "max_new_tokens": 4, "batch_size": 2}
+        cfg["eval"] = {"every": STEPS, "metrics": ["exact_match", "anls"], "max_new_tokens": 4, "batch_size": 1}
     path = folder / f"cfg-{tag or strategy}-{world}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

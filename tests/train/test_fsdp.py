@@ -59,13 +59,13 @@ def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
     """Each rank evaluates its shard (3 records: 2 + 1, the short shard filled with a repeat that counts
     nowhere); the gathered predictions and metrics are those of one process, also when the weights are
     sharded (FSDP: generation in step across ranks)."""
-    jobs = [{"key": s, "case": "image-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
+    jobs = [{"key": s, "case": "mixed-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
             for s in ("ddp", "fsdp")]
     two_ranks(jobs, tmp_path, 29643)
-    run_case("image-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
+    run_case("mixed-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
 
     def results(tag):
-        run = tmp_path / "image-lora" / f"run-{tag}"
+        run = tmp_path / "mixed-lora" / f"run-{tag}"
         preds = [json.loads(ln) for ln in (run / "predictions.jsonl").read_text().splitlines()]
         return json.loads((run / "summary.json").read_text())["eval"], preds
 

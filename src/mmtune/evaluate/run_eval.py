@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
-                     max_new_tokens: int, autocast, streamer=None) -> list[str]:
+                     max_new_tokens: int, autocast, streamer=None, balance=None) -> list[str]:
     """Greedy answers to the records' prompts. `streamer` (a transformers streamer, one record at a
     time) receives the tokens as they come: `mmtune chat` answers through this same function.
 
@@ -26,13 +26,15 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     for start in range(0, len(records), batch_size):
         chunk = records[start:start + batch_size]
         batch = collate([encoder.encode_prompt(r) for r in chunk])
+        if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
+            batch = balance.balance([batch], collate, prompt=True)[0]
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
                                  **({"synced_gpus": True} if sharded else {}),
                                  **({"streamer": streamer} if streamer is not None else {}))
-        new = out[:, batch["input_ids"].shape[1]:]
+        new = out[:len(chunk), batch["input_ids"].shape[1]:]  # rows added by `balance` come last
         answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
     return answers
 
@@ -55,7 +57,7 @@ def eval_loss(model, encoder, collator, records, *, device, batch_size: int, aut
 
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
-                   real: int | None = None) -> tuple[float, int]:
+                   real: int | None = None, balance=None) -> tuple[float, int]:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
     filled up to the others' length so every rank runs as many forwards): run, but counted nowhere."""
     import torch
@@ -74,6 +76,8 @@ def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int
                     enc = {**enc, "labels": torch.full_like(enc["labels"], IGNORE_INDEX)}
                 items.append(enc)
             batch = collator(items)
+            if balance is not None:
+                batch = balance.balance([batch], collator)[0]
             with autocast():
                 s, n = loss_sum(model, to_device(batch, device))
             total += float(s)
@@ -112,8 +116,15 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     mine = [records[i] for i in order]
     per_rank = -(-len(records) // world) if records else 0
     padded = mine + [records[0]] * (per_rank - len(mine))
+    balance = None
+    if world > 1:
+        from ..media_balance import MediaBalance, needs_balance
+
+        if needs_balance(run.resolved.strategy, world, run.encoder.modalities):
+            balance = MediaBalance(acc, records, run.encoder)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
-                                   batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine))
+                                   batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
+                                   balance=balance)
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}
@@ -123,7 +134,8 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     if gen and (cfg.eval.metrics or mixture):
         answers = generate_answers(model, run.encoder, padded, device=device, dtype=run.resolved.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
-                                   max_new_tokens=cfg.eval.max_new_tokens, autocast=acc.autocast)[:len(mine)]
+                                   max_new_tokens=cfg.eval.max_new_tokens, autocast=acc.autocast,
+                                   balance=balance)[:len(mine)]
         if world > 1:
             from accelerate.utils import gather_object
 

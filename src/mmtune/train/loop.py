@@ -221,6 +221,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
     loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
+    balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
         if acc.num_processes == 1:
@@ -263,6 +264,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "decisions": run.decisions,
             "accepted_changes": history,
             **({"train_losses": last_losses} if last_losses else {}),
+            **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
             **extra,
         }
 
@@ -275,6 +277,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                 ids.append(b)
                 micro.append(mb)
             wait = time.perf_counter() - t0
+            if balance is not None:
+                micro = balance.balance(micro, run.collator)
             padded = sum(int(mb["input_ids"].numel()) for mb in micro)
             with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
@@ -350,6 +354,16 @@ def aux_terms(run) -> list:
     from ..aux_losses import AuxContext, build_terms
 
     return build_terms(run.cfg.train.aux_losses, AuxContext.of(run.unwrapped_model().config, run.processor))
+
+
+def media_balance(run, records):
+    """A MediaBalance when the run's strategy shards the weights over several ranks and the model has media
+    towers (mmtune/media_balance.py), else None."""
+    from ..media_balance import MediaBalance, needs_balance
+
+    if not needs_balance(run.resolved.strategy, run.accelerator.num_processes, run.encoder.modalities):
+        return None
+    return MediaBalance(run.accelerator, records, run.encoder)
 
 
 def _seed_python_and_numpy(seed: int) -> None:
