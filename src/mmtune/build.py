@@ -55,7 +55,31 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
-    return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    extra = {}
+    if resolved.strategy in ("zero2", "zero3") and resolved.target.processes > 1:
+        extra = _deepspeed_kwargs(resolved)
+    return Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu", **extra)
+
+
+def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
+    """ZeRO through accelerate: the DeepSpeed config generated from the run (launch_config.py), unless the
+    user launched with their own (`accelerate launch --config_file`). DeepSpeed missing: a clear refusal
+    before anything is built. Accumulation is DeepSpeed's (its engine steps on the last micro-batch)."""
+    import importlib.util
+
+    from .errors import ConfigError
+    from .launch_config import deepspeed_config, user_deepspeed_launch
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
+                          where="train.strategy", fix="pip install deepspeed (docs/distributed.md), or "
+                          "train.strategy=fsdp: PyTorch's own sharding, nothing to install")
+    kwargs = {"gradient_accumulation_steps": resolved.cfg.train.grad_accum}
+    if not user_deepspeed_launch():
+        from accelerate.utils import DeepSpeedPlugin
+
+        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=deepspeed_config(resolved))
+    return kwargs
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
@@ -257,7 +281,6 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                          f"and kept ({c.nbytes / 2**20:.0f} MiB of data.cache_mb={cfg.data.cache_mb})"
                          + ("; the rest were measured and are encoded when drawn" if c.full else ""))
     if with_optimizer:
-        _check_strategy_here(resolved, accelerator)
         if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
             _shard_fsdp(run, loaded.family, resolved)
             run.optimizer = make_optimizer(run.param_groups, cfg.train)
@@ -273,20 +296,6 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
-
-
-def _check_strategy_here(resolved: ResolvedRun, accelerator) -> None:
-    """The strategy must be one this launch can execute: DeepSpeed's ZeRO needs deepspeed installed and
-    `accelerate launch` with a DeepSpeed config (docs/distributed.md)."""
-    import importlib.util
-
-    from .errors import ConfigError
-
-    if resolved.strategy in ("zero2", "zero3") and accelerator.num_processes > 1:
-        if importlib.util.find_spec("deepspeed") is None:
-            raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
-                              where="train.strategy", fix="pip install deepspeed (and launch with `accelerate "
-                              "launch`, docs/distributed.md), or train.strategy=fsdp: PyTorch's own sharding")
 
 
 def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:

@@ -187,6 +187,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         # automatic decision applied, each with its reason.
         header = "".join(f"# {line}\n" for line in run.resolved.summary_lines())
         (out / "config.resolved.yaml").write_text("# decisions (mmtune.resolve):\n" + header + dump_config(cfg))
+        from ..launch_config import write_launch_files
+
+        for path in write_launch_files(run.resolved, out):  # zero2 / zero3: the DeepSpeed + accelerate files used
+            console.print(f"[dim]{path.name} (generated from the run):[/]\n{path.read_text()}", soft_wrap=True)
     # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
     # metrics.jsonl never mixes two runs.
     if main and ckpt is None:

@@ -67,6 +67,11 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64, device=device)))
     active = [t for t in terms if t[1] > 0 and t[2] > 0]
     forward_kwargs = {k: v for t in active for k, v in t[0].loss.model_kwargs.items()}
+    # DeepSpeed (train.strategy=zero2/zero3) accumulates itself: its engine divides each backward by the
+    # accumulation steps and steps on the last, which `accelerator.accumulate` marks; the objective is
+    # multiplied back so the gradient is the same token-normalised one.
+    deepspeed = getattr(accelerator, "distributed_type", None) == "DEEPSPEED"
+    gas = len(micro_batches) if deepspeed else 1
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
         last = i == len(micro_batches) - 1
@@ -74,14 +79,16 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: no no_sync(); the same switch, by call
             model.set_requires_gradient_sync(last)
             ctx = nullcontext()
+        elif deepspeed:
+            ctx = accelerator.accumulate(model)
         else:
             ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
             total, _, output = loss_sum_and_output(model, mb, **forward_kwargs)
-            objective = total * scale
+            objective = total * (scale * gas)
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
-                objective = objective + value * (weight * accelerator.num_processes / n)
+                objective = objective + value * (weight * accelerator.num_processes * gas / n)
                 acc += value.detach().double()
             del output
             accelerator.backward(objective)
