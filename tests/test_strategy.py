@@ -55,10 +55,10 @@ def test_qlora_cannot_be_sharded_and_says_what_works(tmp_path, strategy):
     assert r.strategy == "ddp" and "QLoRA" in r.decision("train.strategy").reason
 
 
-def test_staged_unfreezing_is_refused_under_sharding(tmp_path):
+def test_staged_unfreezing_is_refused_under_deepspeed(tmp_path):
     stages = "train.stages=[{until: 2, train: [projector]}, {train: [projector, decoder_lora]}]"
     with pytest.raises(ConfigError, match="stages"):
-        resolve_run(_cfg(tmp_path, stages, "train.strategy=fsdp"), gpu_target("a100-80gb", gpus=2))
+        resolve_run(_cfg(tmp_path, stages, "train.strategy=zero3"), gpu_target("a100-80gb", gpus=2))
 
 
 def test_plan_takes_the_runs_strategy_unless_told(tmp_path):

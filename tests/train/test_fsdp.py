@@ -39,7 +39,13 @@ def close(a: list[float], b: list[float], tol: float = 1e-5) -> bool:
 @pytest.mark.distributed
 def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_path):
     jobs = [{"key": f"{c}:{s}", "case": c, "strategy": s} for c in CASES for s in ("ddp", "fsdp")]
+    # Staged unfreezing: under FSDP the inactive stage's gradients are dropped (flags cannot change).
+    stages = [{"until": 2, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]
+    jobs += [{"key": f"stages:{s}", "case": "image-lora", "strategy": s, "tag": f"stages-{s}", "stages": stages}
+             for s in ("ddp", "fsdp")]
     two = two_ranks(jobs, tmp_path, 29641)
+    one = run_case("image-lora", "ddp", tmp_path, 1, tag="stages-one", stages=stages)
+    assert close(two["stages:fsdp"], two["stages:ddp"]) and close(two["stages:fsdp"], one), (two, one)
     for case in CASES:
         one = run_case(case, "ddp", tmp_path / "one", world=1)
         ddp, fsdp = two[f"{case}:ddp"], two[f"{case}:fsdp"]

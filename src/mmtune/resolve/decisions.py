@@ -146,10 +146,10 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
                           "Params4bit are not sharded by FSDP2 / ZeRO-3 here)", where=key,
                           fix="train.strategy=ddp (the 4-bit weights fit on each GPU; QLoRA's point) or zero2; or "
                               "adapter.method=lora with train.strategy=fsdp to shard 16-bit weights")
-    if stages and requested in ("fsdp", "zero2", "zero3"):
+    if stages and requested in ("zero2", "zero3"):
         raise ConfigError(f"train.strategy={requested} with train.stages: a sharded optimizer cannot change which "
                           "parameters learn in the middle of a run", where=key,
-                          fix="train.strategy=ddp for staged unfreezing, or one run per stage (docs/stages.md)")
+                          fix="train.strategy=ddp or fsdp for staged unfreezing, or one run per stage (docs/stages.md)")
     if requested != "auto":
         why = "requested" + ("; one process: nothing to shard, checkpoints keep the sharded format"
                              if n == 1 and requested == "fsdp" else "")

@@ -284,10 +284,13 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             if balance is not None:
                 micro = balance.balance(micro, run.collator)
             padded = sum(int(mb["input_ids"].numel()) for mb in micro)
-            with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
+            # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
+            sharded_stages = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
+            with staged.active(step) if staged and not sharded_stages else nullcontext():
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
-                                     world_tokens=world_sum, aux=aux, step=step)
+                                     world_tokens=world_sum, aux=aux, step=step,
+                                     inactive=staged.inactive(step) if sharded_stages else ())
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [run.train_set.records[i].id for b in ids for i in b]

@@ -39,12 +39,13 @@ class StepResult:
 
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
-                   trainable_params, world_tokens=None, aux=None, step: int = 0) -> StepResult:
+                   trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=()) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
     over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
-    `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`.
+    `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`. `inactive`: parameters whose gradient
+    is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive).
     """
     import torch
 
@@ -93,6 +94,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
             del output
             accelerator.backward(objective)
         loss_acc += total.detach().double()
+    for p in inactive:
+        p.grad = None
     grad_norm = None
     if max_grad_norm is not None:
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
