@@ -19,8 +19,18 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 WORKER = Path(__file__).resolve().parent / "equivalence_runs.py"
 
 
-def two_ranks(jobs: list[dict], folder: Path, port: int) -> dict:
+def free_port() -> int:
+    """A port nobody listens on now: sessions running side by side must not meet on a fixed one."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_ranks(jobs: list[dict], folder: Path, port: int | None = None) -> dict:
     """Run the jobs in one 2-rank torchrun launch; the main rank's losses by job key."""
+    port = port or free_port()
     (folder / "jobs.json").write_text(json.dumps(jobs))
     out = folder / "out.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
@@ -43,7 +53,7 @@ def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_
     stages = [{"until": 2, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]
     jobs += [{"key": f"stages:{s}", "case": "image-lora", "strategy": s, "tag": f"stages-{s}", "stages": stages}
              for s in ("ddp", "fsdp")]
-    two = two_ranks(jobs, tmp_path, 29641)
+    two = two_ranks(jobs, tmp_path)
     one = run_case("image-lora", "ddp", tmp_path, 1, tag="stages-one", stages=stages)
     assert close(two["stages:fsdp"], two["stages:ddp"]) and close(two["stages:fsdp"], one), (two, one)
     for case in CASES:
@@ -67,7 +77,7 @@ def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
     sharded (FSDP: generation in step across ranks)."""
     jobs = [{"key": s, "case": "mixed-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
             for s in ("ddp", "fsdp")]
-    two_ranks(jobs, tmp_path, 29643)
+    two_ranks(jobs, tmp_path)
     run_case("mixed-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
 
     def results(tag):
@@ -108,7 +118,7 @@ def test_sharded_checkpoints_resume_exactly_on_any_world_size_and_export(tmp_pat
              {"key": "to1", "case": case, "strategy": "fsdp", "tag": "to1", "stop_after": 3, **every},
              {"key": "from1", "case": case, "strategy": "fsdp", "tag": "from1", **every, **to2},
              {"key": "full", "case": "image-full", "strategy": "fsdp", "tag": "full", "max_steps": 2}]
-    two = two_ranks(jobs, tmp_path, 29642)
+    two = two_ranks(jobs, tmp_path)
 
     # Killed after step 3 and run again: bit-identical to the straight run, with dropout, under both strategies.
     for s in ("fsdp", "ddp"):
@@ -165,7 +175,7 @@ def test_torchrun_smoke_of_a_shipped_recipe_under_fsdp(tmp_path):
     from mmtune.cli import app
 
     root = Path(__file__).resolve().parents[2]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29644",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            "-m", "mmtune.cli", "train", str(root / "recipes" / "seed000_video_audio_qa.yaml"), "--smoke",
            "train.strategy=fsdp", f"output_dir={tmp_path / 'run'}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
