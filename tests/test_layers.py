@@ -19,6 +19,9 @@ RANKS = {
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
     "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
+    "sharding": 5.5,  # FSDP2 wrapping and state dicts: build shards the model, train's checkpoints gather it
+    "media_balance": 5.5,  # extra tower rows under sharded weights: train and evaluation use it
+    "launch_config": 5.5,  # the DeepSpeed / accelerate files of a zero2 / zero3 run: build and train use them
     "build": 6,
     "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7,
     "commands": 8,

@@ -55,12 +55,37 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
-    accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu")
+    extra = {}
+    if resolved.strategy in ("zero2", "zero3") and resolved.target.processes > 1:
+        extra = _deepspeed_kwargs(resolved)
+    accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu",
+                              **extra)
     if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
         from .compat.accelerate_state import enable_cpu_fp16
 
         enable_cpu_fp16(accelerator)
     return accelerator
+
+
+def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
+    """ZeRO through accelerate: the DeepSpeed config generated from the run (launch_config.py), unless the
+    user launched with their own (`accelerate launch --config_file`). DeepSpeed missing: a clear refusal
+    before anything is built. Accumulation is DeepSpeed's (its engine steps on the last micro-batch)."""
+    import importlib.util
+
+    from .errors import ConfigError
+    from .launch_config import deepspeed_config, user_deepspeed_launch
+
+    if importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
+                          where="train.strategy", fix="pip install deepspeed (docs/distributed.md), or "
+                          "train.strategy=fsdp: PyTorch's own sharding, nothing to install")
+    kwargs = {"gradient_accumulation_steps": resolved.cfg.train.grad_accum}
+    if not user_deepspeed_launch():
+        from accelerate.utils import DeepSpeedPlugin
+
+        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=deepspeed_config(resolved))
+    return kwargs
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
@@ -290,15 +315,32 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                          f"and kept ({c.nbytes / 2**20:.0f} MiB of data.cache_mb={cfg.data.cache_mb})"
                          + ("; the rest were measured and are encoded when drawn" if c.full else ""))
     if with_optimizer:
-        _configure_ddp(run)
-        run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
-        run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+        if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
+            _shard_fsdp(run, loaded.family, resolved)
+            run.optimizer = make_optimizer(run.param_groups, cfg.train)
+            # The model is already sharded: accelerate wraps only the optimizer (no DDP around FSDP).
+            run.optimizer = accelerator.prepare_optimizer(run.optimizer)
+        else:
+            _configure_ddp(run)
+            run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
+            run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
         from .stages import lr_scale
 
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
+
+
+def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:
+    """FSDP2 over every rank (mmtune/sharding.py); the optimizer groups follow the sharded parameters."""
+    from .sharding import apply_fsdp, names_of, remap
+
+    old = names_of(run.model)
+    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device)
+    run.param_groups = remap(run.param_groups, old, run.model)
+    run.trainable_params = [p for g in run.param_groups for p in g["params"] if p.requires_grad]
+    run.decisions.append(note)
 
 
 DDP_MAY_BE_UNUSED = ("vision", "audio", "projector")

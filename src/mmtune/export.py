@@ -3,7 +3,8 @@
 - adapter runs, no --merge: the PEFT adapter folder (+ processor) -> `PeftModel.from_pretrained(base, DIR)`.
 - adapter runs, --merge: base model with LoRA merged in, saved in the run's compute dtype
   -> `<ModelClass>.from_pretrained(DIR)`.
-- full runs: the model folder as saved.
+- full runs: the model folder as saved; a run trained under `train.strategy=fsdp` saved its weights as
+  shards (`sharded/`, one file per rank): they are gathered here into a `from_pretrained` folder.
 The base model is rebuilt from the run's resolved config (config.resolved.yaml), so tiny random
 models, local folders and hub ids all export the same way.
 """
@@ -35,6 +36,8 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     if (ckpt / "model").is_dir():
         shutil.copytree(ckpt / "model", out)
         return out
+    if not (ckpt / "adapter").is_dir():
+        return _gather_full_model(ckpt, out)
     if not merge:
         shutil.copytree(ckpt / "adapter", out)
         return out
@@ -54,6 +57,29 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     merged = model.merge_and_unload()
     merged.to(dtype)
     merged.save_pretrained(str(out), safe_serialization=True)
+    if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
+        loaded.processor.save_pretrained(str(out))
+    return out
+
+
+def _gather_full_model(ckpt: Path, out: Path) -> Path:
+    """A full fine-tune saved as shards: the base model rebuilt from the run's config, the trained
+    weights read from the shards onto it (torch.distributed.checkpoint reshards to one process), saved."""
+    from .build import build_model_and_adapters
+    from .resolve import local_target, resolve_run
+    from .train.checkpoint import load_trainable
+    from .train.sharded_checkpoint import has_sharded
+
+    if not has_sharded(ckpt):
+        raise MMTuneError(f"{ckpt} holds neither model/, adapter/ nor sharded weights", where=str(ckpt),
+                          fix="export a checkpoint written by mmtune train")
+    cfg = run_config_of(ckpt)
+    resolved = resolve_run(cfg, local_target("cpu"), for_training=True)
+    loaded, adapters = build_model_and_adapters(resolved, device="cpu")
+    model = adapters.model
+    load_trainable(model, ckpt, strict=False)
+    model.to(resolved.compute_dtype)
+    model.save_pretrained(str(out), safe_serialization=True)
     if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
         loaded.processor.save_pretrained(str(out))
     return out

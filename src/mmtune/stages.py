@@ -113,6 +113,14 @@ class StagedParams:
             for p in self.all:
                 p.requires_grad_(True)
 
+    def inactive(self, step: int) -> list:
+        """The staged parameters that do not learn at `step`. Under FSDP requires_grad cannot change after
+        sharding (the gathered copies keep the flag they were made with), so there every staged
+        parameter keeps requires_grad and these get their gradient dropped before the update instead:
+        the same update (AdamW skips a parameter without a gradient), the gradient computed in vain."""
+        on = {id(p) for p in self.per_stage[stage_index(self.stages, step)]}
+        return [p for p in self.all if id(p) not in on]
+
 
 def describe(stages) -> str:
     start, parts = 0, []

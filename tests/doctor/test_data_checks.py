@@ -136,3 +136,15 @@ def test_mm002_unbounded_pixels_warns(doctor):
                   "data": {"train": "synthetic:counting", "synthetic_train_size": 4, "max_length": 16}}, "MM002")
     assert rep.codes("warning") == set()
     assert media_tokens  # the check function is importable on its own
+
+
+def test_mm080_mixed_media_under_sharded_weights(doctor, dataset):
+    """fsdp / zero3 with text-only and image records: the loop keeps the towers in step (info); a run
+    whose records never hold an image alone cannot be kept in step (error); ddp needs nothing."""
+    mixed = dataset(["ok", "ok_text"] * 3)
+    rep = doctor({**_tree(mixed), "train": {"strategy": "zero3"}}, "MM080")
+    assert rep.codes("info") == {"MM080"} and rep.errors == []
+    assert "3 image, 3 text" in rep.findings[0].message and "tower_rows_added" in rep.findings[0].message
+    assert doctor({**_tree(mixed), "train": {"strategy": "ddp"}}, "MM080").findings == []
+    same = dataset(["ok"] * 4, "same.jsonl")
+    assert doctor({**_tree(same), "train": {"strategy": "fsdp"}}, "MM080").findings == []

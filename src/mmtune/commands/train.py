@@ -77,6 +77,9 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
 
     cfg, run_cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
     target_run = resolve_target(cfg)
+    if smoke and run_cfg.train.strategy != target_run.strategy:
+        # The twin runs the strategy the real run decided on its target (auto weighs the real model).
+        run_cfg = run_cfg.model_copy(update={"train": run_cfg.train.model_copy(update={"strategy": target_run.strategy})})
     if smoke:
         # What the real run will decide on its target, said before the twin runs on the CPU.
         notes = [f"on {target_run.target.describe()}: {line}" for line in target_run.summary_lines()

@@ -261,6 +261,10 @@ class TrainConfig(Section):
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
     gpu: str | None = Field(None, description="target GPU id for the pre-start plan, e.g. a100-40gb")
     nan_guard: bool = True
+    strategy: Literal["auto", "ddp", "fsdp", "zero2", "zero3"] = Field(
+        "auto", description="how several GPUs share the run: ddp (a full copy per GPU), fsdp (PyTorch FSDP2: "
+                            "weights, gradients and optimizer state sharded), zero2 / zero3 (DeepSpeed through "
+                            "accelerate); auto picks by model size, GPU count and memory (docs/distributed.md)")
     stages: list[StageConfig] = Field(
         default_factory=list, description="staged unfreezing, e.g. [{until: 100, train: [projector]}, "
                                           "{train: [projector, decoder_lora]}]")

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
-                     max_new_tokens: int, autocast, streamer=None) -> list[str]:
+                     max_new_tokens: int, autocast, streamer=None, balance=None) -> list[str]:
     """Greedy answers to the records' prompts. `streamer` (a transformers streamer, one record at a
-    time) receives the tokens as they come: `mmtune chat` answers through this same function."""
+    time) receives the tokens as they come: `mmtune chat` answers through this same function.
+
+    A sharded model (FSDP2) generates in step with the other ranks (`synced_gpus`: a rank whose answers
+    are done keeps running forwards while another's are not, or the all-gathers would wait forever), with
+    the root's own weights (embeddings, lm_head) gathered for the whole generation: `generate` reaches
+    them without calling the root module."""
+    from contextlib import nullcontext
+
     import torch
 
     from ..data.collate import Collator
@@ -15,34 +22,74 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
+    sharded = hasattr(model, "set_requires_gradient_sync")
     for start in range(0, len(records), batch_size):
         chunk = records[start:start + batch_size]
         batch = collate([encoder.encode_prompt(r) for r in chunk])
+        if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
+            batch = balance.balance([batch], collate, prompt=True)[0]
         batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.no_grad(), autocast():
+        with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
             out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
                                  pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
+                                 **({"synced_gpus": True} if sharded else {}),
                                  **({"streamer": streamer} if streamer is not None else {}))
-        new = out[:, batch["input_ids"].shape[1]:]
+        new = out[:len(chunk), batch["input_ids"].shape[1]:]  # rows added by `balance` come last
         answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
     return answers
 
 
+class _root_gathered:
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.model.unshard()
+
+    def __exit__(self, *exc):
+        self.model.reshard()
+
+
 def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast) -> float:
+    total, tokens = eval_loss_sums(model, encoder, collator, records, device=device, batch_size=batch_size,
+                                   autocast=autocast)
+    return total / max(tokens, 1)
+
+
+def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
+                   real: int | None = None, balance=None) -> tuple[float, int]:
+    """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
+    filled up to the others' length so every rank runs as many forwards): run, but counted nowhere."""
     import torch
 
-    from ..loss import loss_sum, to_device
+    from ..loss import IGNORE_INDEX, loss_sum, to_device
 
     model.eval()
     total, tokens = 0.0, 0
+    real = len(records) if real is None else real
     with torch.no_grad():
         for start in range(0, len(records), batch_size):
-            batch = collator([encoder.encode(r) for r in records[start:start + batch_size]])
+            items = []
+            for i, r in enumerate(records[start:start + batch_size], start):
+                enc = encoder.encode(r)
+                if i >= real:
+                    enc = {**enc, "labels": torch.full_like(enc["labels"], IGNORE_INDEX)}
+                items.append(enc)
+            batch = collator(items)
+            if balance is not None:
+                batch = balance.balance([batch], collator)[0]
             with autocast():
                 s, n = loss_sum(model, to_device(batch, device))
             total += float(s)
             tokens += int(n)
-    return total / max(tokens, 1)
+    return total, tokens
+
+
+def _world_sum(acc, total: float, tokens: int) -> tuple[float, int]:
+    import torch
+
+    t = acc.reduce(torch.tensor([total, float(tokens)], dtype=torch.float64, device=acc.device), reduction="sum")
+    return float(t[0]), int(t[1])
 
 
 def references(encoder, record) -> list[str]:
@@ -52,22 +99,48 @@ def references(encoder, record) -> list[str]:
 
 
 def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict, list[dict]]:
-    """(metrics, per-record predictions) on `records` with the run's current weights."""
+    """(metrics, per-record predictions) on `records` with the run's current weights.
+
+    Several processes: every rank calls it; each evaluates its shard of the records (rank r takes records
+    r, r + world, ...; shards filled to one length), the loss sums and the answers are gathered, and
+    every rank returns the metrics of the whole set, as one process would compute them."""
     from . import metrics as M
 
     cfg = run.cfg
+    acc = run.accelerator
     model = run.unwrapped_model()
     was_training = model.training
-    device = run.accelerator.device
-    out = {"eval_loss": eval_loss(model, run.encoder, run.collator, records, device=device,
-                                  batch_size=cfg.eval.batch_size, autocast=run.accelerator.autocast)}
+    device = acc.device
+    world, rank = acc.num_processes, acc.process_index
+    order = list(range(rank, len(records), world)) if world > 1 else list(range(len(records)))
+    mine = [records[i] for i in order]
+    per_rank = -(-len(records) // world) if records else 0
+    padded = mine + [records[0]] * (per_rank - len(mine))
+    balance = None
+    if world > 1:
+        from ..media_balance import MediaBalance, needs_balance
+
+        if needs_balance(run.resolved.strategy, world, run.encoder.modalities):
+            balance = MediaBalance(acc, records, run.encoder)
+    total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
+                                   batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
+                                   balance=balance)
+    if world > 1:
+        total, tokens = _world_sum(acc, total, tokens)
+    out = {"eval_loss": total / max(tokens, 1)}
     preds: list[dict] = []
     gen = cfg.eval.generate if with_generation is None else with_generation
     mixture = isinstance(cfg.data.eval, list)
     if gen and (cfg.eval.metrics or mixture):
-        answers = generate_answers(model, run.encoder, records, device=device, dtype=run.resolved.compute_dtype,
+        answers = generate_answers(model, run.encoder, padded, device=device, dtype=run.resolved.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
-                                   max_new_tokens=cfg.eval.max_new_tokens, autocast=run.accelerator.autocast)
+                                   max_new_tokens=cfg.eval.max_new_tokens, autocast=acc.autocast,
+                                   balance=balance)[:len(mine)]
+        if world > 1:
+            from accelerate.utils import gather_object
+
+            by_index = dict(gather_object(list(zip(order, answers))))
+            answers = [by_index[i] for i in range(len(records))]
         refs = [references(run.encoder, r) for r in records]
         if mixture:
             from .per_source import per_source_metrics

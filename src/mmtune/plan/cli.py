@@ -1,4 +1,4 @@
-"""`mmtune plan CONFIG [key=value ...] [--gpu NAME] [--gpus N] [--json] [--search]`."""
+"""`mmtune plan CONFIG [key=value ...] [--gpu NAME] [--gpus N] [--nodes M] [--strategy S] [--json] [--search]`."""
 
 from __future__ import annotations
 
@@ -65,8 +65,10 @@ def register(app: typer.Typer) -> None:
         config: str = typer.Argument(..., help="run config YAML"),
         overrides: Optional[List[str]] = typer.Argument(None, help="key=value overrides"),
         gpu: Optional[str] = typer.Option(None, "--gpu", help="target GPU id, e.g. t4, a100-40gb, h100"),
-        gpus: int = typer.Option(1, "--gpus", help="GPUs (data parallel)"),
-        strategy: str = typer.Option("ddp", "--strategy", help="ddp | zero2 | zero3 | fsdp (with --gpus > 1)"),
+        gpus: int = typer.Option(1, "--gpus", help="GPUs per node (data parallel)"),
+        nodes: int = typer.Option(1, "--nodes", help="nodes (each with --gpus GPUs)"),
+        strategy: Optional[str] = typer.Option(None, "--strategy", help="ddp | fsdp | zero2 | zero3 | auto "
+                                               "(default: the config's train.strategy, as the run decides it)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
         search: bool = typer.Option(False, "--search", help="find the fastest config that fits"),
         margin: float = typer.Option(10.0, "--margin", help="free memory to keep, in % of the GPU"),
@@ -85,7 +87,7 @@ def register(app: typer.Typer) -> None:
 
         resolved = None
         try:
-            cfg = load_config(config, list(overrides or []))
+            cfg = load_config(config, list(overrides or []) + ([f"train.strategy={strategy}"] if strategy else []))
             declared = None
             if image or video or audio:
                 declared = Declared(images=[_parse_size(s, 2) for s in image or []],
@@ -95,7 +97,8 @@ def register(app: typer.Typer) -> None:
             if search:
                 from .search import search as run_search
 
-                res = run_search(cfg, gpu=target, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
+                res = run_search(cfg, gpu=target, gpus=gpus * nodes, declared=declared, margin=margin / 100,
+                                 strategy="ddp" if cfg.train.strategy == "auto" else cfg.train.strategy)
                 if as_json:
                     typer.echo(res.to_json())
                 else:
@@ -105,8 +108,9 @@ def register(app: typer.Typer) -> None:
                 return
             from ..resolve import resolve_run, target_for
 
-            resolved = resolve_run(cfg, target_for(cfg, target, local=False))
-            r = predict(resolved, gpus=gpus, strategy=strategy, declared=declared, margin=margin / 100)
+            # The strategy is the run's decision (train.strategy, auto weighed on this many GPUs), as train takes it.
+            resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes))
+            r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin=margin / 100)
         except MMTuneError as e:
             if resolved is not None and not as_json:  # what the run decides on that GPU, even if planning failed
                 for line in resolved.summary_lines():

@@ -186,7 +186,7 @@ def resolve_for_plan(cfg, gpu=None):
     return resolve_run(cfg, target_for(cfg, gpu, local=False), require_processor=True)
 
 
-def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=None,
+def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
             margin: float = 0.10, plan_eval: bool | None = None) -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
@@ -200,6 +200,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
     resolved = resolve_for_plan(cfg, gpu)
     resolved.need_processor()  # the plan encodes the worst-case record: the processor's absence is the error
     cfg = resolved.cfg
+    strategy = strategy or resolved.strategy  # the run's own decision (train.strategy) unless asked otherwise
     spec = resolved.target.gpu
     decisions: list[str] = resolved.summary_lines()
     prec = resolved.precision

@@ -126,3 +126,59 @@ def trainable_components(adapter, family) -> tuple[str, ...]:
     else:
         comps = ["decoder (LoRA)"] + [c for c in adapter.train_components if c not in adapter.freeze_components]
     return tuple(comps)
+
+
+# --------------------------------------------------------------------------- strategy
+
+SHARDED = ("fsdp", "zero3")  # strategies that shard the weights themselves (every rank runs every tower)
+# `auto` keeps a full copy per GPU (ddp, the fastest) while weights + trainable state take at most this
+# share of one GPU's memory; the rest is for activations, which no strategy shards.
+DDP_STATE_SHARE = 0.5
+
+
+def decide_strategy(requested: str, target, adapter, stages, model_params) -> tuple[str, Decision]:
+    """How the processes share the run: ddp | fsdp | zero2 | zero3.
+
+    `model_params()` -> (total parameters, bytes per frozen weight), called only when `auto` must weigh
+    the model against the GPU. QLoRA's 4-bit weights cannot be sharded by FSDP2 / ZeRO-3 here, and
+    staged unfreezing changes which parameters learn mid-run, which sharded optimizers do not allow:
+    both are refused with the strategy that works."""
+    key, n = "train.strategy", target.processes
+    if adapter.method == "qlora" and requested in SHARDED:
+        raise ConfigError(f"train.strategy={requested} cannot shard QLoRA's 4-bit decoder weights (bitsandbytes "
+                          "Params4bit are not sharded by FSDP2 / ZeRO-3 here)", where=key,
+                          fix="train.strategy=ddp (the 4-bit weights fit on each GPU; QLoRA's point) or zero2; or "
+                              "adapter.method=lora with train.strategy=fsdp to shard 16-bit weights")
+    if stages and requested in ("zero2", "zero3"):
+        raise ConfigError(f"train.strategy={requested} with train.stages: a sharded optimizer cannot change which "
+                          "parameters learn in the middle of a run", where=key,
+                          fix="train.strategy=ddp or fsdp for staged unfreezing, or one run per stage (docs/stages.md)")
+    if requested != "auto":
+        why = "requested" + ("; one process: nothing to shard, checkpoints keep the sharded format"
+                             if n == 1 and requested == "fsdp" else "")
+        return requested, Decision(key, requested, why)
+    if n == 1:
+        return "ddp", Decision(key, "ddp", "auto: one process (nothing to share)", changed=True)
+    if adapter.method == "qlora":
+        return "ddp", Decision(key, "ddp", "auto: QLoRA's 4-bit weights fit each GPU and cannot be sharded",
+                               changed=True)
+    if stages:
+        return "ddp", Decision(key, "ddp", "auto: staged unfreezing needs the whole optimizer on each rank",
+                               changed=True)
+    if target.gpu is None:
+        return "ddp", Decision(key, "ddp", f"auto: {n} CPU processes (no GPU memory to save)", changed=True)
+    total, weight_bytes = model_params()
+    size = f"{total / 1e9:.1f} B" if total >= 1e9 else f"{total / 1e6:.1f} M"
+    trainable = total if adapter.method == "full" else total // 50  # LoRA + trained towers: a few % at most
+    per_gpu = total * weight_bytes + trainable * (4 + 4 + 8)  # fp32 master + gradient + Adam moments
+    mem = target.gpu.memory_bytes
+    gib = 2 ** 30
+    if per_gpu <= DDP_STATE_SHARE * mem:
+        return "ddp", Decision(key, "ddp", f"auto: {size} parameters; weights + trainable state "
+                               f"~{per_gpu / gib:.0f} GiB fit whole on each {target.gpu.name} "
+                               f"({mem / gib:.0f} GiB) with room for activations: a copy per GPU is the fastest",
+                               changed=True)
+    return "fsdp", Decision(key, "fsdp", f"auto: {size} parameters; weights + trainable state "
+                            f"~{per_gpu / gib:.0f} GiB are over {DDP_STATE_SHARE:.0%} of one {target.gpu.name} "
+                            f"({mem / gib:.0f} GiB): sharded over {n} GPUs, ~{per_gpu / n / gib:.1f} GiB each",
+                            changed=True)

@@ -20,6 +20,7 @@ from .decisions import (
     decide_pad_id,
     decide_precision,
     decide_quantization,
+    decide_strategy,
     trainable_components,
 )
 from .target import Target
@@ -57,6 +58,7 @@ class ResolvedRun:
     loss_scaling: bool  # fp16 + GradScaler
     attn_implementation: str
     quantization: str | None
+    strategy: str  # ddp | fsdp | zero2 | zero3 (train.strategy, auto decided)
     trainable: tuple[str, ...]
     metrics: tuple[str, ...]
     greater_is_better: bool
@@ -106,6 +108,7 @@ class ResolvedRun:
             "family": self.family.name,
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
+            "strategy": self.strategy,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -144,6 +147,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     quant, d = decide_quantization(cfg.adapter)
     if d:
         decisions.append(d)
+    strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
+                                  lambda: _model_params(cfg, family, precision))
+    decisions.append(d)
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:
@@ -172,13 +178,14 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         if chosen != spec:
             data_updates[key.split(".")[1]] = chosen
 
-    updates = {"train": cfg.train.model_copy(update={"precision": precision}),
+    updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy}),
                "model": cfg.model.model_copy(update={"attn_implementation": attn})}
     if data_updates:
         updates["data"] = cfg.data.model_copy(update=data_updates)
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
-                  loss_scaling=scaled, attn_implementation=attn, quantization=quant, trainable=trainable,
+                  loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
+                  trainable=trainable,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor
@@ -197,6 +204,26 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                   *media_decisions]
     return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
+
+
+def _model_params(cfg, family, precision: str) -> tuple[int, int]:
+    """(parameters, bytes per weight) of the model, counted on a meta build of its config (no weights);
+    only `train.strategy=auto` on several GPUs asks."""
+    from ..models.loading import build_from_config, load_hf_config, meta_config
+    from ..models.tiny import is_tiny
+
+    if is_tiny(cfg.model.name):
+        from ..models.tiny import tiny_config_and_processor
+
+        config = tiny_config_and_processor(cfg.model.name)[0]
+    else:
+        config = meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision, cfg.model.trust_remote_code)
+    import torch
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        model = build_from_config(family, config, torch.float32, "sdpa")
+    return sum(p.numel() for p in model.parameters()), 4 if precision == "fp32" else 2
 
 
 def _check_best_metric(cfg) -> None:

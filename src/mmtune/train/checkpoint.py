@@ -91,7 +91,7 @@ def resolve_checkpoint(path: Path) -> Path:
     from ..errors import MMTuneError
 
     path = Path(path)
-    if (path / "trainable.safetensors").is_file():
+    if (path / "trainable.safetensors").is_file() or (path / "sharded" / ".metadata").is_file():
         return path
     best = path / "best"
     if best.exists():
@@ -145,13 +145,14 @@ def check_disk(run) -> None:
 
 
 def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = None) -> Path:
-    """Write checkpoint-<step> durably; a full disk or an I/O error is an MMTuneError and leaves no
-    temporary folder behind."""
+    """Write checkpoint-<step> durably; every rank calls it (each writes its RNG state, and under a
+    sharded strategy its shards; the main rank writes the rest, the manifest and renames). A full disk
+    or an I/O error is an MMTuneError and leaves no temporary folder behind."""
     import errno
 
     from ..errors import MMTuneError
 
-    check_disk(run)
+    check_disk(run)  # on every rank: the same folder, the same answer, so no rank waits for another in vain
     out = Path(run.cfg.output_dir)
     tmp = out / f"{TMP_PREFIX}{step}"
     try:
@@ -171,18 +172,42 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     import torch
     from safetensors.torch import save_file
 
+    from .sharded_checkpoint import save_rank_rng, save_sharded, writes_sharded
+
+    acc = run.accelerator
+    main = acc.is_main_process
     final = out / f"checkpoint-{step}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    if main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+    acc.wait_for_everyone()
+    # ---- what every rank writes: its RNG, and (sharded strategies) its shards -- collectives inside
+    save_rank_rng(tmp, acc.process_index, acc.num_processes, rng_state())
     model = run.unwrapped_model()
-    export_weights(model, run, tmp)
-    save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
+    sharded = writes_sharded(run)
+    if sharded:
+        save_sharded(run, tmp)
+        # The loadable adapter is small: gathered onto the main rank. A full model is gathered by `mmtune
+        # export` from the shards, not at every save.
+        gathered = full_trainable(model) if run.cfg.adapter.method != "full" else None
+    acc.wait_for_everyone()
+    if not main:
+        return final
+    # ---- the main rank: loadable weights, state.pt, meta, config; then manifest and rename
+    if not sharded:
+        export_weights(model, run, tmp)
+        save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
+    elif gathered is not None:
+        export_weights(model, run, tmp, state_dict=gathered)
+    elif run.processor is not None and hasattr(run.processor, "save_pretrained"):
+        run.processor.save_pretrained(str(tmp / "processor"))
     torch.save({
-        "optimizer": run.optimizer.state_dict(),
+        "optimizer": None if sharded else run.optimizer.state_dict(),  # sharded: in sharded/
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler_state(),
         "rng": rng_state(),
+        "world_size": acc.num_processes,
         "train_state": train_state,
     }, tmp / "state.pt")
     (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}}, indent=2))
@@ -196,16 +221,25 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     return final
 
 
-def export_weights(model, run, folder: Path) -> None:
-    """The loadable part: a PEFT adapter folder, or a full model folder; plus the processor."""
+def full_trainable(model) -> dict:
+    """Every trainable tensor unsharded on the main rank (a collective under FSDP)."""
+    from ..sharding import full_state_dict
+
+    return full_state_dict(model, trainable_only=True)
+
+
+def export_weights(model, run, folder: Path, state_dict: dict | None = None) -> None:
+    """The loadable part: a PEFT adapter folder, or a full model folder; plus the processor.
+    `state_dict`: the tensors gathered from a sharded model (the model's own are shards)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a shard-writing bar per checkpoint is noise in the run log
+    extra = {"state_dict": state_dict} if state_dict is not None else {}
     if run.cfg.adapter.method in ("lora", "qlora"):
-        model.save_pretrained(str(folder / "adapter"))
+        model.save_pretrained(str(folder / "adapter"), **extra)
         target = folder / "adapter"
     else:
-        model.save_pretrained(str(folder / "model"), safe_serialization=True)
+        model.save_pretrained(str(folder / "model"), safe_serialization=True, **extra)
         target = folder / "model"
     if run.processor is not None and hasattr(run.processor, "save_pretrained"):
         run.processor.save_pretrained(str(target))
@@ -220,6 +254,11 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
     import torch
     from safetensors.torch import load_file
 
+    from .sharded_checkpoint import has_sharded, load_sharded_weights
+
+    if not (ckpt / "trainable.safetensors").is_file() and has_sharded(ckpt):
+        load_sharded_weights(model, ckpt)  # written under train.strategy=fsdp: DCP reshards onto this model
+        return
     saved = load_file(str(ckpt / "trainable.safetensors"))
     params = dict(model.named_parameters())
     missing = [n for n, p in params.items() if p.requires_grad and n not in saved] if strict else []
@@ -239,18 +278,63 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
 
 
 def load_checkpoint(run, ckpt: Path) -> dict:
-    """Restore trainable tensors, optimizer, scheduler, scaler and RNG; return the saved train_state."""
+    """Restore trainable tensors, optimizer, scheduler, scaler and RNG (this rank's own where it was
+    saved); return the saved train_state. Every rank calls it."""
     import torch
 
-    load_trainable(run.unwrapped_model(), ckpt)
+    from ..console import console
+    from ..errors import MMTuneError
+    from .sharded_checkpoint import has_sharded, load_sharded, rank_rng, writes_sharded
+
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
-    run.optimizer.load_state_dict(state["optimizer"])
+    if has_sharded(ckpt):
+        load_sharded(run, ckpt)  # weights and optimizer, resharded onto this world size
+    elif writes_sharded(run) and run.accelerator.num_processes > 1:
+        raise MMTuneError(f"{ckpt.name} was written without sharding (train.strategy={state_strategy(ckpt)}); "
+                          "this run shards its optimizer state (train.strategy=fsdp)", where=str(ckpt),
+                          fix="resume with the strategy that wrote it (train.strategy=ddp), or start over with "
+                              "train.resume=false")
+    else:
+        load_trainable(run.unwrapped_model(), ckpt)
+        run.optimizer.load_state_dict(state["optimizer"])
     run.scheduler.load_state_dict(state["scheduler"])
     _apply_config_hyperparameters(run, fresh)
     run.load_scaler_state(state["scaler"])
-    set_rng_state(state["rng"])
-    return state["train_state"]
+    acc = run.accelerator
+    mine, note = rank_rng(ckpt, acc.process_index, acc.num_processes)
+    set_rng_state(mine if mine is not None else state["rng"])
+    if note and acc.is_main_process:
+        console.print(f"[yellow]note:[/] {note}")
+    train_state = state["train_state"]
+    saved_world = state.get("world_size")
+    if saved_world and saved_world != acc.num_processes:
+        train_state = {**train_state, "position": _reposition(train_state["position"], saved_world, acc,
+                                                               ckpt.name)}
+    return train_state
+
+
+def _reposition(position: dict, saved_world: int, acc, name: str) -> dict:
+    """The data position of a checkpoint written by `saved_world` processes, on this world size: the
+    records of the epoch seen so far are kept as a count (each rank's micro-batch index scaled), so an
+    epoch still has its length. Mid-epoch, which records come next differs from a continuation on the old
+    world size (each rank reads its own slice of the epoch): said, not hidden."""
+    from ..console import console
+
+    index = position["index"] * saved_world // acc.num_processes
+    if acc.is_main_process:
+        console.print(f"[yellow]note:[/] {name} was written by {saved_world} process(es), this run has "
+                      f"{acc.num_processes}: the data position in epoch {position['epoch']} is kept as a count of "
+                      "micro-batches" + (" (at an epoch start: exact)" if position["index"] == 0 else
+                                         "; the rest of this epoch is drawn from the new ranks' slices"))
+    return {**position, "index": index}
+
+
+def state_strategy(ckpt: Path) -> str:
+    try:
+        return json.loads((ckpt / "config.json").read_text())["train"].get("strategy", "ddp")
+    except (OSError, ValueError, KeyError):
+        return "ddp"
 
 
 def _apply_config_hyperparameters(run, fresh: list[dict]) -> None:

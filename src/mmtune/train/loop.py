@@ -187,6 +187,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         # automatic decision applied, each with its reason.
         header = "".join(f"# {line}\n" for line in run.resolved.summary_lines())
         (out / "config.resolved.yaml").write_text("# decisions (mmtune.resolve):\n" + header + dump_config(cfg))
+        from ..launch_config import write_launch_files
+
+        for path in write_launch_files(run.resolved, out):  # zero2 / zero3: the DeepSpeed + accelerate files used
+            console.print(f"[dim]{path.name} (generated from the run):[/]\n{path.read_text()}", soft_wrap=True)
     # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
     # metrics.jsonl never mixes two runs.
     if main and ckpt is None:
@@ -221,6 +225,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
     loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
+    balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
         if acc.num_processes == 1:
@@ -268,6 +273,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "accepted_changes": history,
             **({"train_losses": last_losses} if last_losses else {}),
             "scale": {**scale, **epoch_time(scale, timed["s"] / max(timed["n"], 1), timed["n"])},
+            **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
             **extra,
         }
 
@@ -280,11 +286,16 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                 ids.append(b)
                 micro.append(mb)
             wait = time.perf_counter() - t0
+            if balance is not None:
+                micro = balance.balance(micro, run.collator)
             padded = sum(int(mb["input_ids"].numel()) for mb in micro)
-            with staged.active(step) if staged else nullcontext():  # only this stage's parameters learn
+            # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
+            sharded_stages = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
+            with staged.active(step) if staged and not sharded_stages else nullcontext():
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
-                                     world_tokens=world_sum, aux=aux, step=step)
+                                     world_tokens=world_sum, aux=aux, step=step,
+                                     inactive=staged.inactive(step) if sharded_stages else ())
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [run.train_set.records[i].id for b in ids for i in b]
@@ -363,6 +374,16 @@ def aux_terms(run) -> list:
     return build_terms(run.cfg.train.aux_losses, AuxContext.of(run.unwrapped_model().config, run.processor))
 
 
+def media_balance(run, records):
+    """A MediaBalance when the run's strategy shards the weights over several ranks and the model has media
+    towers (mmtune/media_balance.py), else None."""
+    from ..media_balance import MediaBalance, needs_balance
+
+    if not needs_balance(run.resolved.strategy, run.accelerator.num_processes, run.encoder.modalities):
+        return None
+    return MediaBalance(run.accelerator, records, run.encoder)
+
+
 def _seed_python_and_numpy(seed: int) -> None:
     import random
 
@@ -419,9 +440,8 @@ def _evaluate(run, step, sinks, bar):
 
     acc = run.accelerator
     records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
-    metrics = {}
+    metrics, preds = evaluate(run, records)  # every rank evaluates its shard; all get the whole set's metrics
     if acc.is_main_process:
-        metrics, preds = evaluate(run, records)
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
             f.writelines(json.dumps({"step": step, **p}) + "\n" for p in preds)
@@ -446,8 +466,8 @@ def _track_best(cfg, best, metrics, step) -> None:
 def _checkpoint(run, step, train_state: dict, metrics) -> None:
     acc = run.accelerator
     best = train_state["best"]
+    save_checkpoint(run, step, train_state, metrics)  # every rank: its RNG, and its shards under fsdp
     if acc.is_main_process:
-        save_checkpoint(run, step, train_state, metrics)
         out = Path(run.cfg.output_dir)
         # .name: runs saved before paths were relative stored absolute ones, which break when moved.
         best_dir = out / Path(best["path"]).name if best.get("path") else None

@@ -39,12 +39,13 @@ class StepResult:
 
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
-                   trainable_params, world_tokens=None, aux=None, step: int = 0) -> StepResult:
+                   trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=()) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
     over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
-    `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`.
+    `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`. `inactive`: parameters whose gradient
+    is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive).
     """
     import torch
 
@@ -67,25 +68,39 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64, device=device)))
     active = [t for t in terms if t[1] > 0 and t[2] > 0]
     forward_kwargs = {k: v for t in active for k, v in t[0].loss.model_kwargs.items()}
+    # DeepSpeed (train.strategy=zero2/zero3) accumulates itself: its engine divides each backward by the
+    # accumulation steps and steps on the last, which `accelerator.accumulate` marks; the objective is
+    # multiplied back so the gradient is the same token-normalised one.
+    deepspeed = getattr(accelerator, "distributed_type", None) == "DEEPSPEED"
+    gas = len(micro_batches) if deepspeed else 1
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
         last = i == len(micro_batches) - 1
         # Gradients are synchronised across ranks only on the last micro-batch of the step.
-        ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
+        if hasattr(model, "set_requires_gradient_sync"):  # FSDP2: no no_sync(); the same switch, by call
+            model.set_requires_gradient_sync(last)
+            ctx = nullcontext()
+        elif deepspeed:
+            ctx = accelerator.accumulate(model)
+        else:
+            ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
             total, _, output = loss_sum_and_output(model, mb, **forward_kwargs)
-            objective = total * scale
+            objective = total * (scale * gas)
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
-                objective = objective + value * (weight * accelerator.num_processes / n)
+                objective = objective + value * (weight * accelerator.num_processes * gas / n)
                 acc += value.detach().double()
             del output
             accelerator.backward(objective)
         loss_acc += total.detach().double()
+    for p in inactive:
+        p.grad = None
     grad_norm = None
     if max_grad_norm is not None:
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
-        grad_norm = float(norm) if norm is not None else None
+        full = getattr(norm, "full_tensor", None)  # sharded gradients (FSDP2): the norm is a DTensor
+        grad_norm = float(full() if full is not None else norm) if norm is not None else None
     optimizer.step()
     skipped = bool(getattr(optimizer, "step_was_skipped", False))
     if not skipped:

@@ -3,7 +3,7 @@ impossible by construction; each check exercises the construction on this config
 
 from __future__ import annotations
 
-from ..findings import error, warning
+from ..findings import error, info, warning
 from ..registry import check
 
 
@@ -168,7 +168,7 @@ def config_in_force(ctx):
     diffs = sorted(_diff(old, new))
     # Keys that may change on resume without changing the run's meaning.
     benign = ("train.resume", "train.save_every", "train.keep_last", "train.log_every", "train.accept_changes",
-              "train.ignore_plan", "train.gpu", "eval.", "logging.")
+              "train.ignore_plan", "train.gpu", "train.strategy", "eval.", "logging.")
     real = [d for d in diffs if not d.startswith(benign)]
     if real and not cfg.train.accept_changes:
         # mmtune train refuses such a resume (train/resume_guard.py); say so before the GPU is rented.
@@ -187,3 +187,42 @@ def _diff(a, b, prefix=""):
     for k in keys:
         yield from _diff(a.get(k) if isinstance(a, dict) else None, b.get(k) if isinstance(b, dict) else None,
                          f"{prefix}{k}.")
+
+
+@check("MM080", "sharded weights (fsdp / zero3): every rank runs the same media towers in each step",
+       needs=("cfg", "resolved", "scan"))
+def towers_in_step(ctx):
+    """ZeRO-3 / FSDP gather a tower's weights from every rank in its forward: a rank whose batch has no
+    image skips the vision tower while another waits in it (the known ZeRO-3 hang with mixed text-only and
+    image batches). The loop prevents it (mmtune/media_balance.py: a masked row of a one-medium record
+    added to a batch that lacks a kind another rank has); this check says when that happens and whether
+    the data allows it."""
+    from ...media_balance import KINDS
+
+    cfg, resolved, scan = ctx.need("cfg"), ctx.need("resolved"), ctx.need("scan")
+    if resolved.strategy not in ("fsdp", "zero3"):
+        return
+    for split in scan.splits:
+        sigs = {s for s, n in split.signatures.items() if n}
+        if len(sigs) < 2:
+            continue  # every record holds the same media kinds: every rank runs the same towers
+        kinds = sorted({k for s in sigs for k in s.split("+") if k in KINDS})
+        alone = [k for k in kinds if k in sigs]
+        where = f"data.{split.split}"
+        mix = ", ".join(f"{n} {s}" for s, n in sorted(split.signatures.items()) if n)
+        if len(alone) < len(kinds):
+            missing = [k for k in kinds if k not in alone]
+            yield error(f"{split.split}: records mix media kinds ({mix}) under train.strategy={resolved.strategy}, "
+                        f"and no record holds {', '.join(missing)} alone: the loop cannot keep every rank's towers in "
+                        "step (a rank without that kind would wait in another's all-gather)", where=where,
+                        fix="train.strategy=ddp (no collective in the forward), or add one record with only "
+                            + " / ".join(missing))
+        elif cfg.train.aux_losses:
+            yield error(f"{split.split}: records mix media kinds ({mix}) under train.strategy={resolved.strategy} "
+                        "with train.aux_losses: the masked tower rows that keep ranks in step carry no auxiliary "
+                        "targets", where=where, fix="train.strategy=ddp with auxiliary losses")
+        else:
+            yield info(f"{split.split}: records mix media kinds ({mix}); under train.strategy={resolved.strategy} "
+                       "every rank must run the same towers in each step (ZeRO-3 / FSDP hang otherwise): the loop "
+                       "adds a masked row of a one-medium record to a batch lacking a kind another rank has "
+                       "(counted as tower_rows_added in summary.json)", where=where)

@@ -1,0 +1,108 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for `train.strategy=fsdp`: wrapping, state dicts.
+
+Wrapping: one FSDP unit per block of every repeated stack in the vision / audio towers and the decoder
+(each child of an `nn.ModuleList` whose path lies in one of those components: Qwen's `visual.blocks.N`,
+`language_model.layers.N`, CLIP's `encoder.layers.N`, ...), then the root for everything left
+(embeddings, projector, norms, lm_head). A block's weights are gathered for its forward and backward
+only, so the peak holds about one block's full weights beyond the shards. LoRA weights live inside the
+blocks they adapt and are sharded with them; frozen weights are sharded too and get no gradient. The
+mixed-precision policy comes from the resolved precision: weights gathered in the compute dtype,
+gradients reduced in fp32. Activation checkpointing is the model's own (non-reentrant, see build.py),
+which runs inside the units.
+
+Parameters are replaced by sharded ones (DTensors), so whatever held the old parameter objects (the
+optimizer's groups, the trainable list) is mapped again by name (`remap`).
+"""
+
+from __future__ import annotations
+
+DEEP_COMPONENTS = ("vision", "audio", "decoder")
+
+
+def shard_units(model, family) -> list[tuple[str, object]]:
+    """(name, module) of each block FSDP wraps on its own: the children of the outermost ModuleLists that
+    lie in a vision, audio or decoder component."""
+    from torch import nn
+
+    from .adapters import component_of
+
+    units: list[tuple[str, object]] = []
+    taken: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, nn.ModuleList) or any(name.startswith(t + ".") for t in taken):
+            continue
+        if "lora_" in name or component_of(family, name + ".") not in DEEP_COMPONENTS:
+            continue
+        units += [(f"{name}.{i}", child) for i, child in enumerate(module)]
+        taken.append(name)
+    return units
+
+
+def mixed_precision_policy(precision: str):
+    """Weights gathered in the compute dtype; gradients reduced (and the fp32 trainable shards updated)
+    in fp32. fp32 runs need no policy."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if precision == "fp32":
+        return MixedPrecisionPolicy()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+
+
+def apply_fsdp(model, family, precision: str, device) -> str:
+    """Shard `model` in place over every rank of the default process group; returns what was done."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    mp = mixed_precision_policy(precision)
+    units = shard_units(model, family)
+    for _, module in units:
+        fully_shard(module, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    stacks = sorted({n.rsplit(".", 1)[0] for n, _ in units})
+    return (f"FSDP2: {len(units)} blocks wrapped one by one ({', '.join(stacks) or 'none'}), then the root; "
+            f"sharded over {dist.get_world_size()} ranks; mixed precision "
+            + ("off (fp32)" if precision == "fp32" else f"{precision} weights, fp32 gradient reduction"))
+
+
+def names_of(model) -> dict[int, str]:
+    """id(parameter) -> name, taken before sharding replaces the parameter objects."""
+    return {id(p): n for n, p in model.named_parameters()}
+
+
+def remap(param_groups: list[dict], old_names: dict[int, str], model) -> list[dict]:
+    """The optimizer groups with each parameter replaced by the sharded one of the same name."""
+    new = dict(model.named_parameters())
+    return [{**g, "params": [new[old_names[id(p)]] for p in g["params"]]} for g in param_groups]
+
+
+def is_sharded(model) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+def full_state_dict(model, *, trainable_only: bool) -> dict:
+    """The unsharded state dict on the CPU, gathered from every rank (a collective: every rank calls it);
+    rank 0 gets the tensors, the others an empty dict. A plain model: its own tensors."""
+    if not is_sharded(model):
+        params = dict(model.named_parameters())
+        sd = model.state_dict()
+        keep = {n for n, p in params.items() if p.requires_grad} if trainable_only else set(sd)
+        return {n: t.detach().cpu().contiguous() for n, t in sd.items() if n in keep}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {n: t.contiguous() for n, t in sd.items() if not trainable_only or n in trainable}
+
+
+def grad_norm_value(norm) -> float | None:
+    """A clip_grad_norm_ result as a float (sharded gradients give a DTensor: its full value)."""
+    if norm is None:
+        return None
+    full = getattr(norm, "full_tensor", None)
+    return float(full() if full is not None else norm)

@@ -1,0 +1,192 @@
+"""train.strategy=fsdp (FSDP2) on 2 CPU gloo ranks: the same losses as ddp and as one process, sharded
+checkpoints that resume exactly (also on another world size), export of sharded weights, and every
+rank's RNG saved (a 2-rank LoRA-dropout run killed and resumed equals the straight run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from equivalence_runs import CASES, STEPS, losses, run_case  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+WORKER = Path(__file__).resolve().parent / "equivalence_runs.py"
+
+
+def free_port() -> int:
+    """A port nobody listens on now: sessions running side by side must not meet on a fixed one."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def two_ranks(jobs: list[dict], folder: Path, port: int | None = None) -> dict:
+    """Run the jobs in one 2-rank torchrun launch; the main rank's losses by job key."""
+    port = port or free_port()
+    (folder / "jobs.json").write_text(json.dumps(jobs))
+    out = folder / "out.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           str(WORKER), str(folder / "jobs.json"), str(out), str(folder)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+    assert res.returncode == 0, res.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+def close(a: list[float], b: list[float], tol: float = 1e-5) -> bool:
+    return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
+
+
+@pytest.mark.slow  # ~45 s for 8 two-rank runs in one launch, ~20 s for 4 one-process runs
+@pytest.mark.distributed
+def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_path):
+    jobs = [{"key": f"{c}:{s}", "case": c, "strategy": s} for c in CASES for s in ("ddp", "fsdp")]
+    # Staged unfreezing: under FSDP the inactive stage's gradients are dropped (flags cannot change).
+    stages = [{"until": 2, "train": ["projector"]}, {"train": ["projector", "decoder_lora"]}]
+    jobs += [{"key": f"stages:{s}", "case": "image-lora", "strategy": s, "tag": f"stages-{s}", "stages": stages}
+             for s in ("ddp", "fsdp")]
+    two = two_ranks(jobs, tmp_path)
+    one = run_case("image-lora", "ddp", tmp_path, 1, tag="stages-one", stages=stages)
+    assert close(two["stages:fsdp"], two["stages:ddp"]) and close(two["stages:fsdp"], one), (two, one)
+    for case in CASES:
+        one = run_case(case, "ddp", tmp_path / "one", world=1)
+        ddp, fsdp = two[f"{case}:ddp"], two[f"{case}:fsdp"]
+        assert len(one) == STEPS
+        assert close(fsdp, ddp), (case, fsdp, ddp)
+        assert close(fsdp, one), (case, fsdp, one)
+        assert fsdp[-1] < fsdp[0], (case, fsdp)  # it learns
+        summary = json.loads((tmp_path / case / "run-fsdp-2" / "summary.json").read_text())
+        if case == "mixed-lora":  # text-only next to image batches: the towers were kept in step by masked rows
+            assert summary["tower_rows_added"] > 0, summary
+        decisions = summary["decisions"]
+        wrapped = [d for d in decisions if d.startswith("FSDP2:")]
+        assert wrapped and "blocks wrapped one by one" in wrapped[0], decisions
+        assert "train.strategy: fsdp (requested)" in decisions
+
+
+@pytest.mark.slow  # ~40 s: two 2-rank runs in one launch, one 1-process run
+@pytest.mark.distributed
+def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
+    """Each rank evaluates its shard (3 records: 2 + 1, the short shard filled with a repeat that counts
+    nowhere); the gathered predictions and metrics are those of one process, also when the weights are
+    sharded (FSDP: generation in step across ranks)."""
+    jobs = [{"key": s, "case": "mixed-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
+            for s in ("ddp", "fsdp")]
+    two_ranks(jobs, tmp_path)
+    run_case("mixed-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
+
+    def results(tag):
+        run = tmp_path / "mixed-lora" / f"run-{tag}"
+        preds = [json.loads(ln) for ln in (run / "predictions.jsonl").read_text().splitlines()]
+        return json.loads((run / "summary.json").read_text())["eval"], preds
+
+    one_metrics, one_preds = results("eval-one")
+    assert len(one_preds) == 3 and set(one_metrics) == {"eval_loss", "exact_match", "anls"}
+    for s in ("ddp", "fsdp"):
+        metrics, preds = results(f"eval-{s}")
+        assert [p["id"] for p in preds] == [p["id"] for p in one_preds]  # all records, in order, once
+        assert [p["prediction"] for p in preds] == [p["prediction"] for p in one_preds], s
+        assert metrics["exact_match"] == one_metrics["exact_match"] and metrics["anls"] == one_metrics["anls"]
+        assert abs(metrics["eval_loss"] - one_metrics["eval_loss"]) <= 1e-5 * one_metrics["eval_loss"], s
+
+
+@pytest.mark.slow  # ~70 s: one 2-rank launch of 8 short runs, and 2 one-process runs
+@pytest.mark.distributed
+def test_sharded_checkpoints_resume_exactly_on_any_world_size_and_export(tmp_path):
+    import torch
+
+    from mmtune.export import export
+    from mmtune.train.sharded_checkpoint import has_sharded
+
+    case, every = "image-lora", {"save_every": 3}
+    dropout = {"dropout": 0.1}  # random draws on every rank: a resume must restore each rank's RNG
+    # A one-process fsdp run killed after step 3, to be resumed on 2 ranks below (1 -> 2).
+    run_case(case, "fsdp", tmp_path, 1, tag="from1", stop_after=3, **every)
+    to2 = {"grad_accum": 2, "accept_changes": True}  # the same 4 records per step on 2 ranks
+    jobs = []
+    for s in ("fsdp", "ddp"):
+        jobs += [{"key": f"straight-{s}", "case": case, "strategy": s, "tag": f"straight-{s}", "adapter": dropout, **every},
+                 {"key": f"killed-{s}", "case": case, "strategy": s, "tag": f"killed-{s}", "adapter": dropout,
+                  "stop_after": 3, **every},
+                 {"key": f"resumed-{s}", "case": case, "strategy": s, "tag": f"killed-{s}", "adapter": dropout, **every}]
+    jobs += [{"key": "straight0", "case": case, "strategy": "fsdp", "tag": "straight0", **every},
+             {"key": "to1", "case": case, "strategy": "fsdp", "tag": "to1", "stop_after": 3, **every},
+             {"key": "from1", "case": case, "strategy": "fsdp", "tag": "from1", **every, **to2},
+             {"key": "full", "case": "image-full", "strategy": "fsdp", "tag": "full", "max_steps": 2}]
+    two = two_ranks(jobs, tmp_path)
+
+    # Killed after step 3 and run again: bit-identical to the straight run, with dropout, under both strategies.
+    for s in ("fsdp", "ddp"):
+        assert two[f"resumed-{s}"] == two[f"straight-{s}"], (s, two[f"resumed-{s}"], two[f"straight-{s}"])
+        ckpt = tmp_path / case / f"run-killed-{s}" / "checkpoint-3"
+        assert sorted(p.name for p in (ckpt / "rng").iterdir()) == ["rank-0.pt", "rank-1.pt"]
+        assert has_sharded(ckpt) == (s == "fsdp")
+    sharded = tmp_path / case / "run-killed-fsdp" / "checkpoint-3" / "sharded"
+    assert len(list(sharded.glob("*.distcp"))) == 2  # each rank wrote its own shards
+    manifest = json.loads((sharded.parent / "manifest.json").read_text())["files"]
+    assert any(k.startswith("sharded/") for k in manifest) and "rng/rank-1.pt" in manifest
+
+    straight = two["straight0"]
+    # 1 -> 2: a one-process checkpoint resumed on 2 ranks continues the same run.
+    assert close(two["from1"][3:], straight[3:]), (two["from1"], straight)
+    # 2 -> 1: a 2-rank checkpoint resumed on one process (twice the accumulation: the same records per step).
+    resumed = run_case(case, "fsdp", tmp_path, 1, tag="to1", grad_accum=4, accept_changes=True, **every)
+    assert close(resumed[3:], straight[3:]), (resumed, straight)
+
+    # export: the LoRA adapter gathered at save time; a full fine-tune's shards gathered by `mmtune export`.
+    adapter = export(tmp_path / case / "run-to1" / "checkpoint-3")
+    assert (adapter / "adapter_config.json").is_file()
+    full_ckpt = tmp_path / "image-full" / "run-full" / "checkpoint-2"
+    assert not (full_ckpt / "model").exists() and has_sharded(full_ckpt)
+    folder = export(full_ckpt)
+    from transformers import AutoModelForImageTextToText
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.config import load_config
+    from mmtune.resolve import resolve_here
+    from mmtune.train.checkpoint import load_trainable
+
+    exported = AutoModelForImageTextToText.from_pretrained(str(folder))
+    cfg = load_config(tmp_path / "image-full" / "run-full" / "config.resolved.yaml", [])
+    _, fresh = build_model_and_adapters(resolve_here(cfg))
+    before = {n: p.detach().clone() for n, p in fresh.model.named_parameters()}
+    load_trainable(fresh.model, full_ckpt, strict=False)
+    mine = dict(exported.named_parameters())
+    changed = [n for n, p in fresh.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed  # the trained weights came from the shards
+    for n in changed:
+        torch.testing.assert_close(mine[n], dict(fresh.model.named_parameters())[n], rtol=0, atol=0)
+    assert losses(tmp_path / "image-full" / "run-full") == two["full"]
+
+
+@pytest.mark.slow  # ~60 s: the done-when command on the Omni twin (video + audio towers), plus a QLoRA refusal
+@pytest.mark.distributed
+def test_torchrun_smoke_of_a_shipped_recipe_under_fsdp(tmp_path):
+    """`torchrun --nproc_per_node 2 -m mmtune.cli train RECIPE --smoke train.strategy=fsdp`, as a user types
+    it (preflight included). Every shipped recipe was run this way by hand (docs/distributed.md); CI keeps
+    one whose twin has the most towers."""
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+           "-m", "mmtune.cli", "train", str(root / "recipes" / "seed000_video_audio_qa.yaml"), "--smoke",
+           "train.strategy=fsdp", f"output_dir={tmp_path / 'run'}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=root)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads((tmp_path / "run-smoke" / "summary.json").read_text())
+    assert any(d.startswith("FSDP2:") for d in summary["decisions"]) and summary["steps"] > 0
+    # QLoRA cannot be sharded: refused before anything is built, with the alternative.
+    out = CliRunner().invoke(app, ["train", str(root / "recipes" / "llava_next_7b_qlora.yaml"), "--smoke",
+                                   "train.strategy=fsdp", f"output_dir={tmp_path / 'q'}"], env={"COLUMNS": "300"})
+    assert out.exit_code != 0 and "cannot shard QLoRA" in out.output and "train.strategy=ddp" in out.output
