@@ -44,17 +44,18 @@ def main() -> None:
     n_images = int(sys.argv[sys.argv.index("--images") + 1]) if "--images" in sys.argv else 2000
     from mmtune.config.loader import validate
     from mmtune.doctor.datascan import scan_dataset
-    from mmtune.doctor.pieces import build_processor_info
+    from mmtune.resolve import resolve_run, target_for
 
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
         path = make_dataset(Path(d), n, n_images)
         t_gen = time.perf_counter() - t0
         cfg = validate({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(path), "format": "messages"}})
-        pinfo = build_processor_info(cfg)
+        resolved = resolve_run(cfg, target_for(cfg, None, local=False))
+        resolved.need_processor()
         rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         t0 = time.perf_counter()
-        scan = scan_dataset(cfg, pinfo)
+        scan = scan_dataset(resolved, full="--full" in sys.argv)
         dt = time.perf_counter() - t0
         rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         s = scan.splits[0]

@@ -136,3 +136,28 @@ def test_mm002_unbounded_pixels_warns(doctor):
                   "data": {"train": "synthetic:counting", "synthetic_train_size": 4, "max_length": 16}}, "MM002")
     assert rep.codes("warning") == set()
     assert media_tokens  # the check function is importable on its own
+
+
+def test_a_bad_first_record_is_a_data_finding_not_a_crash(doctor, tmp_path, dataset):
+    """An image Qwen2-VL's processor rejects (aspect ratio 1093:5 > 200) as the first record: MM018 says
+    so with file:line; MM020 builds its batch from the records the scan passed instead of crashing."""
+    from PIL import Image
+
+    Image.new("RGB", (1093, 5), "white").save(tmp_path / "wide.png")
+    path = tmp_path / "wide.jsonl"
+    rows = [{"messages": _msg("<image>How many?"), "images": ["wide.png"]},
+            {"messages": _msg("<image>How many?"), "images": ["ok.png"]}]
+    dataset(["ok"])  # writes ok.png
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = doctor(_tree(str(path)), "MM018", "MM020")
+    assert not any(f.code == "MM099" for f in rep.findings), rep.findings
+    (f,) = rep.errors
+    assert f.code == "MM018" and "aspect ratio" in f.message and f.where.startswith(f"{path}:1")
+    assert "MM020" not in {c for c, _, _ in rep.not_run}
+
+
+def test_not_run_reasons_are_said_once(doctor):
+    from mmtune.doctor.cli import group_not_run
+
+    not_run = [("MM001", "a", "no target GPU"), ("MM003", "b", "no target GPU"), ("MM008", "c", "on meta")]
+    assert group_not_run(not_run) == [("no target GPU", [("MM001", "a"), ("MM003", "b")]), ("on meta", [("MM008", "c")])]

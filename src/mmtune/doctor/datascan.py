@@ -32,6 +32,7 @@ EXAMPLES_PER_REASON = 5
 # Records with media decoded in full per split without --full: none bad among n sampled bounds the bad
 # fraction below 3/n with 95 % confidence (rule of three), 0.3 % for 1000.
 DECODE_SAMPLE = 1000
+SAMPLES_KEPT = 8  # first passing records per split kept for checks that encode a real record
 
 # Reason keys (as counted in the table; the encoder's BadRecord reasons) -> the check that reports them.
 REASON_CODES = {
@@ -66,6 +67,8 @@ class SplitScan:
     answers: int = 0  # records whose answers were counted
     answers_cut: int = 0  # of those, how many need more than eval.max_new_tokens
     answer_longest: tuple[int, str] = (0, "")
+    # The first records that passed, for checks that encode a real record (collate, targets): no reload.
+    samples: list = field(default_factory=list)
 
     @property
     def decode_sampled(self) -> bool:
@@ -165,6 +168,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             row_ok = True
             for rec in recs_in:
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
+                if ok and len(scan.samples) < SAMPLES_KEPT:
+                    scan.samples.append(rec)
                 if ok and answers is not None:
                     answers.add(rec)
                 row_ok = ok and row_ok
