@@ -69,6 +69,13 @@ class SplitScan:
     answer_longest: tuple[int, str] = (0, "")
     # The first records that passed, for checks that encode a real record (collate, targets): no reload.
     samples: list = field(default_factory=list)
+    # Record text holding the tokenizer's special-token strings (MM060): (records, first where, token).
+    special_text: int = 0
+    special_first: tuple[str, str] = ("", "")
+    # Eval records identical to a training record (MM061; conversation text and media files).
+    leaked: int = 0
+    leaked_first: str = ""
+    system_records: int = 0  # records with a system message of their own (MM062)
 
     @property
     def decode_sampled(self) -> bool:
@@ -114,7 +121,9 @@ class DataScan:
 
 
 def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None,
-               full: bool = False) -> SplitScan:
+               full: bool = False, train_keys: set | None = None) -> SplitScan:
+    """One split's pass. `train_keys`: the training records' keys, filled by the train split and read
+    by the eval split (MM061: an eval record identical to a training record)."""
     from ..data.encode import Encoder
     from ..data.formats import BadRecord, check_format, row_to_records
     from ..data.sources import iter_rows, make_resolver
@@ -147,6 +156,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
+    special = _special_pattern(encoder)
 
     try:
         for index, (where, row) in enumerate(rows):
@@ -167,6 +177,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     continue
             row_ok = True
             for rec in recs_in:
+                _look_at_text(rec, scan, special, train_keys)
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
                 if ok and len(scan.samples) < SAMPLES_KEPT:
                     scan.samples.append(rec)
@@ -254,6 +265,70 @@ class _Decoder:
         return True
 
 
+def _special_pattern(encoder):
+    """A regex of the tokenizer's special-token strings other than the media placeholders (those are
+    MM016's), or None. Text holding them is tokenized into the control tokens themselves."""
+    import re
+
+    skip = {v for v in encoder.placeholder.values() if v}
+    words = [t for t in encoder.special_strings if t and t not in skip]
+    return re.compile("|".join(re.escape(t) for t in words)) if words else None
+
+
+def record_key(rec) -> int | None:
+    """A record's identity for duplicate detection: every turn's role and text, and each media item's
+    file (or bytes). None when a media item is an in-memory object with no file to name it."""
+    from ..data.records import content_parts
+
+    out = []
+    for m in rec.messages:
+        out.append("\x1e" + str(m.get("role")))
+        for p in content_parts(m.get("content")):
+            if p.get("type") == "text":
+                out.append(" ".join(str(p.get("text", "")).split()))
+            elif p.get("path") is not None:
+                out.append(f"<{p['type']}:{p['path']}>")
+            elif p.get("bytes") is not None:
+                out.append(f"<{p['type']}#{hash(bytes(p['bytes']))}>")
+            else:
+                return None
+    return hash("\x1f".join(out))
+
+
+def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None) -> None:
+    """Per-record text facts: special-token strings in the text (MM060), a system turn (MM062), and the
+    record's key for train/eval duplicates (MM061)."""
+    from ..data.records import content_parts
+
+    msgs = rec.messages
+    if msgs and msgs[0].get("role") == "system":
+        scan.system_records += 1
+    if special is not None:
+        for m in msgs:
+            hit = None
+            for p in content_parts(m.get("content")):
+                if p.get("type") == "text" and p.get("text"):
+                    hit = special.search(str(p["text"]))
+                    if hit:
+                        break
+            if hit:
+                scan.special_text += 1
+                if scan.special_text == 1:
+                    scan.special_first = (rec.where(), hit.group(0))
+                break
+    if train_keys is None:
+        return
+    key = record_key(rec)
+    if key is None:
+        return
+    if scan.split == "train":
+        train_keys.add(key)
+    elif key in train_keys:
+        scan.leaked += 1
+        if scan.leaked == 1:
+            scan.leaked_first = rec.where()
+
+
 def _round_up(n: int) -> int:
     return ((n + 255) // 256) * 256
 
@@ -310,14 +385,18 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
     t0 = time.perf_counter()
     cfg = resolved.cfg
     result = DataScan()
+    # Training records' keys, only when there is an eval split to compare (one int per record).
+    train_keys: set | None = set() if cfg.data.train and cfg.data.eval else None
     if cfg.data.train:
         for spec, r, tag in _sources(cfg.data.train, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full))
+            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full,
+                                            train_keys=train_keys))
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full))
+            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full,
+                                            train_keys=train_keys))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

@@ -133,3 +133,35 @@ def clean_written(ctx):
         else:
             yield info(f"{s.split}: wrote {s.clean_written} passing row(s) to {s.clean_path}", where=s.clean_path,
                        fix=fix)
+
+
+@check("MM060", "record text holds no special-token strings of the tokenizer", needs=("cfg", "scan"))
+def special_token_text(ctx):
+    """A record whose text holds e.g. '<|im_end|>' or '</s>' literally: the tokenizer turns the string
+    into the control token itself, so the model is trained to end (or open) a turn in mid-text, and the
+    prompt's turn structure breaks. A warning: the run works, the model learns a wrong stop."""
+    for s in ctx.need("scan").splits:
+        if not s.special_text:
+            continue
+        where, token = s.special_first
+        yield warning(f"{s.split}: {s.special_text} record(s) hold the tokenizer's special-token text (first: "
+                      f"{token!r}): the tokenizer reads it as the control token, not as text, so training sees a "
+                      "turn end / start inside the conversation", where=where,
+                      fix=f"remove or escape {token!r} in the records' text (e.g. write it with spaces), or drop "
+                          "those records")
+
+
+@check("MM061", "no eval record is a copy of a training record", needs=("cfg", "scan"))
+def train_eval_leakage(ctx):
+    """Records identical in every turn's text and media file between data.train and data.eval: the eval
+    metrics then measure memorisation. A warning naming the count and the first copy."""
+    for s in ctx.need("scan").splits:
+        if s.split != "eval" or not s.leaked:
+            continue
+        total = s.ok + s.n_bad
+        share = s.leaked / total if total else 0.0
+        same = " (data.eval reads the same records as data.train)" if share == 1 else ""
+        yield warning(f"eval: {s.leaked} of {total} records ({share:.0%}) are copies of training records (same "
+                      f"turns and media files){same}: evaluation measures memorisation, not generalisation",
+                      where=s.leaked_first,
+                      fix="split the data so that no record is in both, e.g. hold out whole images / documents")
