@@ -155,6 +155,9 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
         base, rows = iter_rows(spec, split)
         resolve = make_resolver(base, cfg.data.media_root)
+        # Entries a file marks for another split (OCR-VQA's dataset.json) are not this split's records:
+        # the same filter `load_source` applies, so train and eval are scanned as training reads them.
+        rows = _in_split(rows, cfg.data.format, spec.partition("::")[2] or split)
     # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
@@ -267,6 +270,12 @@ class _Decoder:
             self.scan.add_bad(e.reason, e.where or rec.where(), e.what, e.fix)
             return False
         return True
+
+
+def _in_split(rows, fmt: str, wanted: str):
+    from ..data.published import in_split
+
+    return ((where, row) for where, row in rows if in_split(row, fmt, wanted))
 
 
 def _special_pattern(encoder):
