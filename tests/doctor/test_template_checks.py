@@ -181,3 +181,25 @@ def test_mm065_tokenizer_ids_past_the_embedding(tmp_path, images):
         rep = _run(ctx, "MM065")
         (f,) = rep.findings
         assert (f.code, f.severity) == ("MM065", sev), f
+
+
+@pytest.mark.parametrize("model,fps,fires", [
+    ("tiny/qwen2.5-vl", None, True),  # uniform sampling: each clip has its own rate, positions assume 2 fps
+    ("tiny/qwen2.5-vl", 1, True),  # lmms-eval#1260 / ms-swift#9955: frames at 1 fps, positions for 2
+    ("tiny/qwen2.5-vl", 2, False),  # the rate the processor assumes: positions are right
+    ("tiny/qwen2-vl", 1, False),  # Qwen2-VL has no time-scaled positions
+])
+def test_mm066_video_positions_assume_the_processor_rate(doctor, tmp_path, model, fps, fires):
+    from test_media_decode import _mp4
+
+    _mp4(tmp_path / "clip.mp4", n_frames=20)  # 2 s at 10 fps
+    train = _jsonl(tmp_path / "train.jsonl", [{"messages": _msg("<video>What happens?", "a ball rolls"),
+                                               "videos": ["clip.mp4"]}])
+    tree = {"model": {"name": model, "video_frames": 4, **({"video_fps": fps} if fps else {})},
+            "data": {"train": train, "format": "messages"}}
+    rep = doctor(tree, "MM066")
+    if fires:
+        (f,) = rep.findings
+        assert (f.code, f.severity) == ("MM066", "warning") and "for 2 fps" in f.message and f.fix == "model.video_fps=2"
+    else:
+        assert rep.findings == []

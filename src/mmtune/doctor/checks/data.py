@@ -165,3 +165,35 @@ def train_eval_leakage(ctx):
                       f"turns and media files){same}: evaluation measures memorisation, not generalisation",
                       where=s.leaked_first,
                       fix="split the data so that no record is in both, e.g. hold out whole images / documents")
+
+
+# Families whose video positions or prompts depend on the frames' rate in seconds: Qwen2.5-VL and the
+# Omni models scale the temporal M-RoPE axis by second_per_grid_ts, Qwen3-VL writes "<t seconds>" stamps.
+TIME_AWARE_VIDEO = {"qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"}
+
+
+@check("MM066", "video temporal positions match the rate the frames were sampled at",
+       needs=("cfg", "scan", "resolved", "processor_info"))
+def video_time_positions(ctx):
+    """mmtune samples a video's frames itself (model.video_frames uniformly, or model.video_fps) and hands
+    the processor the frames without their rate, so the processor assumes its default rate. For the
+    time-aware families the temporal positions (or timestamps) are then those of that rate: wrong unless
+    the run samples at exactly it. Silent for families without time positions and for data without
+    video. A warning: training runs, temporal grounding is learned on a wrong time axis."""
+    cfg, scan, resolved = ctx.need("cfg"), ctx.need("scan"), ctx.need("resolved")
+    if resolved.family.name not in TIME_AWARE_VIDEO:
+        return
+    n = sum(s.modalities.get("video", 0) for s in scan.splits)
+    if not n:
+        return
+    vp = getattr(ctx.need("processor_info").processor, "video_processor", None)
+    assumed = float(getattr(vp, "default_fps", None) or (24.0 if resolved.family.name == "qwen3_vl" else 2.0))
+    fps = cfg.model.video_fps
+    if fps and abs(fps - assumed) < 1e-6:
+        return
+    how = (f"model.video_fps={fps:g}" if fps else
+           f"model.video_frames={cfg.model.video_frames} spread over each clip (a different rate per clip)")
+    yield warning(f"{n} video item(s) are sampled by {how}, but the processor receives the frames without "
+                  f"their rate and builds {resolved.family.name}'s temporal positions for {assumed:g} fps: the "
+                  "model learns a wrong time axis (durations, moments) without any error",
+                  where="model.video_fps", fix=f"model.video_fps={assumed:g}")
