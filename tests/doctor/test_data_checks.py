@@ -148,3 +148,56 @@ def test_mm080_mixed_media_under_sharded_weights(doctor, dataset):
     assert doctor({**_tree(mixed), "train": {"strategy": "ddp"}}, "MM080").findings == []
     same = dataset(["ok"] * 4, "same.jsonl")
     assert doctor({**_tree(same), "train": {"strategy": "fsdp"}}, "MM080").findings == []
+
+
+def test_a_bad_first_record_is_a_data_finding_not_a_crash(doctor, tmp_path, dataset):
+    """An image Qwen2-VL's processor rejects (aspect ratio 1093:5 > 200) as the first record: MM018 says
+    so with file:line; MM020 builds its batch from the records the scan passed instead of crashing."""
+    from PIL import Image
+
+    Image.new("RGB", (1093, 5), "white").save(tmp_path / "wide.png")
+    path = tmp_path / "wide.jsonl"
+    rows = [{"messages": _msg("<image>How many?"), "images": ["wide.png"]},
+            {"messages": _msg("<image>How many?"), "images": ["ok.png"]}]
+    dataset(["ok"])  # writes ok.png
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = doctor(_tree(str(path)), "MM018", "MM020")
+    assert not any(f.code == "MM099" for f in rep.findings), rep.findings
+    (f,) = rep.errors
+    assert f.code == "MM018" and "aspect ratio" in f.message and f.where.startswith(f"{path}:1")
+    assert "MM020" not in {c for c, _, _ in rep.not_run}
+
+
+def test_not_run_reasons_are_said_once(doctor):
+    from mmtune.doctor.cli import group_not_run
+
+    not_run = [("MM001", "a", "no target GPU"), ("MM003", "b", "no target GPU"), ("MM008", "c", "on meta")]
+    assert group_not_run(not_run) == [("no target GPU", [("MM001", "a"), ("MM003", "b")]), ("on meta", [("MM008", "c")])]
+
+
+def test_every_bad_reason_gets_a_finding(doctor, tmp_path):
+    """A record refused for a reason outside the original table ('bad conversation': the assistant speaks
+    first) is a finding, not only a row of the data table."""
+    path = tmp_path / "roles.jsonl"
+    rows = [{"messages": _msg("Say three.")},
+            {"messages": [{"role": "assistant", "content": "3"}, {"role": "user", "content": "Say three."},
+                          {"role": "assistant", "content": "3"}]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = doctor(_tree(str(path)), *DATA_CODES)
+    assert rep.tables["data"].splits[0].bad == {"bad conversation": 1}
+    (f,) = rep.errors
+    assert f.code == "MM014" and "assistant turn comes before" in f.message and f.where.startswith(f"{path}:2")
+
+
+def test_reason_table_covers_the_data_package():
+    """Every BadRecord reason the data package raises maps to a check (grep of the source)."""
+    import re
+    from pathlib import Path
+
+    import mmtune.data as data_pkg
+    from mmtune.doctor.datascan import REASON_CODES
+
+    reasons = set()
+    for f in Path(data_pkg.__file__).parent.glob("*.py"):
+        reasons |= set(re.findall(r'BadRecord\("([a-z ]+)"', f.read_text()))
+    assert reasons and reasons <= set(REASON_CODES), reasons - set(REASON_CODES)

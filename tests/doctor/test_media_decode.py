@@ -121,3 +121,39 @@ def test_large_splits_decode_a_stated_sample(doctor, media, monkeypatch):
     assert rep.errors == [] and rep.codes("warning") == set()
     (note,) = rep.findings
     assert "none failed" in note.message and "95% confidence fewer than 75.0%" in note.message
+
+
+def test_fps_sampled_short_videos_count_the_frames_training_samples(doctor, tmp_path):
+    """Sampling by time: a 1 s clip at model.video_fps=2 gives 2 frames, a 1.5 s clip 3 (an odd count,
+    which Qwen2-VL's processor pads to its temporal_patch_size=2). The scan's token count per record is
+    what the training encoder produces from the frames it really samples, not the model.video_frames
+    count the run would take without fps."""
+    from mmtune.data.encode import Encoder
+    from mmtune.doctor.runner import make_context
+
+    _mp4(tmp_path / "one_s.mp4", n_frames=10)  # 10 frames at 10 fps
+    _mp4(tmp_path / "one_and_half_s.mp4", n_frames=15)
+    path = _write(tmp_path, [("video", "one_s.mp4"), ("video", "one_and_half_s.mp4")])
+    tree = _tree(path)
+    tree["model"].update(video_fps=2, video_frames=16)
+    rep = doctor(tree, "MM014", "MM016", "MM017", "MM018")
+    assert rep.errors == [] and rep.codes("warning") == set(), rep.findings
+    scan = rep.tables["data"].splits[0]
+    assert (scan.ok, scan.n_bad) == (2, 0)
+    ctx = make_context(tmp_path / "cfg.yaml")
+    resolved = ctx.need("resolved")
+    enc = Encoder.for_run(resolved)
+    from mmtune.data.formats import row_to_records
+    from mmtune.data.sources import iter_rows, make_resolver
+
+    base, rows = iter_rows(path, "train")
+    resolve = make_resolver(base, None)
+    recs = [r for i, (w, row) in enumerate(rows) for r in row_to_records(row, "messages", {}, w, i, resolve)]
+    videos = [int(enc.token_counts(r)["video"]) for r in recs]
+    # 2 frames -> 1 temporal group, 3 frames -> padded to 4 -> 2 groups: twice the tokens
+    assert videos[1] == 2 * videos[0] > 0
+    assert list(scan.lengths) == [enc.token_counts(r)["total"] for r in recs]
+    # without fps, the 16 frames asked of a 10-frame clip are "video too short", not silently fewer
+    tree["model"].pop("video_fps")
+    rep = doctor(tree, "MM018")
+    assert rep.tables["data"].splits[0].bad == {"video too short": 2}

@@ -9,8 +9,17 @@ from typing import List, Optional
 import typer
 
 
+def group_not_run(not_run) -> list[tuple[str, list[tuple[str, str]]]]:
+    """[(reason, [(code, title), ...])] in first-seen order: each reason once, its checks under it."""
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for code, title, reason in not_run:
+        groups.setdefault(reason, []).append((code, title))
+    return list(groups.items())
+
+
 def render(report, console) -> None:
     """Findings grouped by severity, then the data table and the checks that did not run."""
+    from rich.markup import escape
     from rich.table import Table
 
     styles = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -36,8 +45,14 @@ def render(report, console) -> None:
         console.print(table)
     if report.not_run:
         console.print(f"[dim]{len(report.not_run)} check(s) not run:[/]")
-        for code, title, reason in report.not_run:
-            console.print(f"[dim]  {code} {title}: {reason}[/]")
+        for reason, checks in group_not_run(report.not_run):
+            # One line per check; a reason shared by several checks is said once, above them.
+            if len(checks) == 1:
+                console.print(f"[dim]  {checks[0][0]} {checks[0][1]}: {escape(reason)}[/]")
+                continue
+            console.print(f"[dim]  {escape(reason)}:[/]")
+            for code, title in checks:
+                console.print(f"[dim]    {code} {title}[/]")
     n_err, n_warn = len(report.errors), sum(f.severity == "warning" for f in report.findings)
     colour = "red" if n_err else ("yellow" if n_warn else "green")
     console.print(f"[{colour}]{n_err} error(s), {n_warn} warning(s)[/] in {report.total_seconds:.1f} s")

@@ -32,13 +32,18 @@ EXAMPLES_PER_REASON = 5
 # Records with media decoded in full per split without --full: none bad among n sampled bounds the bad
 # fraction below 3/n with 95 % confidence (rule of three), 0.3 % for 1000.
 DECODE_SAMPLE = 1000
+SAMPLES_KEPT = 8  # first passing records per split kept for checks that encode a real record
 
 # Reason keys (as counted in the table; the encoder's BadRecord reasons) -> the check that reports them.
+# A reason not listed here (a new one in the data package) is reported under MM014 rather than counted
+# in the table with no finding: a bad record is never silent.
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
+    "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014",
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
+    "image too large": "MM018", "not a regular file": "MM018", "bad sample rate": "MM018",
     "unsupported modality": "MM033",
 }
 
@@ -66,6 +71,15 @@ class SplitScan:
     answers: int = 0  # records whose answers were counted
     answers_cut: int = 0  # of those, how many need more than eval.max_new_tokens
     answer_longest: tuple[int, str] = (0, "")
+    # The first records that passed, for checks that encode a real record (collate, targets): no reload.
+    samples: list = field(default_factory=list)
+    # Record text holding the tokenizer's special-token strings (MM060): (records, first where, token).
+    special_text: int = 0
+    special_first: tuple[str, str] = ("", "")
+    # Eval records identical to a training record (MM061; conversation text and media files).
+    leaked: int = 0
+    leaked_first: str = ""
+    system_records: int = 0  # records with a system message of their own (MM062)
 
     @property
     def decode_sampled(self) -> bool:
@@ -106,12 +120,14 @@ class DataScan:
     def bad_by_code(self, code: str):
         for s in self.splits:
             for reason, n in s.bad.items():
-                if REASON_CODES.get(reason) == code:
+                if REASON_CODES.get(reason, "MM014") == code:
                     yield s, reason, n
 
 
 def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None,
-               full: bool = False) -> SplitScan:
+               full: bool = False, train_keys: set | None = None) -> SplitScan:
+    """One split's pass. `train_keys`: the training records' keys, filled by the train split and read
+    by the eval split (MM061: an eval record identical to a training record)."""
     from ..data.encode import Encoder
     from ..data.formats import BadRecord, check_format, row_to_records
     from ..data.sources import iter_rows, make_resolver
@@ -139,11 +155,15 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
         base, rows = iter_rows(spec, split)
         resolve = make_resolver(base, cfg.data.media_root)
+        # Entries a file marks for another split (OCR-VQA's dataset.json) are not this split's records:
+        # the same filter `load_source` applies, so train and eval are scanned as training reads them.
+        rows = _in_split(rows, cfg.data.format, spec.partition("::")[2] or split)
     # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
+    special = _special_pattern(encoder)
 
     try:
         for index, (where, row) in enumerate(rows):
@@ -164,7 +184,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     continue
             row_ok = True
             for rec in recs_in:
+                _look_at_text(rec, scan, special, train_keys)
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
+                if ok and len(scan.samples) < SAMPLES_KEPT:
+                    scan.samples.append(rec)
                 if ok and answers is not None:
                     answers.add(rec)
                 row_ok = ok and row_ok
@@ -249,6 +272,76 @@ class _Decoder:
         return True
 
 
+def _in_split(rows, fmt: str, wanted: str):
+    from ..data.published import in_split
+
+    return ((where, row) for where, row in rows if in_split(row, fmt, wanted))
+
+
+def _special_pattern(encoder):
+    """A regex of the tokenizer's special-token strings other than the media placeholders (those are
+    MM016's), or None. Text holding them is tokenized into the control tokens themselves."""
+    import re
+
+    skip = {v for v in encoder.placeholder.values() if v}
+    words = [t for t in encoder.special_strings if t and t not in skip]
+    return re.compile("|".join(re.escape(t) for t in words)) if words else None
+
+
+def record_key(rec) -> int | None:
+    """A record's identity for duplicate detection: every turn's role and text, and each media item's
+    file (or bytes). None when a media item is an in-memory object with no file to name it."""
+    from ..data.records import content_parts
+
+    out = []
+    for m in rec.messages:
+        out.append("\x1e" + str(m.get("role")))
+        for p in content_parts(m.get("content")):
+            if p.get("type") == "text":
+                out.append(" ".join(str(p.get("text", "")).split()))
+            elif p.get("path") is not None:
+                out.append(f"<{p['type']}:{p['path']}>")
+            elif p.get("bytes") is not None:
+                out.append(f"<{p['type']}#{hash(bytes(p['bytes']))}>")
+            else:
+                return None
+    return hash("\x1f".join(out))
+
+
+def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None) -> None:
+    """Per-record text facts: special-token strings in the text (MM060), a system turn (MM062), and the
+    record's key for train/eval duplicates (MM061)."""
+    from ..data.records import content_parts
+
+    msgs = rec.messages
+    if msgs and msgs[0].get("role") == "system":
+        scan.system_records += 1
+    if special is not None:
+        for m in msgs:
+            hit = None
+            for p in content_parts(m.get("content")):
+                if p.get("type") == "text" and p.get("text"):
+                    hit = special.search(str(p["text"]))
+                    if hit:
+                        break
+            if hit:
+                scan.special_text += 1
+                if scan.special_text == 1:
+                    scan.special_first = (rec.where(), hit.group(0))
+                break
+    if train_keys is None:
+        return
+    key = record_key(rec)
+    if key is None:
+        return
+    if scan.split == "train":
+        train_keys.add(key)
+    elif key in train_keys:
+        scan.leaked += 1
+        if scan.leaked == 1:
+            scan.leaked_first = rec.where()
+
+
 def _round_up(n: int) -> int:
     return ((n + 255) // 256) * 256
 
@@ -305,14 +398,18 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
     t0 = time.perf_counter()
     cfg = resolved.cfg
     result = DataScan()
+    # Training records' keys, only when there is an eval split to compare (one int per record).
+    train_keys: set | None = set() if cfg.data.train and cfg.data.eval else None
     if cfg.data.train:
         for spec, r, tag in _sources(cfg.data.train, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full))
+            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full,
+                                            train_keys=train_keys))
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full))
+            result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full,
+                                            train_keys=train_keys))
     if not result.splits:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0

@@ -133,3 +133,67 @@ def clean_written(ctx):
         else:
             yield info(f"{s.split}: wrote {s.clean_written} passing row(s) to {s.clean_path}", where=s.clean_path,
                        fix=fix)
+
+
+@check("MM060", "record text holds no special-token strings of the tokenizer", needs=("cfg", "scan"))
+def special_token_text(ctx):
+    """A record whose text holds e.g. '<|im_end|>' or '</s>' literally: the tokenizer turns the string
+    into the control token itself, so the model is trained to end (or open) a turn in mid-text, and the
+    prompt's turn structure breaks. A warning: the run works, the model learns a wrong stop."""
+    for s in ctx.need("scan").splits:
+        if not s.special_text:
+            continue
+        where, token = s.special_first
+        yield warning(f"{s.split}: {s.special_text} record(s) hold the tokenizer's special-token text (first: "
+                      f"{token!r}): the tokenizer reads it as the control token, not as text, so training sees a "
+                      "turn end / start inside the conversation", where=where,
+                      fix=f"remove or escape {token!r} in the records' text (e.g. write it with spaces), or drop "
+                          "those records")
+
+
+@check("MM061", "no eval record is a copy of a training record", needs=("cfg", "scan"))
+def train_eval_leakage(ctx):
+    """Records identical in every turn's text and media file between data.train and data.eval: the eval
+    metrics then measure memorisation. A warning naming the count and the first copy."""
+    for s in ctx.need("scan").splits:
+        if s.split != "eval" or not s.leaked:
+            continue
+        total = s.ok + s.n_bad
+        share = s.leaked / total if total else 0.0
+        same = " (data.eval reads the same records as data.train)" if share == 1 else ""
+        yield warning(f"eval: {s.leaked} of {total} records ({share:.0%}) are copies of training records (same "
+                      f"turns and media files){same}: evaluation measures memorisation, not generalisation",
+                      where=s.leaked_first,
+                      fix="split the data so that no record is in both, e.g. hold out whole images / documents")
+
+
+# Families whose video positions or prompts depend on the frames' rate in seconds: Qwen2.5-VL and the
+# Omni models scale the temporal M-RoPE axis by second_per_grid_ts, Qwen3-VL writes "<t seconds>" stamps.
+TIME_AWARE_VIDEO = {"qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"}
+
+
+@check("MM066", "video temporal positions match the rate the frames were sampled at",
+       needs=("cfg", "scan", "resolved", "processor_info"))
+def video_time_positions(ctx):
+    """mmtune samples a video's frames itself (model.video_frames uniformly, or model.video_fps) and hands
+    the processor the frames without their rate, so the processor assumes its default rate. For the
+    time-aware families the temporal positions (or timestamps) are then those of that rate: wrong unless
+    the run samples at exactly it. Silent for families without time positions and for data without
+    video. A warning: training runs, temporal grounding is learned on a wrong time axis."""
+    cfg, scan, resolved = ctx.need("cfg"), ctx.need("scan"), ctx.need("resolved")
+    if resolved.family.name not in TIME_AWARE_VIDEO:
+        return
+    n = sum(s.modalities.get("video", 0) for s in scan.splits)
+    if not n:
+        return
+    vp = getattr(ctx.need("processor_info").processor, "video_processor", None)
+    assumed = float(getattr(vp, "default_fps", None) or (24.0 if resolved.family.name == "qwen3_vl" else 2.0))
+    fps = cfg.model.video_fps
+    if fps and abs(fps - assumed) < 1e-6:
+        return
+    how = (f"model.video_fps={fps:g}" if fps else
+           f"model.video_frames={cfg.model.video_frames} spread over each clip (a different rate per clip)")
+    yield warning(f"{n} video item(s) are sampled by {how}, but the processor receives the frames without "
+                  f"their rate and builds {resolved.family.name}'s temporal positions for {assumed:g} fps: the "
+                  "model learns a wrong time axis (durations, moments) without any error",
+                  where="model.video_fps", fix=f"model.video_fps={assumed:g}")

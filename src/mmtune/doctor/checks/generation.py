@@ -1,8 +1,10 @@
-"""Generation checks: evaluation settings against the eval set's own answers."""
+"""Generation checks: evaluation settings against the eval set's own answers, and what the model is
+taught to generate: the chat template (system turns, the trained stop token) and the tokenizer against
+the model (media token ids, embedding size)."""
 
 from __future__ import annotations
 
-from ..findings import info, warning
+from ..findings import error, info, warning
 from ..registry import check
 
 
@@ -23,3 +25,165 @@ def answers_fit_generation(ctx):
         yield make(f"{s.split}: {s.answers_cut} of {s.answers} evaluated records have reference answers longer than "
                    f"eval.max_new_tokens={limit} tokens (longest: {longest} tokens): generation stops before the "
                    f"answer ends, so they are scored wrong{approx}", where=where, fix=f"eval.max_new_tokens={longest}")
+
+
+# --------------------------------------------------------------------------- template and tokenizer
+# These read the model's own tokenizer and chat template: with the stand-in processor (model not
+# downloaded) its tokens are not the model's, so they are listed as not run instead of guessed.
+NEEDS_OWN_TOKENIZER = "needs the model's own tokenizer files (not downloaded; the stand-in's tokens are not the model's)"
+
+
+def _exact_encoder(ctx):
+    from ...data.encode import Encoder
+    from ..context import NotAvailable
+
+    resolved = ctx.need("resolved")
+    if not resolved.exact_text_tokens:
+        raise NotAvailable(NEEDS_OWN_TOKENIZER)
+    enc = ctx._cache.get("doctor_encoder")
+    if enc is None:
+        enc = Encoder.for_run(resolved)
+        ctx.put("doctor_encoder", enc)
+    return enc
+
+
+def model_config(ctx):
+    """The model's transformers config: the tiny twin's, the downloaded one, or the embedded public one
+    (no download). Tests supply a broken one with ctx.put("model_config", ...)."""
+    if "model_config" in ctx._cache:
+        return ctx._cache["model_config"]
+    from ...models.loading import load_hf_config, meta_config
+    from ...models.tiny import is_tiny
+
+    cfg = ctx.need("cfg")
+    hf = load_hf_config(cfg.model.name) if is_tiny(cfg.model.name) else meta_config(cfg)
+    ctx.put("model_config", hf)
+    return hf
+
+
+def _text_config(hf):
+    hf = getattr(hf, "thinker_config", None) or hf  # Qwen2.5-Omni nests its language model in the thinker
+    return getattr(hf, "text_config", None) or hf
+
+
+def probe_record():
+    from ...data.records import Record
+
+    return Record("doctor-probe", "mmtune doctor", [
+        {"role": "user", "content": [{"type": "text", "text": "What is 3 + 4?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "7"}]}])
+
+
+@check("MM062", "the chat template renders system messages", needs=("cfg", "scan", "resolved", "processor_info"))
+def system_rendered(ctx):
+    """Records with a system turn (or data.system_prompt): a template that drops the system role trains
+    without the instruction the user wrote, silently; one that raises stops the run. Checked once on a
+    probe conversation, reported only when the data or config has a system message."""
+    cfg, scan = ctx.need("cfg"), ctx.need("scan")
+    n = sum(s.system_records for s in scan.splits)
+    if not n and not cfg.data.system_prompt:
+        return
+    enc = _exact_encoder(ctx)
+    marker = "mmtune-system-probe-4711"
+    msgs = [{"role": "system", "content": enc._content([{"type": "text", "text": marker}])},
+            *enc._template_messages(probe_record().messages)]
+    who = f"{n} record(s) with a system message" if n else "data.system_prompt"
+    try:
+        text = enc.render(msgs)
+    except Exception as e:  # noqa: BLE001 - jinja raises its own TemplateError (e.g. "System role not supported")
+        yield error(f"the chat template rejects a system message ({type(e).__name__}: {e}); {who} cannot be "
+                    "rendered", where="data.system_prompt" if not n else "model.name",
+                    fix="merge the system text into the first user turn, or use a model whose template has a "
+                        "system role")
+        return
+    if marker not in text:
+        yield warning(f"the chat template drops system messages: {who} would train without the system text, "
+                      "silently", where="data.system_prompt" if not n else "model.name",
+                      fix="merge the system text into the first user turn (the template keeps that), or use a "
+                          "model whose template renders a system role")
+
+
+@check("MM063", "answers are trained to end with the token generation stops at",
+       needs=("cfg", "resolved", "processor_info"))
+def trained_stop_token(ctx):
+    """The encoder trains each answer plus the end-of-turn token the template writes after it; generation
+    (evaluation, `mmtune chat`) stops at the tokenizer's eos. A template that writes no special token after
+    the answer never teaches the model to stop; one whose turn end is not the eos (a base model's tokenizer:
+    eos <|endoftext|>, turns end with <|im_end|>) teaches a stop generation does not honour. Either way
+    generated answers run on to eval.max_new_tokens. Padding never masks it: labels are padded with -100 by
+    position, so pad == eos is not a problem here."""
+    enc = _exact_encoder(ctx)
+    tok = enc.tokenizer
+    labels = [int(x) for x in enc.encode(probe_record(), check_length=False)["labels"].reshape(-1).tolist()]
+    trained = [x for x in labels if x != -100]
+    if not trained:
+        return  # the encoder's own "no answer" finding
+    last = trained[-1]
+    name = tok.convert_ids_to_tokens(last)
+    if last not in enc.special_ids:
+        yield warning(f"the chat template writes no special token after the answer: trained targets end with "
+                      f"{name!r}, so the model never learns to stop and generated answers run to "
+                      "eval.max_new_tokens", where="model.name",
+                      fix="use the model's instruct/chat template (one that ends each turn with a token such as "
+                          "eos), or a tokenizer whose template appends eos_token after assistant turns")
+    elif tok.eos_token_id is not None and last != tok.eos_token_id:
+        yield warning(f"answers are trained to end with {name!r} (id {last}) but generation stops at the tokenizer's "
+                      f"eos {tok.eos_token!r} (id {tok.eos_token_id}): generated answers run past the turn end to "
+                      "eval.max_new_tokens (a base model's tokenizer with a chat template?)", where="model.name",
+                      fix=f"use the instruct variant of the model, or set the tokenizer's eos_token to {name!r} "
+                          "in the checkpoint's tokenizer_config.json")
+
+
+MEDIA_ID_KEYS = {"image": ("image_token_id", "image_token_index"), "video": ("video_token_id", "video_token_index"),
+                 "audio": ("audio_token_id", "audio_token_index")}
+
+
+@check("MM064", "the processor's media token ids are the model's", needs=("cfg", "resolved", "processor_info"))
+def media_token_ids(ctx):
+    """The processor expands each placeholder into its media token id; the model finds where to put the
+    media features by the id in its config (image_token_id / image_token_index). A tokenizer from another
+    revision or an added token that shifted the ids gives 'Image features and image tokens do not match'
+    at the first step: an error."""
+    enc = _exact_encoder(ctx)
+    hf = model_config(ctx)
+    if hf is None:
+        return
+    for kind, tid in enc.media_token_id.items():
+        for key in MEDIA_ID_KEYS[kind]:
+            want = getattr(hf, key, None)
+            if want is None:
+                thinker = getattr(hf, "thinker_config", None)
+                want = getattr(thinker, key, None) if thinker is not None else None
+            if isinstance(want, int) and want != tid:
+                yield error(f"the processor writes {kind} tokens as id {tid} ({enc.placeholder.get(kind)!r}) but the "
+                            f"model's config has {key}={want}: the model finds no {kind} tokens to fill ('Image "
+                            "features and image tokens do not match')", where=f"model.name ({key})",
+                            fix="use the tokenizer/processor files of the same checkpoint and revision as the model")
+                break
+
+
+@check("MM065", "the tokenizer's ids fit the model's embedding", needs=("cfg", "resolved", "processor_info"))
+def tokenizer_fits_embedding(ctx):
+    """Tokens added to the tokenizer without resizing the model's embeddings: an id at or past the
+    embedding's rows is 'index out of range' on CPU and a device-side assert on GPU. An error when a token
+    the run writes (special, media, pad) is out of range; a warning when only other added tokens are."""
+    enc = _exact_encoder(ctx)
+    hf = model_config(ctx)
+    vocab = getattr(_text_config(hf), "vocab_size", None) if hf is not None else None
+    if not isinstance(vocab, int):
+        return
+    tok = enc.tokenizer
+    used = set(enc.special_ids) | set(enc.media_token_id.values()) | {ctx.need("resolved").pad_token_id}
+    over = sorted(i for i in used if isinstance(i, int) and i >= vocab)
+    if over:
+        names = tok.convert_ids_to_tokens(over[:3])
+        yield error(f"the tokenizer has {len(over)} token(s) the run writes with ids past the model's embedding "
+                    f"(vocab_size={vocab}): {', '.join(f'{n!r}={i}' for n, i in zip(names, over))}: 'index out of "
+                    "range' / a device-side assert at the first step", where="model.name (vocab_size)",
+                    fix="use the tokenizer of the same checkpoint, or resize the model's embeddings for the added "
+                        "tokens and train them (adapter.modules_to_save / full fine-tuning)")
+    elif len(tok) > vocab:
+        yield warning(f"the tokenizer has {len(tok)} tokens, more than the model's vocab_size={vocab}: a record whose "
+                      "text tokenizes to an added token past the embedding fails with 'index out of range'",
+                      where="model.name (vocab_size)",
+                      fix="use the tokenizer of the same checkpoint as the model")

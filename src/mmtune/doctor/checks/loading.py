@@ -26,9 +26,12 @@ def model_available(ctx):
         if ctx.user_offline:
             yield error(e.what, e.where or "model.name", e.fix)
         else:  # online, training downloads it; the checks that need its files could not run here
-            yield warning(f"model {cfg.model.name} is not in the local cache: `mmtune train` will download it, "
-                          "and the checks that need its files (processor, data lengths) did not run",
-                          where="model.name", fix=f"mmtune download {cfg.model.name}   (then run the doctor again)")
+            # The config, processor and data checks still ran, from the embedded config and the stand-in
+            # processor (resolve/processor.py); only the text token counts are approximate.
+            yield warning(f"model {cfg.model.name} is not in the local cache: `mmtune train` will download it; "
+                          "the checks here ran from its embedded config and a stand-in processor (text token "
+                          "counts approximate, weights not read)",
+                          where="model.name", fix=f"mmtune download {cfg.model.name}   (for exact token counts)")
 
 
 def safetensors_dtypes(folder: Path) -> dict[str, str]:

@@ -8,20 +8,19 @@ from ..registry import check
 
 
 def _first_records(ctx, n=2):
-    from ...data.sources import load_records
-
+    """The first training records the data scan passed (kept by the scan: no second read of the data)."""
     cfg = ctx.need("cfg")
     if not cfg.data.train:
         from ..context import NotAvailable
 
         raise NotAvailable("no data.train")
-    scan = ctx.need("scan")  # load only after the scan passed enough records; it streams the file anyway
-    if not any(s.ok for s in scan.splits if s.split == "train"):
+    scan = ctx.need("scan")
+    records = [r for s in scan.splits if s.split == "train" for r in s.samples]
+    if not records:
         from ..context import NotAvailable
 
         raise NotAvailable("no usable training record (see the data findings)")
-    data_cfg = cfg.data.model_copy(update={"on_bad_record": "skip"})
-    return load_records(ctx.need("resolved").cfg.data.train, data_cfg, split="train").records[:n]
+    return records[:n]
 
 
 @check("MM020", "batches are built on the CPU and can cross into spawned DataLoader workers",
@@ -36,10 +35,24 @@ def cpu_collate(ctx):
 
     cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
     ctx.need("processor_info")
-    records = _first_records(ctx)
+    from ...errors import DataError
+
     encoder = Encoder.for_run(resolved)
+    records, encoded = [], []
+    for r in _first_records(ctx, n=8):
+        try:  # a record whose media fail to decode (outside the decode sample) is the data checks' finding
+            encoded.append(encoder.encode(r))
+        except DataError:
+            continue
+        records.append(r)
+        if len(records) == 2:
+            break
+    if not records:
+        from ..context import NotAvailable
+
+        raise NotAvailable("no training record encodes (see the data findings)")
     collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
-    batch = collator([encoder.encode(r) for r in records])
+    batch = collator(encoded)
     yield from batch_device_findings(batch)
     if cfg.train.num_workers > 0:
         # Spawned workers receive the dataset and collator by pickling (fork is never used).

@@ -1,0 +1,205 @@
+"""MM060-MM065: record text, train/eval copies, and the template / tokenizer against the model.
+Each broken setup is built from the report it comes from (docs/doctor.md lists the threads); each clean
+one stays silent."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from doctor_helpers import TINY_VL
+
+NEW = ("MM060", "MM061", "MM062", "MM063", "MM064", "MM065")
+
+
+def _msg(text, answer="3", system=None):
+    m = [{"role": "user", "content": text}, {"role": "assistant", "content": answer}]
+    return ([{"role": "system", "content": system}] if system else []) + m
+
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _tree(train, eval=None, **data):
+    d = {"train": train, "format": "messages", **data}
+    if eval:
+        d["eval"] = eval
+    return {"model": {"name": "tiny/qwen2-vl"}, "data": d}
+
+
+@pytest.fixture
+def images(tmp_path):
+    from PIL import Image
+
+    for i in range(4):
+        Image.new("RGB", (56, 56), (60 * i, 0, 0)).save(tmp_path / f"img{i}.png")
+    return tmp_path
+
+
+def test_clean_setups_are_silent(doctor, images):
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("<image>How many?", str(i)), "images": [f"img{i}.png"]}
+                                            for i in range(3)] + [{"messages": _msg("Say hi.", "hi", system="Be brief.")}])
+    # the same question about another image is not a copy
+    ev = _jsonl(images / "eval.jsonl", [{"messages": _msg("<image>How many?", "3"), "images": ["img3.png"]}])
+    rep = doctor(_tree(train, ev), *NEW)
+    assert rep.findings == [] and rep.not_run == [], (rep.findings, rep.not_run)
+    rep = doctor(TINY_VL, *NEW)
+    assert rep.findings == [], rep.findings
+
+
+def test_mm060_special_token_text_in_a_record(doctor, images):
+    # LLaMA-Factory / TRL reports: '<|im_end|>' pasted into answers ends the turn in mid-answer.
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")},
+                                            {"messages": _msg("Say bye.", "bye<|im_end|> and more")}])
+    rep = doctor(_tree(train), "MM060")
+    (f,) = rep.findings
+    assert (f.code, f.severity) == ("MM060", "warning")
+    assert "1 record(s)" in f.message and "'<|im_end|>'" in f.message and f.where.startswith(f"{train}:2")
+
+
+def test_mm061_eval_records_copied_from_train(doctor, images):
+    rows = [{"messages": _msg("<image>How many?", str(i)), "images": [f"img{i}.png"]} for i in range(3)]
+    train = _jsonl(images / "train.jsonl", rows)
+    ev = _jsonl(images / "eval.jsonl", [rows[1], {"messages": _msg("<image>How many?", "3"), "images": ["img3.png"]}])
+    rep = doctor(_tree(train, ev), "MM061")
+    (f,) = rep.findings
+    assert (f.code, f.severity) == ("MM061", "warning") and "1 of 2 records (50%)" in f.message
+    assert f.where.startswith(f"{ev}:1")
+    # eval = train: every record is a copy, said as such
+    rep = doctor(_tree(train, train), "MM061")
+    (f,) = rep.findings
+    assert "3 of 3" in f.message and "same records as data.train" in f.message
+
+
+def _ctx_with_processor(tmp_path, tree, mutate):
+    """A context whose resolved run carries a modified copy of the tiny twin's processor."""
+    import dataclasses
+
+    import yaml
+
+    from mmtune.doctor.runner import make_context
+
+    tree = dict(tree, output_dir=str(tmp_path / "run"))
+    path = tmp_path / "cfg2.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    ctx = make_context(path)
+    resolved = ctx.need("resolved")
+    proc = copy.deepcopy(resolved.need_processor())
+    mutate(proc)
+    ctx.put("resolved", dataclasses.replace(resolved, processor=proc))
+    return ctx
+
+
+def _run(ctx, *codes):
+    from mmtune.doctor.registry import all_checks
+    from mmtune.doctor.runner import run_checks
+
+    return run_checks(ctx, [c for c in all_checks() if c.code in codes])
+
+
+def test_mm062_template_that_drops_system_messages(tmp_path, images):
+    # transformers#28366 / Gemma-style templates: the system role is not rendered (or raises).
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi", system="Answer in French.")}])
+    drop = ("{% for m in messages %}{% if m['role'] != 'system' %}<|im_start|>{{ m['role'] }}\n"
+            "{% for p in m['content'] %}{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+    def set_template(p):
+        p.chat_template = drop
+
+    rep = _run(_ctx_with_processor(tmp_path, _tree(train), set_template), "MM062")
+    (f,) = rep.findings
+    assert (f.code, f.severity) == ("MM062", "warning") and "1 record(s) with a system message" in f.message
+
+    def raising(p):
+        p.chat_template = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}" \
+                          "{% endif %}" + drop
+
+    rep = _run(_ctx_with_processor(tmp_path, _tree(train), raising), "MM062")
+    (f,) = rep.findings
+    assert f.severity == "error" and "System role not supported" in f.message
+
+
+def test_mm063_answers_without_a_stop_token_or_a_stop_generation_ignores(tmp_path, images):
+    # TRL#1623 (SFT models never learn EOS) and Qwen base models (eos <|endoftext|>, turns end <|im_end|>).
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
+    plain = ("{% for m in messages %}{{ m['role'] }}: {% for p in m['content'] %}{% if p['type'] == 'text' %}"
+             "{{ p['text'] }}{% endif %}{% endfor %}\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}")
+
+    def no_eos(p):
+        p.chat_template = plain
+
+    rep = _run(_ctx_with_processor(tmp_path, _tree(train), no_eos), "MM063")
+    (f,) = rep.findings
+    assert (f.code, f.severity) == ("MM063", "warning") and "never learns to stop" in f.message
+
+    def base_eos(p):  # Qwen2-VL-7B (base): eos = pad = <|endoftext|>, turns still end with <|im_end|>
+        p.tokenizer.eos_token = "<|endoftext|>"
+
+    rep = _run(_ctx_with_processor(tmp_path, _tree(train), base_eos), "MM063")
+    (f,) = rep.findings
+    assert "trained to end with '<|im_end|>'" in f.message and "generation stops at" in f.message
+
+
+def test_mm064_media_token_id_differs_from_the_model_config(tmp_path, images):
+    # transformers#29836: LLaVA image_token_index 64000 in the config, 64002 in the tokenizer.
+    from mmtune.doctor.runner import make_context
+
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
+    import yaml
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(_tree(train), output_dir=str(tmp_path / "run"))))
+    ctx = make_context(tmp_path / "c.yaml")
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    hf = copy.deepcopy(tiny_config_and_processor("tiny/qwen2-vl")[0])
+    hf.image_token_id += 1
+    ctx.put("model_config", hf)
+    rep = _run(ctx, "MM064")
+    (f,) = rep.findings
+    assert (f.code, f.severity) == ("MM064", "error") and f"image_token_id={hf.image_token_id}" in f.message
+
+
+def test_mm065_tokenizer_ids_past_the_embedding(tmp_path, images):
+    # transformers#12763 / E5-V#7: added tokens without resize_token_embeddings -> index out of range.
+    from mmtune.doctor.runner import make_context
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
+    import yaml
+
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(_tree(train), output_dir=str(tmp_path / "run"))))
+    base = tiny_config_and_processor("tiny/qwen2-vl")[0]
+    for shrink, sev in ((3, "warning"), (len(tiny_config_and_processor("tiny/qwen2-vl")[1].tokenizer) - 4, "error")):
+        ctx = make_context(tmp_path / "c.yaml")
+        hf = copy.deepcopy(base)
+        hf.text_config.vocab_size = len(ctx.need("resolved").need_processor().tokenizer) - shrink
+        ctx.put("model_config", hf)
+        rep = _run(ctx, "MM065")
+        (f,) = rep.findings
+        assert (f.code, f.severity) == ("MM065", sev), f
+
+
+@pytest.mark.parametrize("model,fps,fires", [
+    ("tiny/qwen2.5-vl", None, True),  # uniform sampling: each clip has its own rate, positions assume 2 fps
+    ("tiny/qwen2.5-vl", 1, True),  # lmms-eval#1260 / ms-swift#9955: frames at 1 fps, positions for 2
+    ("tiny/qwen2.5-vl", 2, False),  # the rate the processor assumes: positions are right
+    ("tiny/qwen2-vl", 1, False),  # Qwen2-VL has no time-scaled positions
+])
+def test_mm066_video_positions_assume_the_processor_rate(doctor, tmp_path, model, fps, fires):
+    from test_media_decode import _mp4
+
+    _mp4(tmp_path / "clip.mp4", n_frames=20)  # 2 s at 10 fps
+    train = _jsonl(tmp_path / "train.jsonl", [{"messages": _msg("<video>What happens?", "a ball rolls"),
+                                               "videos": ["clip.mp4"]}])
+    tree = {"model": {"name": model, "video_frames": 4, **({"video_fps": fps} if fps else {})},
+            "data": {"train": train, "format": "messages"}}
+    rep = doctor(tree, "MM066")
+    if fires:
+        (f,) = rep.findings
+        assert (f.code, f.severity) == ("MM066", "warning") and "for 2 fps" in f.message and f.fix == "model.video_fps=2"
+    else:
+        assert rep.findings == []
