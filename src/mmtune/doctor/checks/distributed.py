@@ -117,21 +117,17 @@ def zero3_modalities(ctx):
 
 @check("MM048", "under DeepSpeed, gradient accumulation is the run's own", fast=True)
 def deepspeed_accumulation(ctx):
-    """mmtune accumulates train.grad_accum micro-batches itself and calls accelerator.backward on each;
-    under DeepSpeed, accelerate's backward runs engine.step() at every backward outside
-    accelerator.accumulate() (accelerate utils/deepspeed.py DeepSpeedEngineWrapper.backward), so each
-    micro-batch becomes an optimizer step: grad_accum x more updates on 1/grad_accum of the batch."""
+    """Under DeepSpeed the loop hands accumulation to the engine: the Accelerator gets
+    gradient_accumulation_steps=train.grad_accum and each micro-batch runs inside accelerator.accumulate(),
+    so the engine steps on the last one only (train/step.py). Outside accumulate(), accelerate's backward
+    runs engine.step() at every call (utils/deepspeed.py DeepSpeedEngineWrapper.backward: each micro-batch
+    its own optimizer step), which is what accelerate#2210 reports. What can still disagree is a user's
+    DeepSpeed JSON / accelerate config: its accumulation or micro-batch against the run's."""
     cfg = ctx.need("cfg")
     ds = _launch(ctx)
     if ds is None:
         return
     ga = cfg.train.grad_accum
-    if ga > 1:
-        yield error(f"train.grad_accum={ga} under DeepSpeed: accelerate steps the DeepSpeed engine at every "
-                    f"accelerator.backward, so each of the {ga} micro-batches becomes its own optimizer step (the "
-                    "effective batch silently shrinks to train.micro_batch_size x GPUs)", where="train.grad_accum",
-                    fix="train.grad_accum=1 with a larger train.micro_batch_size, or DDP (torchrun), where mmtune's "
-                        "accumulation applies")
     if ds.grad_accum not in (None, "auto", str(ga)):
         yield error(f"the DeepSpeed config sets gradient_accumulation_steps={ds.grad_accum} and the run "
                     f"train.grad_accum={ga}: the two disagree on when the optimizer steps",
