@@ -60,7 +60,9 @@ def _phase_hooks(model, tracker: StorageTracker):
 
     def pre(mod, args, kwargs=None):
         if not in_autograd_backward():
-            tracker.phase = "forward"
+            # A new micro-batch's forward: the previous one's loss left the "logits" tag set; without
+            # this reset every activation of micro-batch 2+ was filed under logits_loss.
+            tracker.phase, tracker.tag = "forward", ""
 
     def post(mod, args, out):
         if not in_autograd_backward():
