@@ -228,6 +228,10 @@ class TrainConfig(Section):
     warmup_steps: int = Field(0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    loss_impl: Literal["auto", "full", "chunked", "liger"] = Field(
+        "full", description="full fp32 logits, or the loss over the hidden states in checkpointed chunks (chunked; "
+                            "liger: Liger-Kernel's fused linear cross entropy on CUDA); auto: chunked when a micro-batch's "
+                            "fp32 logits would exceed 256 MiB (mmtune.loss)")
     seed: int = 0
     num_workers: int = Field(0, ge=0)
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")

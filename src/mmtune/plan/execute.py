@@ -80,7 +80,7 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
-              aux=None) -> Execution:
+              aux=None, loss_impl: str = "full") -> Execution:
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -136,7 +136,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params,
                                # auxiliary losses at full weight: the plan holds what they keep
-                               aux=aux, step=max((t.start for t in aux or []), default=0))
+                               aux=aux, step=max((t.start for t in aux or []), default=0),
+                               loss_impl=loss_impl)
     finally:
         mode.tracker = None
         for h in handles + [h1, h2]:

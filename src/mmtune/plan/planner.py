@@ -106,10 +106,14 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
                                kind=cfg.train.scheduler)
     trainable = [p for g in groups for p in g["params"] if p.requires_grad]
     aux, batch = _with_aux(cfg, pm, pb.micro_batch)
+    loss_impl = cfg.train.loss_impl  # decided in the resolved run
+    if loss_impl == "liger":  # a Triton kernel cannot run on fake tensors: its chunked torch twin is traced
+        loss_impl = "chunked"
+        pm.decisions.append("loss: Liger's fused linear cross entropy planned as mmtune's chunked loss (same chunks)")
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps, cpu_kernels=not target_cuda, aux=aux)
+                       steps=steps, cpu_kernels=not target_cuda, aux=aux, loss_impl=loss_impl)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         if plan_eval:
             from .execute import run_eval

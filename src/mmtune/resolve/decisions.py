@@ -71,6 +71,37 @@ def decide_attention(requested: str, target, precision: str) -> tuple[str, Decis
     return requested, Decision(key, requested, "requested")
 
 
+# --------------------------------------------------------------------------- loss path
+
+AUTO_CHUNK_BYTES = 256 << 20  # auto: chunked once a micro-batch's fp32 logits would pass this
+
+
+def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None) -> tuple[str, Decision]:
+    """train.loss_impl: full fp32 logits, or the chunked loss (mmtune.loss), with Liger's fused kernel
+    where the run is on CUDA and liger_kernel is installed here. `rows`: tokens of one micro-batch;
+    `vocab`: the tokenizer's size (None when no processor could be had)."""
+    key = "train.loss_impl"
+    if requested == "full":
+        return "full", Decision(key, "full", "requested: the model's logits in fp32, then cross entropy")
+    if requested == "auto":
+        if vocab is not None and rows * vocab * 4 <= AUTO_CHUNK_BYTES:
+            return "full", Decision(key, "full", f"auto: fp32 logits of {rows} tokens x {vocab} words are "
+                                    f"{rows * vocab * 4 / 2**20:.0f} MiB (<= 256 MiB)", changed=True)
+        why = (f"auto: fp32 logits of {rows} tokens x {vocab} words would be {rows * vocab * 4 / 2**20:.0f} MiB"
+               if vocab is not None else "auto: vocabulary unknown here")
+    else:
+        why = "requested"
+    liger = importlib.util.find_spec("liger_kernel") is not None
+    if target.gpu is not None and liger and requested != "chunked":
+        return "liger", Decision(key, "liger", f"{why}; Liger-Kernel's fused linear cross entropy on CUDA "
+                                 "(planned as the chunked torch path)", changed=requested != "liger")
+    if requested == "liger" and (target.gpu is None or not liger):
+        why = ("requested liger, but " + ("the run is not on CUDA" if target.gpu is None
+                                          else "liger_kernel is not installed here (pip install liger-kernel)"))
+    return "chunked", Decision(key, "chunked", f"{why}; answer-token hidden states in checkpointed chunks, "
+                               "one chunk's fp32 logits at a time", changed=requested != "chunked")
+
+
 # --------------------------------------------------------------------------- quantization
 
 def decide_quantization(adapter) -> tuple[str | None, Decision | None]:

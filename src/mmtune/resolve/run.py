@@ -17,6 +17,7 @@ from .decisions import (
     Decision,
     decide_attention,
     decide_best_metric,
+    decide_loss_impl,
     decide_pad_id,
     decide_precision,
     decide_quantization,
@@ -182,7 +183,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         if require_processor or for_training:
             raise
         decisions.append(Decision("processor", "unavailable", e.what))
+        _loss_impl(fields, decisions, target, None)
         return ResolvedRun(decisions=tuple(decisions), processor_error=e, **fields)
+    _loss_impl(fields, decisions, target, src.processor)
     media, media_decisions = _media_caps(src.processor, cfg.model)
     pad_id, d = decide_pad_id(src.processor)
     decisions += [Decision("processor", src.description, "the model's own: token counts exact" if src.exact_text
@@ -190,6 +193,18 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                   *media_decisions]
     return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
+
+
+def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
+    """train.loss_impl decided (it needs the vocabulary size for `auto`) and applied to the config in force."""
+    cfg = fields["cfg"]
+    tok = getattr(processor, "tokenizer", processor)
+    vocab = len(tok) if tok is not None and hasattr(tok, "__len__") else None
+    impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
+                               vocab=vocab)
+    decisions.append(d)
+    if impl != cfg.train.loss_impl:
+        fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})
 
 
 def _check_best_metric(cfg) -> None:
