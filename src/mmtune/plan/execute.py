@@ -52,6 +52,7 @@ class Execution:
     state_serials: set = field(default_factory=set)
     input_serials: set = field(default_factory=set)
     train_peak_bytes: int = 0
+    paged_bytes: int = 0  # paged optimizer state (unified memory, outside the tracker: plan/optim8bit.py)
     eval_info: dict = field(default_factory=dict)
 
 

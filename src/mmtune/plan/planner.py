@@ -115,6 +115,7 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda, aux=aux, loss_impl=loss_impl)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
+        ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
         if plan_eval:
             from .execute import run_eval
 
@@ -143,12 +144,16 @@ def _with_aux(cfg, pm, batch: dict):
 def _plan_optimizer(groups, cfg, target_cuda: bool, pm):
     from ..optim import make_optimizer
 
-    if cfg.train.optimizer == "adamw_8bit":
+    if cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
         from .optim8bit import PlannedAdamW8bit
 
-        pm.decisions.append("optimizer: adamw_8bit planned with bitsandbytes' state layout (uint8 moments + "
-                            "per-256 fp32 absmax; tensors under 4096 elements keep fp32 state)")
-        return PlannedAdamW8bit(groups, lr=cfg.train.lr)
+        bits = 32 if cfg.train.optimizer == "paged_adamw" else 8
+        paged = cfg.train.optimizer.startswith("paged_")
+        pm.decisions.append(f"optimizer: {cfg.train.optimizer} planned with bitsandbytes' state layout" + (
+            " (uint8 moments + per-256 fp32 absmax; tensors under 4096 elements keep fp32 state)" if bits == 8
+            else " (two fp32 moments)") + ("; paged: state in CUDA unified memory, outside PyTorch's allocator (not "
+                                           "in peak allocated/reserved), counted in the process total" if paged else ""))
+        return PlannedAdamW8bit(groups, lr=cfg.train.lr, bits=bits, paged=paged)
     opt = make_optimizer(groups, cfg.train)
     if target_cuda and cfg.train.optimizer == "adamw":
         # On CUDA torch's AdamW runs its multi-tensor (foreach) implementation by default, whose
@@ -231,6 +236,10 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
                          "single-GPU trace (plan/distributed.py)")
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
+    paged = ex.paged_bytes
+    if paged:  # paged optimizer state: unified memory outside the caching allocator (plan/optim8bit.py)
+        breakdown["optimizer_state_paged"] = paged
+        overhead += paged
     breakdown["allocator_rounding"] = max(0, peak_alloc - tr.peak_bytes) if gpus == 1 else 0
     breakdown["reserved_unused"] = peak_res - peak_alloc
     breakdown["overhead"] = overhead

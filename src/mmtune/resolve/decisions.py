@@ -112,6 +112,30 @@ def decide_quantization(adapter) -> tuple[str | None, Decision | None]:
                        "vision/audio/projector/lm_head stay in the compute dtype (failure mode 4)")
 
 
+def decide_kbit_upcast(adapter) -> Decision | None:
+    if adapter.method != "qlora":
+        return None
+    if adapter.kbit_upcast:
+        return Decision("adapter.kbit_upcast", "true", "requested: non-quantized weights upcast to fp32, as peft's "
+                        "prepare_model_for_kbit_training (about 2 GiB more on a 7-8B model)")
+    return Decision("adapter.kbit_upcast", "false", "non-quantized weights stay in the compute dtype "
+                    "(adapter.kbit_upcast=true: fp32, as peft's prepare_model_for_kbit_training)")
+
+
+def decide_trainable_dtype(train, precision: str) -> Decision:
+    """train.fp32_trainable: fp32 master weights (default) or pure-bf16 training."""
+    key = "train.fp32_trainable"
+    if train.fp32_trainable:
+        return Decision(key, "true", "trainable weights, gradients and optimizer state in fp32")
+    if precision == "fp16":
+        raise ConfigError("train.fp32_trainable=false needs bf16: fp16's GradScaler refuses to unscale fp16 "
+                          "gradients", where=key, fix="train.precision=bf16 on a GPU with bf16, or train.fp32_trainable=true")
+    if precision == "fp32":
+        return Decision(key, "false", "the run is fp32: trainable weights are fp32 anyway")
+    return Decision(key, "false", "requested: pure-bf16 training, trainable weights, gradients and optimizer state "
+                    "in bf16 (no fp32 master weights)")
+
+
 # --------------------------------------------------------------------------- pad id
 
 def decide_pad_id(processor) -> tuple[int, Decision]:

@@ -17,10 +17,12 @@ from .decisions import (
     Decision,
     decide_attention,
     decide_best_metric,
+    decide_kbit_upcast,
     decide_loss_impl,
     decide_pad_id,
     decide_precision,
     decide_quantization,
+    decide_trainable_dtype,
     trainable_components,
 )
 from .target import Target
@@ -138,6 +140,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     quant, d = decide_quantization(cfg.adapter)
     if d:
         decisions.append(d)
+    d = decide_kbit_upcast(cfg.adapter)
+    if d:
+        decisions.append(d)
+    decisions.append(decide_trainable_dtype(cfg.train, precision))
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:
