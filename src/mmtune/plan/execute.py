@@ -81,7 +81,7 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
-              aux=None, loss_impl: str = "full") -> Execution:
+              aux=None, loss_impl: str = "full", attention=None) -> Execution:
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -129,7 +129,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     acc = PlanAccelerator(compute_dtype)
     mode.tracker = tracker  # the fake mode reports each top-level op to the tracker (see fake.py)
     try:
-        with mode, ValueFunctionMode(mode):
+        # attention: plan/attention.TargetAttentionMode on CUDA targets (each SDPA call as the target runs it)
+        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext():
             for i in range(steps):
                 last = i == steps - 1
                 tracker.record_costs = last
@@ -190,7 +191,7 @@ def _accepts(model, name: str) -> bool:
 
 
 def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max_new_tokens: int,
-             generate: bool) -> dict:
+             generate: bool, attention=None) -> dict:
     """The loop's evaluation after the traced steps (state alive, gradients freed), on the same tracker.
 
     eval_loss: `train.step.loss_sum` under no_grad on the eval batch (full logits, fp32 upcast), as
@@ -214,7 +215,7 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     mode.tracker = tracker
     tracker.record_costs = False
     try:
-        with mode, ValueFunctionMode(mode), torch.no_grad(), acc.autocast():
+        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), torch.no_grad(), acc.autocast():
             tracker.phase, tracker.tag = "eval_loss", ""
             for v in fake_batch.values():
                 if isinstance(v, torch.Tensor):

@@ -83,12 +83,16 @@ def _eval_batch(resolved, declared):
                             micro_batch_size=cfg.eval.batch_size)
 
 
-def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True):
+def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True,
+                 attention_kernels: tuple[str, ...] | None = None):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
-    same trace faster; tests compare both."""
+    same trace faster; tests compare both. `attention_kernels` overrides the resolved run's
+    `attention.kernels` (tests and benchmarks: e.g. ("math",) to compare with a real CPU step run
+    under `sdpa_kernel(SDPBackend.MATH)`)."""
     from ..train.schedule import make_scheduler
+    from .attention import TargetAttentionMode, kernels_of
     from .batch import worst_case_batch
     from .execute import run_steps
     from .fake import NoValueError, ValueFakeMode
@@ -110,10 +114,13 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     if loss_impl == "liger":  # a Triton kernel cannot run on fake tensors: its chunked torch twin is traced
         loss_impl = "chunked"
         pm.decisions.append("loss: Liger's fused linear cross entropy planned as mmtune's chunked loss (same chunks)")
+    kernels = attention_kernels or kernels_of(resolved)
+    attention = TargetAttentionMode(kernels) if kernels else None
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps, cpu_kernels=not target_cuda, aux=aux, loss_impl=loss_impl)
+                       steps=steps, cpu_kernels=not target_cuda, aux=aux,
+                       loss_impl=loss_impl, attention=attention)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
         if plan_eval:
@@ -121,7 +128,11 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
 
             eb = _eval_batch(resolved, declared)
             ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
-                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate)
+                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate,
+                                    attention=attention)
+        if attention is not None and attention.calls:
+            pm.decisions.append("attention: SDPA calls traced per target kernel: " + ", ".join(
+                f"{n} x {k}" for k, n in sorted(attention.calls.items())) + " (plan/attention.py)")
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
     except (RuntimeError, NotImplementedError, TypeError) as e:

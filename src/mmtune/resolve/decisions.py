@@ -71,6 +71,28 @@ def decide_attention(requested: str, target, precision: str) -> tuple[str, Decis
     return requested, Decision(key, requested, "requested")
 
 
+def decide_attention_kernels(attn: str, target, precision: str) -> Decision:
+    """Which attention kernels the run's attention implementation reaches on the target, in PyTorch's
+    order of preference (value: names joined by '>'). The planner reads this to trace each SDPA call
+    with the kernel the target would run (plan/attention.py); memory differs by kernel: flash and
+    memory-efficient keep O(seq) (output + fp32 log-sum-exp), math materialises the (heads x seq x seq)
+    scores and softmax in fp32."""
+    key = "attention.kernels"
+    if attn == "eager":
+        return Decision(key, "eager", "the model's own matmul + softmax: O(seq^2) scores in the compute dtype and "
+                        "softmax in fp32, per layer")
+    if attn == "flash_attention_2":
+        return Decision(key, "flash_attention_2", "FlashAttention-2: O(seq) (planned as SDPA's flash kernel)")
+    if target.gpu is None:
+        return Decision(key, "cpu", "SDPA on this CPU: torch picks its CPU kernel per call (traced as it runs)")
+    if target.gpu.compute_capability >= (8, 0) and precision in ("bf16", "fp16"):
+        return Decision(key, "flash>mem_efficient>math", f"SDPA on {target.sm}, {precision}: flash where the call "
+                        "allows it (no explicit mask, head dim <= 256), else memory-efficient (no GQA), else math")
+    return Decision(key, "mem_efficient>math", f"SDPA on {target.sm}, {precision}: no flash kernel (needs sm80+ and "
+                    "16-bit); memory-efficient where the call allows it (no GQA with enable_gqa, aligned head dim), "
+                    "else math (O(seq^2) fp32 scores)")
+
+
 # --------------------------------------------------------------------------- loss path
 
 AUTO_CHUNK_BYTES = 256 << 20  # auto: chunked once a micro-batch's fp32 logits would pass this

@@ -16,6 +16,7 @@ from ..errors import MMTuneError
 from .decisions import (
     Decision,
     decide_attention,
+    decide_attention_kernels,
     decide_best_metric,
     decide_kbit_upcast,
     decide_loss_impl,
@@ -137,6 +138,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     decisions.append(d)
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
     decisions.append(d)
+    decisions.append(decide_attention_kernels(attn, target, precision))
     quant, d = decide_quantization(cfg.adapter)
     if d:
         decisions.append(d)
