@@ -56,3 +56,17 @@ def test_paged_optimizer_state_is_outside_the_allocator_but_in_the_process_total
     assert paged.peak_allocated_bytes < plain.peak_allocated_bytes
     p32 = _plan("adapter.method=full", "train.optimizer=paged_adamw", "train.gpu=a100-80gb")
     assert p32.breakdown["optimizer_state_paged"] == 8 * p32.trainable_params  # two fp32 moments per weight
+
+
+def test_kbit_upcast_step_planned_vs_real():
+    """fp32 norms feed the 4-bit layers: bnb casts the input to the compute dtype and the output back to
+    fp32 (a 16-bit copy kept for backward, fp32 activations); the stand-in does the same."""
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.measure import measure_step
+    from mmtune.plan.planner import predict, resolve_for_plan
+
+    cfg = load_config(None, TEXT + ["adapter.method=qlora", "adapter.kbit_upcast=true", "data.max_length=512",
+                                    "train.grad_accum=2"])
+    res = predict(cfg, declared=Declared(), plan_eval=False)
+    measured = measure_step(cfg, worst_case_batch(resolve_for_plan(cfg), declared=Declared()).micro_batch)
+    assert abs(res.tensor_peak_bytes - measured.peak_allocated_bytes) / measured.peak_allocated_bytes <= 0.02
