@@ -7,6 +7,9 @@ Prints one row per (implementation, sequence length): peak allocated / reserved 
 the phase of the peak and the kernels traced. Text-only records filling the sequence, micro-batch 1.
 
     python benchmarks/plan_seq_sweep.py [--model Qwen/Qwen2.5-7B-Instruct] [--seqs 512,1024,2048,4096,8192]
+                                        [--only "chunked loss"]
+With the full loss the 152k-word fp32 logits (and their gradient) set the peak up to ~4k tokens; the
+chunked-loss cases show the attention kernels alone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ CASES = [  # label, overrides, gpu
      "a100-80gb"),
     ("sdpa / quadro-rtx-6000 fp16 (mem-efficient; math for GQA)", ["model.attn_implementation=sdpa",
                                                                    "train.precision=fp16"], "quadro-rtx-6000"),
+    ("sdpa / quadro-rtx-6000 fp16, chunked loss", ["model.attn_implementation=sdpa", "train.precision=fp16",
+                                                   "train.loss_impl=chunked"], "quadro-rtx-6000"),
+    ("sdpa / a100-80gb bf16 (flash), chunked loss", ["model.attn_implementation=sdpa", "train.precision=bf16",
+                                                     "train.loss_impl=chunked"], "a100-80gb"),
 ]
 
 
@@ -31,6 +38,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="Qwen/Qwen2.5-7B-Instruct")
     ap.add_argument("--seqs", default="512,1024,2048,4096,8192")
     ap.add_argument("--method", default="lora")
+    ap.add_argument("--only", action="append", default=[], help="run only the cases whose label contains this")
     args = ap.parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from mmtune.config import load_config
@@ -41,6 +49,8 @@ def main(argv=None) -> int:
     print(f"model {args.model}, {args.method} r=16, gradient checkpointing, micro-batch 1, text filling the sequence")
     print(f"{'implementation / target':58s} {'seq':>5s} {'allocated':>9s} {'reserved':>9s} {'process':>9s}  peak phase / kernels")
     for label, over, gpu in CASES:
+        if args.only and not any(o in label for o in args.only):
+            continue
         for seq in [int(s) for s in args.seqs.split(",")]:
             cfg = load_config(None, [f"model.name={args.model}", f"adapter.method={args.method}", "adapter.r=16",
                                      "model.gradient_checkpointing=true", f"data.max_length={seq}",
