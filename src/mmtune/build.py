@@ -167,9 +167,12 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
     if qlora and cfg.adapter.kbit_upcast:
         # peft's prepare_model_for_kbit_training: every non-quantized 16-bit weight to fp32 (the 4-bit
         # storage is uint8 and stays); the planner builds through here, so it counts the same bytes.
+        # A 4-bit layer's bias is left alone: bnb.nn.Linear4bit casts it back to the compute dtype (in
+        # place) at its first forward, so after peft's upcast it is 16-bit again during training anyway.
+        bias4 = {id(m.bias) for m in model.modules() if "4bit" in type(m).__name__ and getattr(m, "bias", None) is not None}
         n = 0
         for p in model.parameters():
-            if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16):
+            if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16) and id(p) not in bias4:
                 p.data = p.data.float()
                 n += p.numel()
         _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
