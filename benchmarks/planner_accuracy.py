@@ -43,6 +43,36 @@ RUNS = [
      {"audio_seconds": [3.0]}),
     ("audio-qlora-ckpt", ["model.name=tiny/qwen2-audio", "adapter.method=qlora", "model.gradient_checkpointing=true"],
      {"audio_seconds": [3.0]}),
+    # issue 11: long sequences (attention and logits grow with seq), large media, the loss path, k-bit and
+    # 16-bit training choices. Tiny twins so the real CPU step can run.
+    ("text-lora-ckpt-4k", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true",
+                           "data.max_length=4096"], {}),
+    ("text-lora-nockpt-8k", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=false",
+                             "data.max_length=8192"], {}),
+    ("text-eager-ckpt-4k", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true",
+                            "model.attn_implementation=eager", "data.max_length=4096"], {}),
+    ("text-qlora-ckpt-8k", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=true",
+                            "data.max_length=8192"], {}),
+    ("text-chunked-nockpt-4k", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=false",
+                                "train.loss_impl=chunked", "data.max_length=4096"], {}),
+    ("text-full-bf16-pure", ["model.name=tiny/qwen2", "adapter.method=full", "model.gradient_checkpointing=true",
+                             "train.precision=bf16", "train.fp32_trainable=false", "data.max_length=2048"], {}),
+    ("text-full-bf16-master", ["model.name=tiny/qwen2", "adapter.method=full", "model.gradient_checkpointing=true",
+                               "train.precision=bf16", "data.max_length=2048"], {}),
+    ("text-qlora-bf16-upcast", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=true",
+                                "train.precision=bf16", "adapter.kbit_upcast=true", "data.max_length=2048"], {}),
+    ("image-lora-ckpt-448", ["model.name=tiny/qwen2-vl", "adapter.method=lora", "model.gradient_checkpointing=true",
+                             "data.max_length=2048"], {"images": [(448, 448)]}),
+    ("image-eager-nockpt-448", ["model.name=tiny/qwen2.5-vl", "adapter.method=lora", "model.gradient_checkpointing=false",
+                                "model.attn_implementation=eager", "data.max_length=2048"], {"images": [(448, 448)]}),
+    ("image-chunked-ckpt", ["model.name=tiny/qwen2-vl", "adapter.method=lora", "model.gradient_checkpointing=true",
+                            "train.loss_impl=chunked", "data.max_length=2048"], {"images": [(448, 448)]}),
+    ("image-qlora-bf16-ckpt", ["model.name=tiny/qwen2.5-vl", "adapter.method=qlora", "model.gradient_checkpointing=true",
+                               "train.precision=bf16", "data.max_length=2048"], {"images": [(448, 448)]}),
+    ("video-lora-ckpt-4k", ["model.name=tiny/qwen2.5-vl", "adapter.method=lora", "model.gradient_checkpointing=true",
+                            "data.max_length=4096"], {"videos": [(8, 224, 224)]}),
+    ("video-full-bf16-nockpt", ["model.name=tiny/qwen2-vl", "adapter.method=full", "model.gradient_checkpointing=false",
+                                "train.precision=bf16", "data.max_length=2048"], {"videos": [(8, 224, 224)]}),
 ]
 COMMON = ["data.max_length=512", "train.precision=fp32", "train.device=auto", "train.grad_accum=2"]
 
@@ -53,7 +83,7 @@ def run_one(name, overrides, declared, gpu=None):
     from mmtune.plan.measure import measure_step
     from mmtune.plan.planner import predict, resolve_for_plan
 
-    cfg = load_config(None, COMMON + overrides)
+    cfg = load_config(None, COMMON + overrides)  # later keys win: a row's precision / max_length
     decl = Declared(images=declared.get("images", []), videos=declared.get("videos", []),
                     audio_seconds=declared.get("audio_seconds", []))
     t0 = time.perf_counter()
@@ -73,6 +103,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", action="append", default=[])
+    ap.add_argument("--out", help="also write the JSON results to this file")
     args = ap.parse_args(argv)
     import os
 
@@ -93,6 +124,17 @@ def main(argv=None):
                   f"error {r['error_pct']:+6.2f} %  ({r['peak_phase']}, plan {r['plan_s']} s)", flush=True)
     errs = [abs(r["error_pct"]) for r in rows]
     summary = {"mean_abs_error_pct": sum(errs) / len(errs), "max_abs_error_pct": max(errs), "runs": len(rows)}
+    kinds: dict[str, list[float]] = {}
+    for r in rows:  # text / image / video / audio, and the issue-11 features a row exercises
+        tags = [r["name"].split("-")[0]] + [t for t in ("qlora", "full", "chunked", "eager", "4k", "8k", "bf16")
+                                            if t in r["name"].split("-")]
+        for t in tags:
+            kinds.setdefault(t, []).append(abs(r["error_pct"]))
+    summary["by_kind"] = {k: {"runs": len(v), "mean_abs_error_pct": round(sum(v) / len(v), 3),
+                              "max_abs_error_pct": round(max(v), 3)} for k, v in sorted(kinds.items())}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"rows": rows, **summary}, f, indent=2)
     if args.json:
         print(json.dumps({"rows": rows, **summary}, indent=2))
     else:

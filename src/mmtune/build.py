@@ -216,6 +216,18 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
                 p.data = p.data.to(dtype)
         check_dtypes(model, dtype)
         check_no_meta(model)
+    if qlora and cfg.adapter.kbit_upcast:
+        # peft's prepare_model_for_kbit_training: every non-quantized 16-bit weight to fp32 (the 4-bit
+        # storage is uint8 and stays); the planner builds through here, so it counts the same bytes.
+        # A 4-bit layer's bias is left alone: bnb.nn.Linear4bit casts it back to the compute dtype (in
+        # place) at its first forward, so after peft's upcast it is 16-bit again during training anyway.
+        bias4 = {id(m.bias) for m in model.modules() if "4bit" in type(m).__name__ and getattr(m, "bias", None) is not None}
+        n = 0
+        for p in model.parameters():
+            if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16) and id(p) not in bias4:
+                p.data = p.data.float()
+                n += p.numel()
+        _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
     if cfg.model.gradient_checkpointing and family.custom:
         from .models.custom import enable_part_checkpointing
 
@@ -254,10 +266,12 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
         result.param_groups = make_trainable(model, loaded.family, cfg.train.stages, result.param_groups,
                                              cfg.train, cfg.adapter.lr_multipliers)
     # Trainable weights in fp32: AdamW on 16-bit weights loses small updates, and fp16's GradScaler
-    # refuses to unscale fp16 gradients. Frozen weights stay in the compute dtype.
-    for p in model.parameters():
-        if p.requires_grad and p.dtype != torch.float32 and p.is_floating_point():
-            p.data = p.data.float()
+    # refuses to unscale fp16 gradients. Frozen weights stay in the compute dtype. train.fp32_trainable
+    # = false (bf16 only, checked in resolve) keeps them in bf16: pure-bf16 training.
+    if cfg.train.fp32_trainable:
+        for p in model.parameters():
+            if p.requires_grad and p.dtype != torch.float32 and p.is_floating_point():
+                p.data = p.data.float()
     return loaded, result
 
 

@@ -2,6 +2,17 @@
 
 Every micro-batch contributes its *sum* of answer-token cross entropies in fp32 (`loss_sum`); the loop
 divides by the answer tokens of the whole accumulated step (train/step.py).
+
+Two ways to compute it (`train.loss_impl`, decided in the resolved run; train and plan both call
+`loss_sum_and_output(..., impl=)`):
+- `full`: the model's logits (batch x seq x vocab) upcast to fp32, then cross entropy. On a 152k-word
+  vocabulary that is 0.6 GB per 1,000 tokens in fp32, plus its gradient in backward.
+- `chunked`: the output head is skipped inside the forward (it sees a zero-length slice), and the loss
+  is computed from the final hidden states of the answer tokens in chunks, each chunk's head + fp32
+  cross entropy under non-reentrant checkpointing: only one chunk's logits exist at a time, in forward
+  and in backward (recomputed there). Same loss and gradients up to fp32 summation order.
+- `liger`: the same, with Liger-Kernel's fused linear cross entropy (CUDA, Triton) when the head is a
+  plain `nn.Linear`; anything else takes the `chunked` path.
 """
 
 from __future__ import annotations
@@ -80,12 +91,29 @@ def own_loss(model) -> bool:
     return getattr(getattr(model, "module", model), "mmtune_loss", "logits") == "output"
 
 
-def loss_sum_and_output(model, batch: dict, **forward_kwargs):
-    """`loss_sum` plus the model's output, for auxiliary losses that read it (hidden states)."""
+LOSS_IMPLS = ("full", "chunked", "liger")
+
+
+def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
+    """Tokens per chunk: Liger's rule, so that one chunk's logits are about the size of all the hidden
+    states (rows x hidden): next power of two of rows / ceil(vocab / hidden)."""
+    import math
+
+    want = max(1, math.ceil(rows / max(1, math.ceil(vocab / max(1, hidden)))))
+    return 1 << (want - 1).bit_length()
+
+
+def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs):
+    """`loss_sum` plus the model's output, for auxiliary losses that read it (hidden states).
+
+    `impl` (module docstring): "full" (default), "chunked" or "liger". With a chunked loss the output's
+    `logits` has zero positions (the head ran on an empty slice)."""
     import torch.nn.functional as F
 
     labels = batch["labels"]
-    if own_loss(model):
+    if impl != "full" and not own_loss(model):
+        return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs)
+    if own_loss(model):  # (a brought model's own loss: no head of ours to chunk)
         # The model's loss is a mean over its answer tokens (labels shifted by one, -100 ignored, as
         # transformers computes it); times those tokens it is the sum the step normalises.
         output = model(**model_inputs(batch), labels=labels, use_cache=False, **forward_kwargs)
@@ -98,6 +126,58 @@ def loss_sum_and_output(model, batch: dict, **forward_kwargs):
     total = F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
                             ignore_index=IGNORE_INDEX, reduction="sum")
     return total, (shift_labels != IGNORE_INDEX).sum(), output
+
+
+def _output_head(model):
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise TypeError(f"train.loss_impl=chunked needs the model's output head; {type(model).__name__} has no "
+                        "get_output_embeddings() (use train.loss_impl=full)")
+    return head
+
+
+def _chunked_loss_sum_and_output(model, batch: dict, impl: str, forward_kwargs: dict):
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+
+    head = _output_head(model)
+    captured = {}
+
+    def skip_head(mod, args):
+        captured["hidden"] = args[0]
+        return (args[0][..., :0, :],)  # the head computes (batch, 0, vocab): no logits in the forward
+
+    handle = head.register_forward_pre_hook(skip_head)
+    try:
+        output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
+    finally:
+        handle.remove()
+    hidden = captured["hidden"]
+    labels = batch["labels"][:, 1:].to(hidden.device)
+    keep = labels != IGNORE_INDEX
+    n = keep.sum()
+    # Only answer positions: hidden states of position t predict the label at t + 1.
+    rows = hidden[:, :-1, :][keep]
+    targets = labels[keep]
+    if impl == "liger" and rows.is_cuda and type(head) is torch.nn.Linear:
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+
+        fn = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
+        weight = head.weight if head.weight.dtype == rows.dtype else head.weight.to(rows.dtype)
+        return fn(weight, rows, targets, head.bias), n, output
+
+    def piece(h, y):
+        return F.cross_entropy(head(h).float(), y, reduction="sum")
+
+    vocab = getattr(head, "out_features", None) or head.weight.shape[0]
+    step = chunk_rows(rows.shape[0], rows.shape[-1], vocab)
+    total = rows.new_zeros((), dtype=torch.float32)
+    for i in range(0, rows.shape[0], step):
+        h, y = rows[i:i + step], targets[i:i + step]
+        # Checkpointed: backward recomputes this chunk's logits instead of keeping every chunk's.
+        total = total + (checkpoint(piece, h, y, use_reentrant=False) if torch.is_grad_enabled() else piece(h, y))
+    return total, n, output
 
 
 def to_device(batch: dict, device) -> dict:

@@ -27,6 +27,8 @@ def make_optimizer(param_groups: list[dict], train_cfg):
     except ImportError:
         from .errors import ConfigError
 
-        raise ConfigError("train.optimizer=adamw_8bit needs bitsandbytes", where="train.optimizer",
+        raise ConfigError(f"train.optimizer={train_cfg.optimizer} needs bitsandbytes", where="train.optimizer",
                           fix="pip install 'mmtune[gpu]' or train.optimizer=adamw") from None
-    return bnb.optim.AdamW8bit(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    kind = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit,
+            "paged_adamw": bnb.optim.PagedAdamW}[train_cfg.optimizer]
+    return kind(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8)

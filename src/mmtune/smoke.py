@@ -39,9 +39,9 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     if t["precision"] != "fp32":
         notes.append(f"precision {t['precision']} -> fp32 (CPU)")
         t["precision"] = "fp32"
-    if t["optimizer"] == "adamw_8bit":
+    if t["optimizer"] in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
+        notes.append(f"{t['optimizer']} -> adamw (CPU)")
         t["optimizer"] = "adamw"
-        notes.append("adamw_8bit -> adamw (CPU)")
     e = data["eval"]
     e.update(every=None, max_new_tokens=min(e["max_new_tokens"], 8), batch_size=min(e["batch_size"], 2))
     data["data"]["eval_max_samples"] = min(data["data"]["eval_max_samples"] or 4, 4)

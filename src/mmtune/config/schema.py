@@ -175,6 +175,10 @@ class AdapterConfig(Section):
     lr_multipliers: dict[str, float] = Field(default_factory=dict)
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = "nf4"
     bnb_4bit_double_quant: bool = True
+    kbit_upcast: bool = Field(
+        False, description="qlora: upcast every non-quantized floating weight (embeddings, norms, vision tower, lm_head) "
+                           "to fp32 as peft's prepare_model_for_kbit_training does (~2 GiB more on a 7-8B model); "
+                           "false keeps them in the compute dtype")
 
     @property
     def lora_alpha(self) -> int:
@@ -240,11 +244,20 @@ class TrainConfig(Section):
     grad_accum: int = Field(1, gt=0)
     lr: float = Field(2e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    optimizer: Literal["adamw", "adamw_8bit", "sgd"] = "adamw"
+    optimizer: Literal["adamw", "adamw_8bit", "paged_adamw", "paged_adamw_8bit", "sgd"] = Field(
+        "adamw", description="paged_*: bitsandbytes' paged AdamW (state in CUDA unified memory, outside PyTorch's "
+                             "allocator; paged out to host memory under pressure)")
+    fp32_trainable: bool = Field(
+        True, description="keep trainable weights in fp32 (master weights); false with bf16: pure-bf16 training, "
+                          "weights, gradients and optimizer state in bf16")
     scheduler: Literal["cosine", "linear", "constant"] = "cosine"
     warmup_steps: int = Field(0, ge=0)
     max_grad_norm: float | None = Field(1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
+    loss_impl: Literal["auto", "full", "chunked", "liger"] = Field(
+        "full", description="full fp32 logits, or the loss over the hidden states in checkpointed chunks (chunked; "
+                            "liger: Liger-Kernel's fused linear cross entropy on CUDA); auto: chunked when a micro-batch's "
+                            "fp32 logits would exceed 256 MiB (mmtune.loss)")
     seed: int = 0
     num_workers: int = Field(0, ge=0)
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")

@@ -70,7 +70,14 @@ class PlannedLinear4bit(nn.Linear):
         self.register_buffer("code", torch.empty(16, device=meta))
 
     def forward(self, x):
-        return _Dequant4bitLinear.apply(x, self.weight, self.bias, self.out_features, self.in_features)
+        # As bnb.nn.Linear4bit.forward: the input cast to the compute dtype, the bias cast (in place, once)
+        # to it, the output cast back to the input's dtype. With fp32 inputs (adapter.kbit_upcast: fp32
+        # norms feed the layer) that is a 16-bit copy kept for backward and an fp32 output.
+        inp_dtype = x.dtype
+        x = x.to(self.compute_dtype)
+        if self.bias is not None and self.bias.dtype != x.dtype:
+            self.bias.data = self.bias.data.to(x.dtype)
+        return _Dequant4bitLinear.apply(x, self.weight, self.bias, self.out_features, self.in_features).to(inp_dtype)
 
 
 def replace_decoder_linears(model, family, compute_dtype, double_quant: bool = True) -> int:

@@ -52,6 +52,7 @@ class Execution:
     state_serials: set = field(default_factory=set)
     input_serials: set = field(default_factory=set)
     train_peak_bytes: int = 0
+    paged_bytes: int = 0  # paged optimizer state (unified memory, outside the tracker: plan/optim8bit.py)
     eval_info: dict = field(default_factory=dict)
 
 
@@ -60,7 +61,9 @@ def _phase_hooks(model, tracker: StorageTracker):
 
     def pre(mod, args, kwargs=None):
         if not in_autograd_backward():
-            tracker.phase = "forward"
+            # A new micro-batch's forward: the previous one's loss left the "logits" tag set; without
+            # this reset every activation of micro-batch 2+ was filed under logits_loss.
+            tracker.phase, tracker.tag = "forward", ""
 
     def post(mod, args, out):
         if not in_autograd_backward():
@@ -78,7 +81,7 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
-              aux=None) -> Execution:
+              aux=None, loss_impl: str = "full", attention=None) -> Execution:
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -126,7 +129,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     acc = PlanAccelerator(compute_dtype)
     mode.tracker = tracker  # the fake mode reports each top-level op to the tracker (see fake.py)
     try:
-        with mode, ValueFunctionMode(mode):
+        # attention: plan/attention.TargetAttentionMode on CUDA targets (each SDPA call as the target runs it)
+        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext():
             for i in range(steps):
                 last = i == steps - 1
                 tracker.record_costs = last
@@ -134,7 +138,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params,
                                # auxiliary losses at full weight: the plan holds what they keep
-                               aux=aux, step=max((t.start for t in aux or []), default=0))
+                               aux=aux, step=max((t.start for t in aux or []), default=0),
+                               loss_impl=loss_impl)
     finally:
         mode.tracker = None
         for h in handles + [h1, h2]:
@@ -186,7 +191,7 @@ def _accepts(model, name: str) -> bool:
 
 
 def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max_new_tokens: int,
-             generate: bool) -> dict:
+             generate: bool, attention=None) -> dict:
     """The loop's evaluation after the traced steps (state alive, gradients freed), on the same tracker.
 
     eval_loss: `train.step.loss_sum` under no_grad on the eval batch (full logits, fp32 upcast), as
@@ -210,7 +215,7 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     mode.tracker = tracker
     tracker.record_costs = False
     try:
-        with mode, ValueFunctionMode(mode), torch.no_grad(), acc.autocast():
+        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), torch.no_grad(), acc.autocast():
             tracker.phase, tracker.tag = "eval_loss", ""
             for v in fake_batch.values():
                 if isinstance(v, torch.Tensor):

@@ -78,7 +78,8 @@ def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
     def run():
         for i in range(steps):  # the planner's schedule: 1 micro-batch, then min(grad_accum, 2)
             optimizer_step(model, optimizer, scheduler, [batch] * (n_mb if i == steps - 1 else 1), accelerator=accelerator,
-                           max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable)
+                           max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
+                           loss_impl=cfg.train.loss_impl)
 
     if dev.type == "cuda":
         torch.cuda.synchronize()

@@ -5,7 +5,13 @@ its state, created lazily at the first step: for a parameter of >= 4096 elements
 two uint8 moments of numel bytes each plus one fp32 absmax per 256-element block for each moment and
 the two 256-entry fp32 quantization maps; smaller parameters keep two fp32 moments. The update itself
 is in place. This class allocates exactly that state and updates in place, so the plan counts what
-bnb keeps. (Paged variants are not planned: their state lives partly outside PyTorch's allocator.)
+bnb keeps. `bits=32` is bnb's 32-bit AdamW (two fp32 moments for every parameter).
+
+Paged variants (`paged_adamw_8bit`, `paged_adamw`) allocate the same state with cudaMallocManaged
+(bnb's `get_paged`): outside PyTorch's caching allocator, so it is in neither max_memory_allocated nor
+max_memory_reserved, and the driver pages it to host memory when the GPU runs short. The plan makes it
+on `meta` outside the fake mode (never seen by the tracker) and reports its size (`paged_bytes`); the
+planner adds it to the process total (resident while there is room) and says so.
 """
 
 from __future__ import annotations
@@ -14,13 +20,24 @@ import math
 
 import torch
 
+from ..compat.torch_internals import no_dispatch
+
 MIN_8BIT_SIZE = 4096
 BLOCK = 256
 
 
 class PlannedAdamW8bit(torch.optim.Optimizer):
-    def __init__(self, params, lr: float = 1e-3):
+    def __init__(self, params, lr: float = 1e-3, *, bits: int = 8, paged: bool = False):
         super().__init__(params, {"lr": lr})
+        self.bits, self.paged, self.paged_bytes = bits, paged, 0
+
+    def _zeros(self, shape, dtype, device):
+        if not self.paged:
+            return torch.zeros(shape, dtype=dtype, device=device)
+        with no_dispatch():  # unified memory: not PyTorch's allocator, not the tracker
+            t = torch.zeros(shape, dtype=dtype, device="meta")
+        self.paged_bytes += t.numel() * t.element_size()
+        return t
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -31,17 +48,15 @@ class PlannedAdamW8bit(torch.optim.Optimizer):
                 st = self.state[p]
                 if not st:
                     st["step"] = torch.zeros((), dtype=torch.float32)
-                    if p.numel() >= MIN_8BIT_SIZE:
+                    if self.bits == 8 and p.numel() >= MIN_8BIT_SIZE:
                         blocks = math.ceil(p.numel() / BLOCK)
-                        st["state1"] = torch.zeros_like(p, dtype=torch.uint8)
-                        st["state2"] = torch.zeros_like(p, dtype=torch.uint8)
-                        st["absmax1"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
-                        st["absmax2"] = torch.zeros(blocks, dtype=torch.float32, device=p.device)
-                        st["qmap1"] = torch.zeros(256, dtype=torch.float32, device=p.device)
-                        st["qmap2"] = torch.zeros(256, dtype=torch.float32, device=p.device)
+                        for i in ("1", "2"):
+                            st["state" + i] = self._zeros(p.shape, torch.uint8, p.device)
+                            st["absmax" + i] = self._zeros((blocks,), torch.float32, p.device)
+                            st["qmap" + i] = self._zeros((256,), torch.float32, p.device)
                     else:
-                        st["state1"] = torch.zeros_like(p, dtype=torch.float32)
-                        st["state2"] = torch.zeros_like(p, dtype=torch.float32)
+                        st["state1"] = self._zeros(p.shape, torch.float32, p.device)
+                        st["state2"] = self._zeros(p.shape, torch.float32, p.device)
                 st["step"] += 1
                 p.add_(p.grad, alpha=-group["lr"])  # in place, as bnb's fused kernel
         return None

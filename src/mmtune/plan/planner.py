@@ -83,12 +83,16 @@ def _eval_batch(resolved, declared):
                             micro_batch_size=cfg.eval.batch_size)
 
 
-def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True):
+def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True,
+                 attention_kernels: tuple[str, ...] | None = None):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
-    same trace faster; tests compare both."""
+    same trace faster; tests compare both. `attention_kernels` overrides the resolved run's
+    `attention.kernels` (tests and benchmarks: e.g. ("math",) to compare with a real CPU step run
+    under `sdpa_kernel(SDPBackend.MATH)`)."""
     from ..train.schedule import make_scheduler
+    from .attention import TargetAttentionMode, kernels_of
     from .batch import worst_case_batch
     from .execute import run_steps
     from .fake import NoValueError, ValueFakeMode
@@ -106,17 +110,29 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
                                kind=cfg.train.scheduler)
     trainable = [p for g in groups for p in g["params"] if p.requires_grad]
     aux, batch = _with_aux(cfg, pm, pb.micro_batch)
+    loss_impl = cfg.train.loss_impl  # decided in the resolved run
+    if loss_impl == "liger":  # a Triton kernel cannot run on fake tensors: its chunked torch twin is traced
+        loss_impl = "chunked"
+        pm.decisions.append("loss: Liger's fused linear cross entropy planned as mmtune's chunked loss (same chunks)")
+    kernels = attention_kernels or kernels_of(resolved)
+    attention = TargetAttentionMode(kernels) if kernels else None
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps, cpu_kernels=not target_cuda, aux=aux)
+                       steps=steps, cpu_kernels=not target_cuda, aux=aux,
+                       loss_impl=loss_impl, attention=attention)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
+        ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
         if plan_eval:
             from .execute import run_eval
 
             eb = _eval_batch(resolved, declared)
             ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
-                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate)
+                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate,
+                                    attention=attention)
+        if attention is not None and attention.calls:
+            pm.decisions.append("attention: SDPA calls traced per target kernel: " + ", ".join(
+                f"{n} x {k}" for k, n in sorted(attention.calls.items())) + " (plan/attention.py)")
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
     except (RuntimeError, NotImplementedError, TypeError) as e:
@@ -139,12 +155,16 @@ def _with_aux(cfg, pm, batch: dict):
 def _plan_optimizer(groups, cfg, target_cuda: bool, pm):
     from ..optim import make_optimizer
 
-    if cfg.train.optimizer == "adamw_8bit":
+    if cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
         from .optim8bit import PlannedAdamW8bit
 
-        pm.decisions.append("optimizer: adamw_8bit planned with bitsandbytes' state layout (uint8 moments + "
-                            "per-256 fp32 absmax; tensors under 4096 elements keep fp32 state)")
-        return PlannedAdamW8bit(groups, lr=cfg.train.lr)
+        bits = 32 if cfg.train.optimizer == "paged_adamw" else 8
+        paged = cfg.train.optimizer.startswith("paged_")
+        pm.decisions.append(f"optimizer: {cfg.train.optimizer} planned with bitsandbytes' state layout" + (
+            " (uint8 moments + per-256 fp32 absmax; tensors under 4096 elements keep fp32 state)" if bits == 8
+            else " (two fp32 moments)") + ("; paged: state in CUDA unified memory, outside PyTorch's allocator (not "
+                                           "in peak allocated/reserved), counted in the process total" if paged else ""))
+        return PlannedAdamW8bit(groups, lr=cfg.train.lr, bits=bits, paged=paged)
     opt = make_optimizer(groups, cfg.train)
     if target_cuda and cfg.train.optimizer == "adamw":
         # On CUDA torch's AdamW runs its multi-tensor (foreach) implementation by default, whose
@@ -228,6 +248,10 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
                          "single-GPU trace (plan/distributed.py)")
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
+    paged = ex.paged_bytes
+    if paged:  # paged optimizer state: unified memory outside the caching allocator (plan/optim8bit.py)
+        breakdown["optimizer_state_paged"] = paged
+        overhead += paged
     breakdown["allocator_rounding"] = max(0, peak_alloc - tr.peak_bytes) if gpus == 1 else 0
     breakdown["reserved_unused"] = peak_res - peak_alloc
     breakdown["overhead"] = overhead

@@ -74,6 +74,59 @@ def decide_attention(requested: str, target, precision: str) -> tuple[str, Decis
     return requested, Decision(key, requested, "requested")
 
 
+def decide_attention_kernels(attn: str, target, precision: str) -> Decision:
+    """Which attention kernels the run's attention implementation reaches on the target, in PyTorch's
+    order of preference (value: names joined by '>'). The planner reads this to trace each SDPA call
+    with the kernel the target would run (plan/attention.py); memory differs by kernel: flash and
+    memory-efficient keep O(seq) (output + fp32 log-sum-exp), math materialises the (heads x seq x seq)
+    scores and softmax in fp32."""
+    key = "attention.kernels"
+    if attn == "eager":
+        return Decision(key, "eager", "the model's own matmul + softmax: O(seq^2) scores in the compute dtype and "
+                        "softmax in fp32, per layer")
+    if attn == "flash_attention_2":
+        return Decision(key, "flash_attention_2", "FlashAttention-2: O(seq) (planned as SDPA's flash kernel)")
+    if target.gpu is None:
+        return Decision(key, "cpu", "SDPA on this CPU: torch picks its CPU kernel per call (traced as it runs)")
+    if target.gpu.compute_capability >= (8, 0) and precision in ("bf16", "fp16"):
+        return Decision(key, "flash>mem_efficient>math", f"SDPA on {target.sm}, {precision}: flash where the call "
+                        "allows it (no explicit mask, head dim <= 256), else memory-efficient (no GQA), else math")
+    return Decision(key, "mem_efficient>math", f"SDPA on {target.sm}, {precision}: no flash kernel (needs sm80+ and "
+                    "16-bit); memory-efficient where the call allows it (no GQA with enable_gqa, aligned head dim), "
+                    "else math (O(seq^2) fp32 scores)")
+
+
+# --------------------------------------------------------------------------- loss path
+
+AUTO_CHUNK_BYTES = 256 << 20  # auto: chunked once a micro-batch's fp32 logits would pass this
+
+
+def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None) -> tuple[str, Decision]:
+    """train.loss_impl: full fp32 logits, or the chunked loss (mmtune.loss), with Liger's fused kernel
+    where the run is on CUDA and liger_kernel is installed here. `rows`: tokens of one micro-batch;
+    `vocab`: the tokenizer's size (None when no processor could be had)."""
+    key = "train.loss_impl"
+    if requested == "full":
+        return "full", Decision(key, "full", "requested: the model's logits in fp32, then cross entropy")
+    if requested == "auto":
+        if vocab is not None and rows * vocab * 4 <= AUTO_CHUNK_BYTES:
+            return "full", Decision(key, "full", f"auto: fp32 logits of {rows} tokens x {vocab} words are "
+                                    f"{rows * vocab * 4 / 2**20:.0f} MiB (<= 256 MiB)", changed=True)
+        why = (f"auto: fp32 logits of {rows} tokens x {vocab} words would be {rows * vocab * 4 / 2**20:.0f} MiB"
+               if vocab is not None else "auto: vocabulary unknown here")
+    else:
+        why = "requested"
+    liger = importlib.util.find_spec("liger_kernel") is not None
+    if target.gpu is not None and liger and requested != "chunked":
+        return "liger", Decision(key, "liger", f"{why}; Liger-Kernel's fused linear cross entropy on CUDA "
+                                 "(planned as the chunked torch path)", changed=requested != "liger")
+    if requested == "liger" and (target.gpu is None or not liger):
+        why = ("requested liger, but " + ("the run is not on CUDA" if target.gpu is None
+                                          else "liger_kernel is not installed here (pip install liger-kernel)"))
+    return "chunked", Decision(key, "chunked", f"{why}; answer-token hidden states in checkpointed chunks, "
+                               "one chunk's fp32 logits at a time", changed=requested != "chunked")
+
+
 # --------------------------------------------------------------------------- quantization
 
 def decide_quantization(adapter) -> tuple[str | None, Decision | None]:
@@ -82,6 +135,30 @@ def decide_quantization(adapter) -> tuple[str | None, Decision | None]:
     q = f"4-bit {adapter.bnb_4bit_quant_type}" + (" double-quant" if adapter.bnb_4bit_double_quant else "")
     return q, Decision("adapter.method", f"qlora: decoder linear layers {q}",
                        "vision/audio/projector/lm_head stay in the compute dtype (failure mode 4)")
+
+
+def decide_kbit_upcast(adapter) -> Decision | None:
+    if adapter.method != "qlora":
+        return None
+    if adapter.kbit_upcast:
+        return Decision("adapter.kbit_upcast", "true", "requested: non-quantized weights upcast to fp32, as peft's "
+                        "prepare_model_for_kbit_training (about 2 GiB more on a 7-8B model)")
+    return Decision("adapter.kbit_upcast", "false", "non-quantized weights stay in the compute dtype "
+                    "(adapter.kbit_upcast=true: fp32, as peft's prepare_model_for_kbit_training)")
+
+
+def decide_trainable_dtype(train, precision: str) -> Decision:
+    """train.fp32_trainable: fp32 master weights (default) or pure-bf16 training."""
+    key = "train.fp32_trainable"
+    if train.fp32_trainable:
+        return Decision(key, "true", "trainable weights, gradients and optimizer state in fp32")
+    if precision == "fp16":
+        raise ConfigError("train.fp32_trainable=false needs bf16: fp16's GradScaler refuses to unscale fp16 "
+                          "gradients", where=key, fix="train.precision=bf16 on a GPU with bf16, or train.fp32_trainable=true")
+    if precision == "fp32":
+        return Decision(key, "false", "the run is fp32: trainable weights are fp32 anyway")
+    return Decision(key, "false", "requested: pure-bf16 training, trainable weights, gradients and optimizer state "
+                    "in bf16 (no fp32 master weights)")
 
 
 # --------------------------------------------------------------------------- pad id

@@ -16,11 +16,15 @@ from ..errors import MMTuneError
 from .decisions import (
     Decision,
     decide_attention,
+    decide_attention_kernels,
     decide_best_metric,
+    decide_kbit_upcast,
+    decide_loss_impl,
     decide_pad_id,
     decide_precision,
     decide_quantization,
     decide_strategy,
+    decide_trainable_dtype,
     trainable_components,
 )
 from .target import Target
@@ -144,12 +148,17 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     decisions.append(d)
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
     decisions.append(d)
+    decisions.append(decide_attention_kernels(attn, target, precision))
     quant, d = decide_quantization(cfg.adapter)
     if d:
         decisions.append(d)
     strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
                                   lambda: _model_params(cfg, family, precision))
     decisions.append(d)
+    d = decide_kbit_upcast(cfg.adapter)
+    if d:
+        decisions.append(d)
+    decisions.append(decide_trainable_dtype(cfg.train, precision))
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:
@@ -196,7 +205,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         if require_processor or for_training:
             raise
         decisions.append(Decision("processor", "unavailable", e.what))
+        _loss_impl(fields, decisions, target, None)
         return ResolvedRun(decisions=tuple(decisions), processor_error=e, **fields)
+    _loss_impl(fields, decisions, target, src.processor)
     media, media_decisions = _media_caps(src.processor, cfg.model)
     pad_id, d = decide_pad_id(src.processor)
     decisions += [Decision("processor", src.description, "the model's own: token counts exact" if src.exact_text
@@ -224,6 +235,18 @@ def _model_params(cfg, family, precision: str) -> tuple[int, int]:
     with init_empty_weights(include_buffers=False):
         model = build_from_config(family, config, torch.float32, "sdpa")
     return sum(p.numel() for p in model.parameters()), 4 if precision == "fp32" else 2
+
+
+def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
+    """train.loss_impl decided (it needs the vocabulary size for `auto`) and applied to the config in force."""
+    cfg = fields["cfg"]
+    tok = getattr(processor, "tokenizer", processor)
+    vocab = len(tok) if tok is not None and hasattr(tok, "__len__") else None
+    impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
+                               vocab=vocab)
+    decisions.append(d)
+    if impl != cfg.train.loss_impl:
+        fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})
 
 
 def _check_best_metric(cfg) -> None:

@@ -295,7 +295,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                                      world_tokens=world_sum, aux=aux, step=step,
-                                     inactive=staged.inactive(step) if sharded_stages else ())
+                                     inactive=staged.inactive(step) if sharded_stages else (),
+                                     loss_impl=cfg.train.loss_impl)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [run.train_set.records[i].id for b in ids for i in b]

@@ -39,13 +39,15 @@ class StepResult:
 
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
-                   trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=()) -> StepResult:
+                   trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=(),
+                   loss_impl: str = "full") -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
     over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
     `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`. `inactive`: parameters whose gradient
-    is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive).
+    is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive). `loss_impl`:
+    the resolved train.loss_impl (mmtune.loss: full / chunked / liger).
     """
     import torch
 
@@ -85,7 +87,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         else:
             ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
-            total, _, output = loss_sum_and_output(model, mb, **forward_kwargs)
+            total, _, output = loss_sum_and_output(model, mb, impl=loss_impl, **forward_kwargs)
             objective = total * (scale * gas)
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
