@@ -46,17 +46,18 @@ class Collator:
         batch = {}
         for key in keys:
             vals = [it[key] for it in items if key in it]
-            per_token = all(v.dim() == 1 and v.shape[0] == it["input_ids"].shape[-1]
+            # Packed rows' M-RoPE `position_ids` are (4, tokens): per token too, collated to (4, rows, tokens).
+            per_token = all((v.dim() == 1 or key == "position_ids") and v.shape[-1] == it["input_ids"].shape[-1]
                             for it in items if key in it for v in [it[key]])
             if per_token and len(vals) == len(items):
                 fill = self._fill(key)
-                out = torch.full((len(items), longest), fill, dtype=vals[0].dtype)
+                out = torch.full((len(items), *vals[0].shape[:-1], longest), fill, dtype=vals[0].dtype)
                 for row, v in enumerate(vals):
                     if self.padding_side == "right":
-                        out[row, : v.shape[0]] = v
+                        out[row, ..., : v.shape[-1]] = v
                     else:
-                        out[row, longest - v.shape[0]:] = v
-                batch[key] = out
+                        out[row, ..., longest - v.shape[-1]:] = v
+                batch[key] = out.movedim(0, 1).contiguous() if out.dim() == 3 else out
             else:
                 cat = torch.cat(_pad_views([v if v.dim() else v.reshape(1) for v in vals]), dim=0)
                 if cat.is_floating_point() and self.compute_dtype is not None:

@@ -17,6 +17,7 @@ from .decisions import (
     Decision,
     decide_attention,
     decide_best_metric,
+    decide_packing,
     decide_pad_id,
     decide_precision,
     decide_quantization,
@@ -135,6 +136,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
     decisions.append(d)
     quant, d = decide_quantization(cfg.adapter)
+    if d:
+        decisions.append(d)
+    d = decide_packing(cfg, family, attn)
     if d:
         decisions.append(d)
     trainable = trainable_components(cfg.adapter, family)

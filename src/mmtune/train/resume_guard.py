@@ -18,7 +18,7 @@ MEANING: dict[str, tuple[str, ...] | None] = {
     "model": ("name", "revision", "family", "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
     "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
-             "group_by_length"),
+             "group_by_length", "packing"),
     "adapter": None,  # every adapter key
     "train": ("max_steps", "micro_batch_size", "grad_accum", "lr", "weight_decay", "optimizer", "scheduler",
               "warmup_steps", "max_grad_norm", "precision", "seed"),

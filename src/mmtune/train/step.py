@@ -55,8 +55,9 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
     scale = accelerator.num_processes / global_tokens
     # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
-    input_tokens = sum(int(mb["attention_mask"].sum()) if "attention_mask" in mb else mb["input_ids"].numel()
-                       for mb in micro_batches)
+    # A packed batch (data.packing) marks its tokens in packed_token_mask instead of an attention_mask.
+    input_tokens = sum(int(mb[m].sum()) if m in mb else mb["input_ids"].numel()
+                       for mb in micro_batches for m in ["attention_mask" if "attention_mask" in mb else "packed_token_mask"])
     loss_acc = torch.zeros((), dtype=torch.float64, device=device)
     # Auxiliary terms: records with a target in the step (all ranks), from integer inputs of the host batch
     # (real even in the planner); a term without any, or at weight 0, is not computed this step.
