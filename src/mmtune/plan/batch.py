@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 MEDIA = ("image", "video", "audio")
+MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # packed positions are (4, tokens)
 
 
 @dataclass
@@ -144,6 +145,8 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         item = enc.encode(worst)
         src = f"worst-case record of {spec} ({worst_n} tokens; {len(records)} records scanned" + \
               (f" of {len(rs.records)}" if len(rs.records) > len(records) else "") + ")"
+        if cfg.data.packing:
+            item, worst_n, src = _packed_row(item, enc, resolved, src)
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
     decl = declared or Declared.default_for(family.modalities)
@@ -161,4 +164,27 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     counts = _media_counts(enc, item)
     src = f"declared: {decl.describe()}, {target} tokens per record"
     del torch
+    if cfg.data.packing:
+        item, target, src = _packed_row(item, enc, resolved, src)
     return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {})
+
+
+def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:
+    """data.packing: the worst row is full -- as many copies of the worst record as fit in data.max_length,
+    the rest filled with answer tokens -- packed as training packs (data/packing.py). M-RoPE positions are
+    the per-record text count on all three axes here: position values change no tensor's size."""
+    import torch
+
+    from ..data.packing import pack_row
+
+    cap, n = resolved.cfg.data.max_length, int(item["input_ids"].shape[-1])
+    copies = [item] * max(1, cap // n)
+    tok = enc.tokenizer
+    fill = tok.convert_tokens_to_ids("a")
+    fill = int(item["input_ids"][-1]) if fill is None or fill == tok.unk_token_id else int(fill)
+    copies[-1] = _fill_to(item, cap - n * (len(copies) - 1), fill)
+    def text_count(it):
+        return torch.arange(it["input_ids"].shape[-1]).expand(3, -1)
+
+    row = pack_row(copies, text_count if resolved.family.name in MROPE_FAMILIES else None)
+    return row, cap, f"{src}; packed: {len(copies)} cop{'y' if len(copies) == 1 else 'ies'} filled to {cap} tokens"
