@@ -136,3 +136,20 @@ def test_packed_batches_are_rank_consistent_and_resumable():
     taken = [s.next() for _ in range(len(one) + 3)]  # across an epoch boundary
     again = BatchStream(500, seed=3, micro_batch_size=2, lengths=lengths, pack=256, **taken and {"epoch": 0, "index": 5})
     assert [again.next() for _ in range(len(taken) - 5)] == taken[5:]
+
+
+def test_a_get_rope_index_needing_more_than_the_config_is_a_clear_error(tmp_path, monkeypatch):
+    from mmtune.compat import CompatError
+
+    model, _, items = _setup("tiny/qwen2-vl", tmp_path)
+    rope = rope_index_of(model)
+    original = rope.owner.get_rope_index
+
+    def needs_a_module(self, *a, **k):  # what a transformers version that reads self.visual would do
+        return original(self, *a, **k) if self.visual else None
+
+    monkeypatch.setattr(rope.owner, "get_rope_index", needs_a_module)
+    with pytest.raises(CompatError) as e:
+        rope(items[0])
+    assert "needs more than its config" in str(e.value) and e.value.where == "data.packing"
+    assert "data.packing=false" in e.value.fix

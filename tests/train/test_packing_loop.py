@@ -1,6 +1,6 @@
-"""data.packing in the loop: a packed run trains on every record once per epoch (rows of up to
-data.max_length tokens), resumes identically mid-epoch, gives the same losses whether records come from
-the start-up cache or are encoded when drawn, and is refused, saying why, where it would not be exact."""
+"""data.packing in the loop: a packed run trains on rows of up to data.max_length tokens, resumes
+identically mid-epoch, gives the same losses whether records come from the start-up cache or are encoded
+when drawn, in the main process or a worker, and is refused, saying why, where it would not be exact."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_packed_run_resumes_identically_and_cache_does_not_matter(tiny_vl_config
                            ["data.eval=null", "data.packing=true", "data.max_length=160", f"output_dir={tmp_path / name}",
                             *extra])
 
-    run = build_run(cfg("straight"))
+    run = build_run(cfg("straight", "train.num_workers=1"))  # rows packed in a spawned worker
     assert any(line.startswith("data.packing: rows of up to 160 tokens") for line in run.decisions)
     summary = train(run)
     assert summary["padding_fraction"] < 0.35  # rows of 2-3 records of ~50-60 tokens in 160

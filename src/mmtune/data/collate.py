@@ -3,7 +3,8 @@
 Per-token keys (`input_ids`, `labels`, `attention_mask`, `mm_token_type_ids`, and any other 1-D
 tensor as long as the record's `input_ids`) are padded to the longest record (on the right for
 training; on the left for batched generation, so every answer starts at the same column): `input_ids` with
-the pad id, `labels` with -100 (ignored by the loss), everything else with 0. Media tensors
+the pad id, `labels` with -100 (ignored by the loss), everything else with 0; a packed row's (4, tokens)
+M-RoPE `position_ids` become (4, rows, tokens), as the model takes them (data/packing.py). Media tensors
 (`pixel_values`, `image_grid_thw`, `input_features`, ...) index items or patches on dim 0 and are
 concatenated, which is how the processors batch them themselves. Floating tensors are cast to the
 compute dtype here so the model never sees fp32 pixels next to bf16 weights (failure mode 4).
