@@ -24,3 +24,5 @@ def test_a_packed_plan_traces_a_full_row_and_matches_measurement():
     measured = measure_step(cfg, b).peak_allocated_bytes
     assert abs(res.tensor_peak_bytes - measured) / measured <= 0.02, (res.tensor_peak_bytes, measured)
     assert res.tensor_peak_bytes > unpacked.tensor_peak_bytes
+    ev = worst_case_batch(resolve_for_plan(cfg), declared=declared, micro_batch_size=2).micro_batch
+    assert ev["input_ids"].shape == (2, 100) and "attention_mask" in ev  # evaluation is not packed

@@ -97,10 +97,12 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
 
 
 def worst_case_batch(resolved, *, declared: Declared | None = None, max_records: int = 5000,
-                     spec: str | None = None, micro_batch_size: int | None = None) -> PlanBatch:
+                     spec: str | None = None, micro_batch_size: int | None = None,
+                     packed: bool | None = None) -> PlanBatch:
     """`micro_batch_size` copies of the longest record of `spec` (default: the run's training data), found
     by the one length engine (`Encoder.measure`, no pixels decoded) and then encoded for real; or the
-    declared media when there is no data."""
+    declared media when there is no data. `packed` (default: data.packing for the training batch; a batch
+    that names its own `micro_batch_size` -- evaluation's, never packed -- is not): a full packed row."""
     import torch
 
     from ..data.collate import Collator
@@ -112,6 +114,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     tok = enc.tokenizer
     collate = Collator(resolved.pad_token_id, None)
     mb = micro_batch_size or cfg.train.micro_batch_size
+    packed = cfg.data.packing and micro_batch_size is None if packed is None else packed
     spec = spec or cfg.data.train
     if spec and declared is None:
         from ..data.sources import load_records
@@ -145,7 +148,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         item = enc.encode(worst)
         src = f"worst-case record of {spec} ({worst_n} tokens; {len(records)} records scanned" + \
               (f" of {len(rs.records)}" if len(rs.records) > len(records) else "") + ")"
-        if cfg.data.packing:
+        if packed:
             item, worst_n, src = _packed_row(item, enc, resolved, src)
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
@@ -164,7 +167,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     counts = _media_counts(enc, item)
     src = f"declared: {decl.describe()}, {target} tokens per record"
     del torch
-    if cfg.data.packing:
+    if packed:
         item, target, src = _packed_row(item, enc, resolved, src)
     return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {})
 
