@@ -173,7 +173,9 @@ def _trainer_args(args, cls, **extra):
                per_device_train_batch_size=args.mbs, gradient_accumulation_steps=args.accum, max_steps=args.steps,
                learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=0.0, weight_decay=0.0,
                logging_steps=args.steps, save_strategy="no", report_to=[], dataloader_num_workers=0,
-               train_sampling_strategy="sequential", use_cpu=not _cuda(), seed=0, **extra)
+               train_sampling_strategy="sequential", use_cpu=not _cuda(), seed=0,
+               # fp32 without checkpointing, as the other variants (TRL's own defaults are bf16 + checkpointing)
+               bf16=False, fp16=False, gradient_checkpointing=False, **extra)
 
 
 def _cuda() -> bool:
