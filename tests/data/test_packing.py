@@ -48,7 +48,7 @@ def _loss_and_grads(model, batch):
 
 
 @pytest.mark.parametrize("name", ["tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2", "tiny/llava",
-                                  "tiny/llava-onevision"])
+                                  "tiny/llava-next", "tiny/llava-onevision"])
 def test_packed_rows_give_the_unpacked_loss_and_gradients(name, tmp_path):
     model, collate, items = _setup(name, tmp_path)
     loss0, n0, g0 = _loss_and_grads(model, collate(items))

@@ -46,6 +46,7 @@ def test_packed_run_resumes_identically_and_cache_does_not_matter(tiny_vl_config
 @pytest.mark.parametrize("extra, what", [
     (["model.name=tiny/qwen2-audio"], "qwen2_audio is not verified exact"),
     (["data.group_by_length=true"], "packing already fills rows"),
+    (["train.aux_losses=[{name: heatmap, weight: 0.5, options: {grid: 4}}]"], "auxiliary losses read their targets"),
 ])
 def test_packing_is_refused_where_it_is_not_exact(tiny_vl_config, extra, what):
     cfg = load_config(tiny_vl_config(), ["data.packing=true", *extra])
