@@ -60,8 +60,9 @@ def loss_sum(model, batch: dict):
 
 
 def model_inputs(batch: dict) -> dict:
-    """What the model's forward takes: the batch without labels and auxiliary-loss inputs (`aux_*`)."""
-    return {k: v for k, v in batch.items() if k != "labels" and not k.startswith("aux_")}
+    """What the model's forward takes: the batch without labels, auxiliary-loss inputs (`aux_*`) and a packed
+    batch's token mask (`packed_*`: a packed batch has no attention_mask, see data/packing.py)."""
+    return {k: v for k, v in batch.items() if k != "labels" and not k.startswith(("aux_", "packed_"))}
 
 
 def extract_loss(output):

@@ -14,6 +14,7 @@ Modules (each imports its library only when used; this file imports nothing heav
                   graph-task id, private aten operators.
 - `transformers_internals`  `_from_config`, the processor class check without torchvision, Omni's
                   video-audio interleaving, the checkpointing function a module holds.
+- `rope_index`    a model's own M-RoPE `get_rope_index` without the model (packed rows' positions).
 - `layouts`       module-name prefixes that differ between transformers versions (Qwen2.5-Omni).
 - `accelerate_state`  resetting accelerate's process-wide state singletons.
 - `hub`           whether hub downloads are off, and a scoped (context-local) offline switch.

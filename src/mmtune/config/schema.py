@@ -91,6 +91,8 @@ class DataConfig(Section):
     on_bad_record: Literal["error", "skip"] = "error"
     group_by_length: bool = Field(False, description="micro-batches of similar length (by the start-up scan's "
                                                      "lengths) to cut padding; deterministic and resumable")
+    packing: bool = Field(False, description="several records per row of up to max_length tokens, each attending "
+                                             "only to itself (per-record positions, M-RoPE included); see docs/data.md")
     cache_mb: int = Field(1024, ge=0, description="memory for the start-up encodings the loop reuses (ids, labels, "
                                                   "pixels); records past it are measured at start-up, encoded in the loop")
     system_prompt: str | None = None

@@ -16,11 +16,18 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
 
 
 def micro_batches_of_epoch(n: int, *, seed: int, epoch: int, micro_batch_size: int, rank: int = 0,
-                           world_size: int = 1, lengths: list[int] | None = None) -> list[list[int]]:
+                           world_size: int = 1, lengths: list[int] | None = None, pack: int | None = None) -> list:
     """Index lists for this rank's micro-batches in one epoch; the ragged tail is dropped so every
     rank does the same number of steps (the dropped records come first in the next epoch's shuffle).
-    With `lengths` (data.group_by_length) the batches hold records of similar length: see grouped_batches."""
+    With `lengths` (data.group_by_length) the batches hold records of similar length: see grouped_batches.
+    With `pack` (data.packing: the row capacity, data.max_length) each micro-batch is a list of rows, each
+    a list of record indices: see data/packing.py."""
     order = epoch_order(n, seed, epoch)
+    if pack is not None:
+        from .packing import packed_micro_batches
+
+        return packed_micro_batches(order, lengths, seed=seed, epoch=epoch, micro_batch_size=micro_batch_size,
+                                    capacity=pack, rank=rank, world_size=world_size)
     if lengths is not None:
         return grouped_batches(order, lengths, seed=seed, epoch=epoch, micro_batch_size=micro_batch_size,
                                rank=rank, world_size=world_size)
@@ -60,7 +67,7 @@ class BatchStream:
     """Endless micro-batches of record indices, epoch after epoch, resumable from (epoch, index)."""
 
     def __init__(self, n: int, *, seed: int, micro_batch_size: int, rank: int = 0, world_size: int = 1,
-                 epoch: int = 0, index: int = 0, lengths: list[int] | None = None):
+                 epoch: int = 0, index: int = 0, lengths: list[int] | None = None, pack: int | None = None):
         if n // world_size < micro_batch_size:
             from ..errors import ConfigError
 
@@ -69,12 +76,19 @@ class BatchStream:
                 f"({micro_batch_size} x {world_size})", where="train.micro_batch_size",
                 fix=f"train.micro_batch_size={max(1, n // world_size)} or add data")
         self.n, self.seed, self.mbs, self.rank, self.world = n, seed, micro_batch_size, rank, world_size
-        self.epoch, self.index, self.lengths = epoch, index, lengths
+        self.epoch, self.index, self.lengths, self.pack = epoch, index, lengths, pack
         self._batches = self._epoch_batches()
+        if not self._batches:  # packed: fewer full rows than one micro-batch on every process
+            from ..errors import ConfigError
+
+            raise ConfigError(
+                f"the training set's {n} records pack into fewer rows of {pack} tokens than one micro-batch per "
+                f"process ({micro_batch_size} x {world_size})", where="train.micro_batch_size",
+                fix="lower train.micro_batch_size or data.max_length, or add data")
 
     def _epoch_batches(self):
         return micro_batches_of_epoch(self.n, seed=self.seed, epoch=self.epoch, micro_batch_size=self.mbs,
-                                      rank=self.rank, world_size=self.world, lengths=self.lengths)
+                                      rank=self.rank, world_size=self.world, lengths=self.lengths, pack=self.pack)
 
     def next(self) -> list[int]:
         if self.index >= len(self._batches):

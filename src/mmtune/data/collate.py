@@ -3,7 +3,8 @@
 Per-token keys (`input_ids`, `labels`, `attention_mask`, `mm_token_type_ids`, and any other 1-D
 tensor as long as the record's `input_ids`) are padded to the longest record (on the right for
 training; on the left for batched generation, so every answer starts at the same column): `input_ids` with
-the pad id, `labels` with -100 (ignored by the loss), everything else with 0. Media tensors
+the pad id, `labels` with -100 (ignored by the loss), everything else with 0; a packed row's (4, tokens)
+M-RoPE `position_ids` become (4, rows, tokens), as the model takes them (data/packing.py). Media tensors
 (`pixel_values`, `image_grid_thw`, `input_features`, ...) index items or patches on dim 0 and are
 concatenated, which is how the processors batch them themselves. Floating tensors are cast to the
 compute dtype here so the model never sees fp32 pixels next to bf16 weights (failure mode 4).
@@ -46,17 +47,18 @@ class Collator:
         batch = {}
         for key in keys:
             vals = [it[key] for it in items if key in it]
-            per_token = all(v.dim() == 1 and v.shape[0] == it["input_ids"].shape[-1]
+            # Packed rows' M-RoPE `position_ids` are (4, tokens): per token too, collated to (4, rows, tokens).
+            per_token = all((v.dim() == 1 or key == "position_ids") and v.shape[-1] == it["input_ids"].shape[-1]
                             for it in items if key in it for v in [it[key]])
             if per_token and len(vals) == len(items):
                 fill = self._fill(key)
-                out = torch.full((len(items), longest), fill, dtype=vals[0].dtype)
+                out = torch.full((len(items), *vals[0].shape[:-1], longest), fill, dtype=vals[0].dtype)
                 for row, v in enumerate(vals):
                     if self.padding_side == "right":
-                        out[row, : v.shape[0]] = v
+                        out[row, ..., : v.shape[-1]] = v
                     else:
-                        out[row, longest - v.shape[0]:] = v
-                batch[key] = out
+                        out[row, ..., longest - v.shape[-1]:] = v
+                batch[key] = out.movedim(0, 1).contiguous() if out.dim() == 3 else out
             else:
                 cat = torch.cat(_pad_views([v if v.dim() else v.reshape(1) for v in vals]), dim=0)
                 if cat.is_floating_point() and self.compute_dtype is not None:

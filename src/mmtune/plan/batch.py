@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 
 MEDIA = ("image", "video", "audio")
+MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # packed positions are (4, tokens)
 
 
 @dataclass
@@ -103,10 +104,12 @@ def describe_spec(spec) -> str:
 
 
 def worst_case_batch(resolved, *, declared: Declared | None = None, max_records: int = 5000,
-                     spec: str | None = None, micro_batch_size: int | None = None) -> PlanBatch:
+                     spec: str | None = None, micro_batch_size: int | None = None,
+                     packed: bool | None = None) -> PlanBatch:
     """`micro_batch_size` copies of the longest record of `spec` (default: the run's training data), found
     by the one length engine (`Encoder.measure`, no pixels decoded) and then encoded for real; or the
-    declared media when there is no data."""
+    declared media when there is no data. `packed` (default: data.packing for the training batch; a batch
+    that names its own `micro_batch_size` -- evaluation's, never packed -- is not): a full packed row."""
     import torch
 
     from ..data.collate import Collator
@@ -120,6 +123,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     mb = micro_batch_size or cfg.train.micro_batch_size
     # The eval split only when another spec is given: a mixture's eval sources can equal its train sources.
     split = "eval" if spec is not None and spec is not cfg.data.train else "train"
+    packed = cfg.data.packing and micro_batch_size is None if packed is None else packed
     spec = spec or cfg.data.train
     if spec and declared is None:
         from ..data.encode_cache import key
@@ -160,6 +164,8 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         if len(distinct) < len(rs.records):
             scanned += f"; {len(rs.records)} samples"
         src = f"worst-case record of {describe_spec(spec)} ({worst_n} tokens; {scanned})"
+        if packed:
+            item, worst_n, src = _packed_row(item, enc, resolved, src)
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
     decl = declared or Declared.default_for(family.modalities)
@@ -177,4 +183,27 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     counts = _media_counts(enc, item)
     src = f"declared: {decl.describe()}, {target} tokens per record"
     del torch
+    if packed:
+        item, target, src = _packed_row(item, enc, resolved, src)
     return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {})
+
+
+def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:
+    """data.packing: the worst row is full -- as many copies of the worst record as fit in data.max_length,
+    the rest filled with answer tokens -- packed as training packs (data/packing.py). M-RoPE positions are
+    the per-record text count on all three axes here: position values change no tensor's size."""
+    import torch
+
+    from ..data.packing import pack_row
+
+    cap, n = resolved.cfg.data.max_length, int(item["input_ids"].shape[-1])
+    copies = [item] * max(1, cap // n)
+    tok = enc.tokenizer
+    fill = tok.convert_tokens_to_ids("a")
+    fill = int(item["input_ids"][-1]) if fill is None or fill == tok.unk_token_id else int(fill)
+    copies[-1] = _fill_to(item, cap - n * (len(copies) - 1), fill)
+    def text_count(it):
+        return torch.arange(it["input_ids"].shape[-1]).expand(3, -1)
+
+    row = pack_row(copies, text_count if resolved.family.name in MROPE_FAMILIES else None)
+    return row, cap, f"{src}; packed: {len(copies)} cop{'y' if len(copies) == 1 else 'ies'} filled to {cap} tokens"

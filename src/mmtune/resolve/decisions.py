@@ -259,3 +259,35 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
                             f"~{per_gpu / gib:.0f} GiB are over {DDP_STATE_SHARE:.0%} of one {target.gpu.name} "
                             f"({mem / gib:.0f} GiB): sharded over {n} GPUs, ~{per_gpu / n / gib:.1f} GiB each",
                             changed=True)
+
+
+# --------------------------------------------------------------------------- sequence packing
+
+# Families whose packed rows are verified exact against unpacked ones (tests/data/test_packing.py: same
+# loss and gradients on the tiny twins): the attention reads record boundaries from position_ids, the
+# media towers see whole items, and M-RoPE positions come from the model's own get_rope_index per record.
+PACKABLE = ("qwen2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "llava_onevision")
+
+
+def decide_packing(cfg, family, attn: str) -> Decision | None:
+    """data.packing: on where it is exact; a ConfigError saying why where it is not."""
+    if not cfg.data.packing:
+        return None
+    key = "data.packing"
+    why_not = None
+    if family.name not in PACKABLE:
+        why_not = (f"{family.name} is not verified exact under packing (audio encoders and Omni's interleaved "
+                   f"time positions are per batch row); packable: {', '.join(PACKABLE)}")
+    elif cfg.train.aux_losses:
+        why_not = "auxiliary losses read their targets per batch row, and a packed row holds several records"
+    elif cfg.data.group_by_length:
+        why_not = "packing already fills rows; data.group_by_length would only reorder them"
+    if why_not:
+        raise ConfigError(f"data.packing=true cannot be used: {why_not}", where=key, fix="data.packing=false")
+    how = {"flash_attention_2": "FlashAttention-2 varlen over the records, found from position_ids",
+           "sdpa": "SDPA with a block-diagonal causal mask built from position_ids",
+           "eager": "a block-diagonal causal mask built from position_ids"}[attn]
+    rope = " and 3-D M-RoPE positions per record" if family.name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else ""
+    return Decision(key, f"rows of up to {cfg.data.max_length} tokens (data.max_length), "
+                         f"{cfg.train.micro_batch_size} per micro-batch",
+                    f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")

@@ -20,6 +20,7 @@ from .decisions import (
     decide_best_metric,
     decide_kbit_upcast,
     decide_loss_impl,
+    decide_packing,
     decide_pad_id,
     decide_precision,
     decide_quantization,
@@ -159,6 +160,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     decisions.append(decide_trainable_dtype(cfg.train, precision))
+    d = decide_packing(cfg, family, attn)
+    if d:
+        decisions.append(d)
     trainable = trainable_components(cfg.adapter, family)
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:

@@ -72,9 +72,10 @@ class SkippingCollator:
         self.collator = collator
 
     def __call__(self, items):
-        good = [it for it in items if BAD not in it]
+        # A packed row (data.packing) lists its bad records under BAD next to its good ones.
+        good = [{k: v for k, v in it.items() if k != BAD} for it in items if set(it) - {BAD}]
         batch = self.collator(good) if good else {}
-        batch[BAD] = [it[BAD] for it in items if BAD in it]
+        batch[BAD] = [b for it in items if BAD in it for b in (it[BAD] if isinstance(it[BAD], list) else [it[BAD]])]
         return batch
 
 
@@ -93,8 +94,13 @@ class _FromStream:
 def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     from ..data.collate import make_dataloader
 
-    return iter(make_dataloader(EncodedDataset(run.train_set.records, run.encoder, run.encode_cache, aux_losses),
-                                SkippingCollator(run.collator), _FromStream(stream_args),
+    dataset = EncodedDataset(run.train_set.records, run.encoder, run.encode_cache, aux_losses)
+    if run.cfg.data.packing:  # the sampler yields rows of records; the loader packs them (data/packing.py)
+        from ..compat.rope_index import rope_index_of
+        from ..data.packing import PackedRows
+
+        dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
+    return iter(make_dataloader(dataset, SkippingCollator(run.collator), _FromStream(stream_args),
                                 num_workers=run.cfg.train.num_workers, seed=run.cfg.train.seed))
 
 
@@ -214,9 +220,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
     if main and history and ckpt is not None and history[-1]["step"] == step:
         sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
-    lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length else None
+    lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
-                       rank=acc.process_index, world_size=acc.num_processes, lengths=lengths, **position)
+                       rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
+                       pack=cfg.data.max_length if cfg.data.packing else None, **position)
     cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
     aux = aux_terms(run)
     staged = None
@@ -299,7 +306,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                                      loss_impl=cfg.train.loss_impl)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
-                bad = [run.train_set.records[i].id for b in ids for i in b]
+                bad = [run.train_set.records[i].id for b in ids for i in _flat(b)]
                 raise MMTuneError(
                     f"loss became {res.loss} at step {step}",
                     where=f"records {bad[:8]}",
@@ -365,6 +372,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def _flat(batch: list) -> list[int]:
+    """A micro-batch's record indices (a packed micro-batch is a list of rows of indices)."""
+    return [i for x in batch for i in (x if isinstance(x, list) else [x])]
+
 
 def aux_terms(run) -> list:
     """train.aux_losses as AuxTerms, reading the model's image token id and the processor's merge."""

@@ -19,7 +19,7 @@ MEANING: dict[str, tuple[str, ...] | None] = {
               "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
     "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
-             "group_by_length"),
+             "group_by_length", "packing"),
     "adapter": None,  # every adapter key
     # stages: which parameters each step updates, and its LR multiplier; aux_losses: what the step
     # minimises. Either changes the run from the checkpoint on, so both are compared like the LR.
