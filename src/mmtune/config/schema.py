@@ -217,15 +217,24 @@ class StageConfig(Section):
         return v
 
 
+DEFAULT_MAX_STEPS = 100
+
+
 class TrainConfig(Section):
-    max_steps: int = Field(100, gt=0, description="optimizer steps")
+    max_steps: int | None = Field(None, gt=0, description="optimizer steps (100 when train.epochs is unset too); "
+                                                         "give this or train.epochs")
+    epochs: float | None = Field(None, gt=0, description="passes over the training set (a mixture: over its drawn "
+                                                        "epoch); the resolved run turns it into train.max_steps")
     micro_batch_size: int = Field(1, gt=0)
     grad_accum: int = Field(1, gt=0)
     lr: float = Field(2e-4, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     optimizer: Literal["adamw", "adamw_8bit", "sgd"] = "adamw"
     scheduler: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int | None = Field(None, ge=0, description="linear warmup steps (0 when train.warmup_ratio is "
+                                                             "unset too); give this or train.warmup_ratio")
+    warmup_ratio: float | None = Field(None, ge=0, le=1, description="warmup as a fraction of the run's optimizer "
+                                                                     "steps, rounded (the resolved run's warmup_steps)")
     max_grad_norm: float | None = Field(1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     seed: int = 0
@@ -250,6 +259,20 @@ class TrainConfig(Section):
     aux_losses: list[AuxLossConfig] = Field(
         default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_length(cls, v):
+        """Exactly one of max_steps / epochs, one of warmup_steps / warmup_ratio; the defaults fill in."""
+        if not isinstance(v, dict):
+            return v
+        v = dict(v)
+        for steps, other, default in (("max_steps", "epochs", DEFAULT_MAX_STEPS), ("warmup_steps", "warmup_ratio", 0)):
+            if v.get(steps) is not None and v.get(other) is not None:
+                raise ValueError(f"train.{steps}={v[steps]} and train.{other}={v[other]} both set: give one "
+                                 f"(train.{other} is turned into train.{steps} by the resolved run)")
+            if v.get(steps) is None and v.get(other) is None:
+                v[steps] = default
+        return v
 
     @field_validator("stages")
     @classmethod

@@ -11,19 +11,11 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..config.aliases import SPLIT_ALIASES
 from ..errors import DataError
 from .formats import BadRecord, check_format, row_to_records
 from .records import RecordSet
 
-# Split names as datasets spell them (failure mode 15: a `val` split where `validation` was expected).
-SPLIT_ALIASES = {
-    "train": ("train", "training"),
-    "eval": ("validation", "val", "valid", "dev", "eval", "test"),
-    "test": ("test", "testing"),
-}
-SPLIT_ALIASES["validation"] = SPLIT_ALIASES["eval"]
-SPLIT_ALIASES["val"] = SPLIT_ALIASES["eval"]
-SPLIT_ALIASES["dev"] = SPLIT_ALIASES["eval"]
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
