@@ -61,9 +61,13 @@ class SourceConfig(Section):
 
 class DataConfig(Section):
     train: str | list[SourceConfig] | None = Field(
-        None, description="JSONL/JSON/parquet file, dataset folder, synthetic:NAME, or a list of sources (a mixture)")
+        None, description="JSONL/JSON/parquet/CSV/Arrow file, dataset folder (save_to_disk, or a dataset repository), "
+                          "Hub id ORG/NAME, a data.dataset_info name, synthetic:NAME (any of them ::SPLIT), or a "
+                          "list of sources (a mixture)")
     eval: str | list[SourceConfig] | None = Field(
         None, description="default for a mixture: every source's own eval split, scored per source")
+    dataset_info: str | None = Field(None, description="LLaMA-Factory's dataset_info.json (or its folder): data.train / "
+                                                       "data.eval then name its datasets (several: a list or 'a,b')")
     mixture_size: int | None = Field(None, gt=0, description="samples per epoch shared by weighted sources; "
                                                              "default: their records added up")
     mixture_seed: int = 0
@@ -90,6 +94,11 @@ class DataConfig(Section):
     @classmethod
     def _mixture_sources(cls, v):
         """Name every source (unique), and evaluate a mixture on its sources' own eval splits by default."""
+        if isinstance(v, dict) and v.get("dataset_info"):  # LLaMA-Factory's `dataset: a,b`: all of each, once
+            v = dict(v)
+            for key in ("train", "eval"):
+                if isinstance(v.get(key), str) and "," in v[key]:
+                    v[key] = [{"path": n.strip(), "name": n.strip(), "eval": False} for n in v[key].split(",") if n.strip()]
         if not isinstance(v, dict) or not isinstance(v.get("train"), list):
             return v
         v = dict(v)
