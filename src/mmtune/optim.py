@@ -28,5 +28,5 @@ def make_optimizer(param_groups: list[dict], train_cfg):
         from .errors import ConfigError
 
         raise ConfigError("train.optimizer=adamw_8bit needs bitsandbytes", where="train.optimizer",
-                          fix="pip install 'mmtune[gpu]' or train.optimizer=adamw") from None
+                          fix="pip install 'mmtune[qlora]' (bitsandbytes) or train.optimizer=adamw") from None
     return bnb.optim.AdamW8bit(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8)

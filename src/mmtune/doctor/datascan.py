@@ -145,11 +145,16 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
 
+    from ..console import TaskBar
+
+    bar = TaskBar(f"doctor: {split} data", limit)  # rows are counted as read: the total is known only with --limit
     try:
+        bar.__enter__()
         for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
                 break
             scan.rows += 1
+            bar.advance()
             if resolve is None:  # synthetic: already a Record
                 recs_in, raw = [row], None
             else:
@@ -175,6 +180,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 except (TypeError, ValueError):  # bytes or objects from parquet / datasets rows
                     scan.clean_unwritable += 1
     finally:
+        bar.__exit__(None, None, None)
         if out is not None:
             out.close()
     decoder.finish()
