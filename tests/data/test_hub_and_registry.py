@@ -183,3 +183,23 @@ def test_registry_missing_column_names_the_entry_key(registry):
     with pytest.raises(DataError) as e:
         load_records("alpaca_zh", _data_cfg(f"data.dataset_info={registry / 'dataset_info.json'}"), "train")
     assert "alpaca_zh: columns.prompt" in e.value.what and "alpaca_zh.json:record 0" in str(e.value.where)
+
+
+def test_doctor_reads_registry_names_and_hub_ids_as_training_does(registry, hub_cache, tmp_path):
+    """MM026 checks the registry entry / the Hub cache instead of calling a name a missing file; the
+    data pass reads the same rows training reads (and counts the bad conversation)."""
+    import yaml
+
+    from mmtune.doctor.runner import run_doctor
+
+    _cache_repo(hub_cache, "acme/counting", {"data/train.jsonl": "".join(json.dumps(r) + "\n" for r in _qa_rows(3))})
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2-vl"}, "data": {
+        "dataset_info": str(registry / "dataset_info.json"), "train": "mllm_demo", "eval": "acme/counting::train",
+        "on_bad_record": "skip"}}))
+    rep = run_doctor(cfg, [], None, only=["MM026", "MM014", "MM016"])
+    assert not [f for f in rep.findings if f.severity == "error"], [f.message for f in rep.findings]
+    assert any("bad conversation" in f.message for f in rep.findings)  # the robot turn, found by the data pass
+    bad = run_doctor(cfg, ["data.train=mllm_dem", "data.eval=acme/missing"], None, only=["MM026"])
+    msgs = " ".join(f.message for f in bad.findings if f.severity == "error")
+    assert "no dataset 'mllm_dem'" in msgs and "'acme/missing' is not in the Hub cache" in msgs

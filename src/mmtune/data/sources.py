@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..config.aliases import SPLIT_ALIASES
@@ -274,14 +275,19 @@ def load_records(spec, data_cfg, split: str = "train") -> RecordSet:
     return rs
 
 
-def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
-    """All records of one source's split, before any eval cap or mixture sampling."""
-    from .published import in_split
+@dataclass
+class OpenSource:
+    """One source's rows and how to read them (load_source and the doctor's data pass share it)."""
 
-    if spec.startswith("synthetic:"):
-        from .synthetic import load_synthetic
+    rows: Iterator[tuple[str, object]]
+    resolve: object  # media path resolver (make_resolver)
+    fmt: str
+    columns: dict
+    to_row: object  # a data.dataset_info entry's row mapping, or None
+    wanted: str  # the split rows must belong to
 
-        return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
+
+def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
     fmt, columns, media_root, to_row = data_cfg.format, dict(data_cfg.columns), data_cfg.media_root, None
     registered = _registry_entry(spec, data_cfg)
     if registered is not None:  # a name in LLaMA-Factory's dataset_info.json (data/dataset_info.py)
@@ -293,7 +299,19 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         check_format(fmt, columns)
         base, rows = iter_rows(spec, split, parts)
         wanted = spec.partition("::")[2] or split
-    resolve = make_resolver(base, media_root)
+    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted)
+
+
+def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
+    """All records of one source's split, before any eval cap or mixture sampling."""
+    from .published import in_split
+
+    if spec.startswith("synthetic:"):
+        from .synthetic import load_synthetic
+
+        return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
+    src = open_source(spec, data_cfg, split, parts)
+    rows, resolve, fmt, columns, to_row, wanted = src.rows, src.resolve, src.fmt, src.columns, src.to_row, src.wanted
     templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
     rs = RecordSet()
     n_rows = other_split = 0

@@ -36,9 +36,11 @@ DECODE_SAMPLE = 1000
 # Reason keys (as counted in the table; the encoder's BadRecord reasons) -> the check that reports them.
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
+    "bad conversation": "MM014", "bad type": "MM014", "bad encoding": "MM014", "bad csv": "MM014",
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
+    "image too large": "MM018", "not a regular file": "MM018",
     "unsupported modality": "MM033",
 }
 
@@ -113,8 +115,8 @@ class DataScan:
 def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path | None = None,
                full: bool = False) -> SplitScan:
     from ..data.encode import Encoder
-    from ..data.formats import BadRecord, check_format, row_to_records
-    from ..data.sources import iter_rows, make_resolver
+    from ..data.formats import BadRecord, row_to_records
+    from ..data.sources import open_source
 
     cfg = resolved.cfg
     scan = SplitScan(split, spec)
@@ -133,12 +135,11 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         rows = ((r.source, r) for r in rs.records)
         resolve = None
     else:
-        check_format(cfg.data.format, dict(cfg.data.columns))
-        path = Path(spec.partition("::")[0]).expanduser()
-        if not path.exists():
-            raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
-        base, rows = iter_rows(spec, split)
-        resolve = make_resolver(base, cfg.data.media_root)
+        try:  # the training loader's own opening: files, folders, Hub ids, data.dataset_info names
+            src = open_source(spec, cfg.data, split)
+        except DataError as e:
+            raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} cannot be read (see MM026): {e.what}") from None
+        rows, resolve, fmt, columns, to_row = src.rows, src.resolve, src.fmt, src.columns, src.to_row
     # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
@@ -162,8 +163,9 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 try:
                     if isinstance(row, BadRecord):
                         raise row
-                    recs_in = row_to_records(row, cfg.data.format, dict(cfg.data.columns), where, index, resolve,
-                                             templates=templates)
+                    if to_row is not None:
+                        row = to_row(row, where)
+                    recs_in = row_to_records(row, fmt, columns, where, index, resolve, templates=templates)
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue
