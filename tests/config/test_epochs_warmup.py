@@ -100,3 +100,19 @@ def test_the_loop_runs_the_derived_steps(tmp_path):
     written = load_config(tmp_path / "run" / "config.resolved.yaml")  # the resolved config reloads as is
     assert written.train.max_steps == 4 and written.train.epochs is None
     assert "# train.max_steps: 4 (train.epochs=2" in (tmp_path / "run" / "config.resolved.yaml").read_text()
+
+
+def test_doctor_checks_the_derived_schedule(tmp_path):
+    """MM035 judges the steps the run will take: train.epochs=1 of 10 records is 10 steps, so eval.every=50
+    only evaluates at the end."""
+    import yaml
+
+    from mmtune.doctor.runner import run_doctor
+
+    data = _jsonl(tmp_path / "train.jsonl", 10)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2"}, "data": {"train": data},
+                                   "train": {"epochs": 1, "warmup_ratio": 0.5, "device": "cpu"}, "eval": {"every": 50}}))
+    rep = run_doctor(cfg, [], None, only=["MM035"])
+    assert [f.severity for f in rep.findings] == ["warning"]
+    assert "eval.every=50 > train.max_steps=10" in rep.findings[0].message
