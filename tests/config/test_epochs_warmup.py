@@ -116,3 +116,13 @@ def test_doctor_checks_the_derived_schedule(tmp_path):
     rep = run_doctor(cfg, [], None, only=["MM035"])
     assert [f.severity for f in rep.findings] == ["warning"]
     assert "eval.every=50 > train.max_steps=10" in rep.findings[0].message
+
+
+def test_doctor_layers_the_config_as_train_does():
+    """A command-line train.warmup_ratio replaces the recipe's warmup_steps for the doctor too (its own
+    tree used to keep both, and MM019 refused a run train would start)."""
+    from mmtune.doctor.runner import run_doctor
+
+    rep = run_doctor("recipes/demo_counting.yaml", ["profile=t4_qlora", "train.warmup_ratio=0.1", "train.epochs=1"],
+                     None, only=["MM019"])
+    assert not [f for f in rep.findings if f.severity == "error"], [f.message for f in rep.findings]

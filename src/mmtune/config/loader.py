@@ -218,18 +218,26 @@ def drop_overridden(lower: dict, upper_train_keys: set[str]) -> dict:
     return {**lower, "train": {k: v for k, v in train.items() if k not in drop}}
 
 
-def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
-    """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
-    ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
-    if path is not None:
-        path = find_config(path)  # also done by read_yaml; here so messages name the file read
-    tree = read_yaml(path) if path is not None else {}
+def layered(tree: dict, ov: dict[str, str]) -> dict:
+    """The file's tree with its profile under it and the command line's overrides over it (`ov` loses
+    its `profile` key); a later layer's key replaces its EXCLUSIVE pair from an earlier one. The doctor
+    builds its tree through this too, so both read one config the same way."""
     profile = ov.pop("profile", None) or tree.pop("profile", None)
     if isinstance(profile, str) and profile:
         tree = deep_merge(drop_overridden(load_profile(profile), _train_keys(tree)), tree)
     tree = drop_overridden(tree, {k.split(".", 1)[1] for k in ov if k.startswith("train.")})
     for k, v in ov.items():
         set_dotted(tree, k, parse_value(v))
+    return tree
+
+
+def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
+    """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
+    ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
+    if path is not None:
+        path = find_config(path)  # also done by read_yaml; here so messages name the file read
+    tree = read_yaml(path) if path is not None else {}
+    tree = layered(tree, ov)
     if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
         tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
     return validate(tree, path=str(path) if path else None, overrides=ov)
