@@ -313,11 +313,11 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
         run.encode_cache = EncodeCache(cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
-                            cfg.data.on_bad_record, cache=run.encode_cache)
+                            cfg.data.on_bad_record, cache=run.encode_cache, progress="check train data")
         run.train_set, run.train_lengths = scan.records, scan.lengths
         if cfg.data.eval:
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
-                                        cfg.data.on_bad_record).records
+                                        cfg.data.on_bad_record, progress="check eval data").records
         if not run.train_set.records:
             from .errors import DataError
 

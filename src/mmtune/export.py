@@ -50,15 +50,22 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     if cfg.adapter.method == "qlora":
         # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
-    resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU, in the compute dtype
-    dtype = resolved.compute_dtype
-    loaded = load_model(resolved, device="cpu")
-    model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
-    merged = model.merge_and_unload()
-    merged.to(dtype)
-    merged.save_pretrained(str(out), safe_serialization=True)
-    if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
-        loaded.processor.save_pretrained(str(out))
+    from .console import TaskBar
+
+    with TaskBar("export: base model, adapter, merge, save", 4) as bar:
+        resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU, in the compute dtype
+        dtype = resolved.compute_dtype
+        loaded = load_model(resolved, device="cpu")
+        bar.advance()
+        model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
+        bar.advance()
+        merged = model.merge_and_unload()
+        merged.to(dtype)
+        bar.advance()
+        merged.save_pretrained(str(out), safe_serialization=True)
+        if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
+            loaded.processor.save_pretrained(str(out))
+        bar.advance()
     return out
 
 

@@ -28,7 +28,7 @@ def make_optimizer(param_groups: list[dict], train_cfg):
         from .errors import ConfigError
 
         raise ConfigError(f"train.optimizer={train_cfg.optimizer} needs bitsandbytes", where="train.optimizer",
-                          fix="pip install 'mmtune[gpu]' or train.optimizer=adamw") from None
+                          fix="pip install 'mmtune[qlora]' (bitsandbytes) or train.optimizer=adamw") from None
     kind = {"adamw_8bit": bnb.optim.AdamW8bit, "paged_adamw_8bit": bnb.optim.PagedAdamW8bit,
             "paged_adamw": bnb.optim.PagedAdamW}[train_cfg.optimizer]
     return kind(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8)

@@ -33,9 +33,9 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
         notes.append(f"no data.train in the recipe -> {synthetic} for the smoke run")
     data["output_dir"] = cfg.output_dir.rstrip("/") + "-smoke"
     t = data["train"]
-    t.update(max_steps=min(t["max_steps"], steps), micro_batch_size=min(t["micro_batch_size"], 2),
+    t.update(max_steps=min(t["max_steps"] or steps, steps), epochs=None, micro_batch_size=min(t["micro_batch_size"], 2),
              grad_accum=min(t["grad_accum"], 2), device="cpu", num_workers=0, resume=False,
-             warmup_steps=min(t["warmup_steps"], 1), save_every=None, gpu=None)
+             warmup_steps=min(t["warmup_steps"] or 0, 1), warmup_ratio=None, save_every=None, gpu=None)
     if t["precision"] != "fp32":
         notes.append(f"precision {t['precision']} -> fp32 (CPU)")
         t["precision"] = "fp32"

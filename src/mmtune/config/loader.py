@@ -161,9 +161,14 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
             key = ".".join(str(x) for x in err["loc"])
             where = _source_of(key, overrides, path)
             if err["type"] == "extra_forbidden":
-                close = suggest(key)
+                from .aliases import foreign_key
+
+                theirs = foreign_key(key)
+                close = theirs[0] if theirs else suggest(key)
                 msg = f"unknown key {key!r}"
                 fix = f"did you mean {close!r}?" if close else "remove it; see docs/config.md for every key"
+                if theirs and theirs[1]:
+                    fix += f" ({key.split('.')[-1]} is the name in {theirs[1]})"
             elif err["type"] == "missing":
                 msg = f"missing required key {key!r}"
                 fix = f"add {key}: ... to the config or pass {key}=... on the command line"
@@ -192,17 +197,48 @@ def split_overrides(args: list[str]) -> dict[str, str]:
     return out
 
 
+# Keys that say one thing two ways: a later layer (the file over a profile, the command line over the
+# file) naming one of a pair replaces the other, so `train.epochs=3` on the command line overrides a
+# recipe's `train.max_steps` instead of colliding with it. Both in one layer is an error (schema).
+EXCLUSIVE = (("max_steps", "epochs"), ("warmup_steps", "warmup_ratio"))
+
+
+def _train_keys(tree: dict) -> set[str]:
+    train = tree.get("train")
+    return {k for k, v in train.items() if v is not None} if isinstance(train, dict) else set()
+
+
+def drop_overridden(lower: dict, upper_train_keys: set[str]) -> dict:
+    """`lower` without the train keys that `upper` replaces by naming their pair."""
+    train = lower.get("train")
+    if not isinstance(train, dict):
+        return lower
+    drop = {b for a, b in EXCLUSIVE if a in upper_train_keys} | {a for a, b in EXCLUSIVE if b in upper_train_keys}
+    if not drop & set(train):
+        return lower
+    return {**lower, "train": {k: v for k, v in train.items() if k not in drop}}
+
+
+def layered(tree: dict, ov: dict[str, str]) -> dict:
+    """The file's tree with its profile under it and the command line's overrides over it (`ov` loses
+    its `profile` key); a later layer's key replaces its EXCLUSIVE pair from an earlier one. The doctor
+    builds its tree through this too, so both read one config the same way."""
+    profile = ov.pop("profile", None) or tree.pop("profile", None)
+    if isinstance(profile, str) and profile:
+        tree = deep_merge(drop_overridden(load_profile(profile), _train_keys(tree)), tree)
+    tree = drop_overridden(tree, {k.split(".", 1)[1] for k in ov if k.startswith("train.")})
+    for k, v in ov.items():
+        set_dotted(tree, k, parse_value(v))
+    return tree
+
+
 def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:
     """Read, merge and validate. `overrides` are `key=value` strings (or a dict of them)."""
     ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
     if path is not None:
         path = find_config(path)  # also done by read_yaml; here so messages name the file read
     tree = read_yaml(path) if path is not None else {}
-    profile = ov.pop("profile", None) or tree.pop("profile", None)
-    if isinstance(profile, str) and profile:
-        tree = deep_merge(load_profile(profile), tree)
-    for k, v in ov.items():
-        set_dotted(tree, k, parse_value(v))
+    tree = layered(tree, ov)
     if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
         tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
     return validate(tree, path=str(path) if path else None, overrides=ov)

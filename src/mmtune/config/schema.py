@@ -78,9 +78,13 @@ class SourceConfig(Section):
 
 class DataConfig(Section):
     train: str | list[SourceConfig] | None = Field(
-        None, description="JSONL/JSON/parquet file, dataset folder, synthetic:NAME, or a list of sources (a mixture)")
+        None, description="JSONL/JSON/parquet/CSV/Arrow file, dataset folder (save_to_disk, or a dataset repository), "
+                          "Hub id ORG/NAME, a data.dataset_info name, synthetic:NAME (any of them ::SPLIT), or a "
+                          "list of sources (a mixture)")
     eval: str | list[SourceConfig] | None = Field(
         None, description="default for a mixture: every source's own eval split, scored per source")
+    dataset_info: str | None = Field(None, description="LLaMA-Factory's dataset_info.json (or its folder): data.train / "
+                                                       "data.eval then name its datasets (several: a list or 'a,b')")
     mixture_size: int | None = Field(None, gt=0, description="samples per epoch shared by weighted sources; "
                                                              "default: their records added up")
     mixture_seed: int = 0
@@ -109,6 +113,11 @@ class DataConfig(Section):
     @classmethod
     def _mixture_sources(cls, v):
         """Name every source (unique), and evaluate a mixture on its sources' own eval splits by default."""
+        if isinstance(v, dict) and v.get("dataset_info"):  # LLaMA-Factory's `dataset: a,b`: all of each, once
+            v = dict(v)
+            for key in ("train", "eval"):
+                if isinstance(v.get(key), str) and "," in v[key]:
+                    v[key] = [{"path": n.strip(), "name": n.strip(), "eval": False} for n in v[key].split(",") if n.strip()]
         if not isinstance(v, dict) or not isinstance(v.get("train"), list):
             return v
         v = dict(v)
@@ -240,8 +249,14 @@ class StageConfig(Section):
         return v
 
 
+DEFAULT_MAX_STEPS = 100
+
+
 class TrainConfig(Section):
-    max_steps: int = Field(100, gt=0, description="optimizer steps")
+    max_steps: int | None = Field(None, gt=0, description="optimizer steps (100 when train.epochs is unset too); "
+                                                         "give this or train.epochs")
+    epochs: float | None = Field(None, gt=0, description="passes over the training set (a mixture: over its drawn "
+                                                        "epoch); the resolved run turns it into train.max_steps")
     micro_batch_size: int = Field(1, gt=0)
     grad_accum: int = Field(1, gt=0)
     lr: float = Field(2e-4, gt=0)
@@ -253,7 +268,10 @@ class TrainConfig(Section):
         True, description="keep trainable weights in fp32 (master weights); false with bf16: pure-bf16 training, "
                           "weights, gradients and optimizer state in bf16")
     scheduler: Literal["cosine", "linear", "constant"] = "cosine"
-    warmup_steps: int = Field(0, ge=0)
+    warmup_steps: int | None = Field(None, ge=0, description="linear warmup steps (0 when train.warmup_ratio is "
+                                                             "unset too); give this or train.warmup_ratio")
+    warmup_ratio: float | None = Field(None, ge=0, le=1, description="warmup as a fraction of the run's optimizer "
+                                                                     "steps, rounded (the resolved run's warmup_steps)")
     max_grad_norm: float | None = Field(1.0, gt=0)
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     loss_impl: Literal["auto", "full", "chunked", "liger"] = Field(
@@ -286,6 +304,20 @@ class TrainConfig(Section):
     aux_losses: list[AuxLossConfig] = Field(
         default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_length(cls, v):
+        """Exactly one of max_steps / epochs, one of warmup_steps / warmup_ratio; the defaults fill in."""
+        if not isinstance(v, dict):
+            return v
+        v = dict(v)
+        for steps, other, default in (("max_steps", "epochs", DEFAULT_MAX_STEPS), ("warmup_steps", "warmup_ratio", 0)):
+            if v.get(steps) is not None and v.get(other) is not None:
+                raise ValueError(f"train.{steps}={v[steps]} and train.{other}={v[other]} both set: give one "
+                                 f"(train.{other} is turned into train.{steps} by the resolved run)")
+            if v.get(steps) is None and v.get(other) is None:
+                v[steps] = default
+        return v
 
     @field_validator("stages")
     @classmethod

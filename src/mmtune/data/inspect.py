@@ -36,7 +36,7 @@ class Scan:
         return out
 
 
-def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None) -> Scan:
+def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, progress: str | None = None) -> Scan:
     """Check each record once: placeholders counted, length checked against data.max_length. Under
     "error" the first bad record raises; under "skip" it is counted and left out of the returned
     RecordSet (which keeps the loading-time skips too).
@@ -44,13 +44,22 @@ def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None) -> S
     Without a cache every record is encoded (media decoded). With one (`data.encode_cache.EncodeCache`,
     the training run's), records are encoded and kept while the cache has room, so the loop never
     encodes them again; once it is full the rest are measured (`Encoder.measure`: the same lengths and
-    checks from media headers, no pixels) and the loop encodes them when it draws them."""
+    checks from media headers, no pixels) and the loop encodes them when it draws them.
+    `progress`: a label to show the scan's progress under (console.TaskBar)."""
+    from ..console import TaskBar
     from .encode_cache import key
+
+    with TaskBar(progress or "", len(rs.records), enabled=None if progress else False) as bar:
+        return _scan(rs, encoder, on_bad, cache, key, bar)
+
+
+def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar) -> Scan:
 
     kept = RecordSet(skipped=dict(rs.skipped), problems=list(rs.problems), notes=list(rs.notes))
     scan = Scan(kept)
     seen: dict[str, dict] = {}  # a mixture repeats records (the same objects): check each once
     for r in rs.records:
+        bar.advance()
         k, out = key(r), None
         try:
             if k in seen:

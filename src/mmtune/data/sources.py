@@ -9,21 +9,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..config.aliases import SPLIT_ALIASES
 from ..errors import DataError
 from .formats import BadRecord, check_format, row_to_records
 from .records import RecordSet
 
-# Split names as datasets spell them (failure mode 15: a `val` split where `validation` was expected).
-SPLIT_ALIASES = {
-    "train": ("train", "training"),
-    "eval": ("validation", "val", "valid", "dev", "eval", "test"),
-    "test": ("test", "testing"),
-}
-SPLIT_ALIASES["validation"] = SPLIT_ALIASES["eval"]
-SPLIT_ALIASES["val"] = SPLIT_ALIASES["eval"]
-SPLIT_ALIASES["dev"] = SPLIT_ALIASES["eval"]
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 
 
@@ -182,39 +175,35 @@ def _rows_csv(path: Path) -> Iterator[tuple[str, object]]:
 def _rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
     import datasets
 
+    from .hub import dataset_rows
+
     try:
         ds = datasets.load_from_disk(str(folder))
     except (FileNotFoundError, ValueError) as e:
         raise DataError(f"{folder} is not a dataset saved with save_to_disk ({e})", where=str(folder),
                         fix="give a JSONL/JSON/parquet file, or a folder written by Dataset.save_to_disk") from None
-    if isinstance(ds, datasets.DatasetDict):
-        name = pick_split(list(ds.keys()), split, str(folder))
-        ds, label = ds[name], f"{folder}[{name}]"
-    else:
-        label = str(folder)
-    # Media columns come back as {bytes, path} dicts: decoding audio/video in `datasets` needs
-    # torchcodec, and our own media loader handles both forms the same way.
-    for col, feat in ds.features.items():
-        if type(feat).__name__ in ("Image", "Audio", "Video") and getattr(feat, "decode", False):
-            ds = ds.cast_column(col, type(feat)(decode=False))
-    for n, row in enumerate(ds):
-        yield f"{label}:row {n}", row
+    return dataset_rows(ds, split, str(folder))
 
 
-def iter_rows(spec: str, split: str, parts: list[str] | None = None) -> tuple[Path, Iterator[tuple[str, object]]]:
+def iter_rows(spec: str, split: str, parts: list[str] | None = None,
+              subset: str | None = None) -> tuple[Path, Iterator[tuple[str, object]]]:
     """(base folder for relative media, rows as (where, row-or-BadRecord)). A folder may hold a split
     in several files (ChartQA's human + augmented parts): their rows follow each other in name order."""
     from itertools import chain
 
+    from .hub import hub_rows, is_dataset_repo, is_hub_id, repo_rows
     from .published import split_files
 
     path_s, _, explicit = spec.partition("::")
     path = Path(path_s).expanduser()
     if explicit:
         split = explicit
+    if is_hub_id(path_s):
+        return hub_rows(path_s, split, subset)
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
-                        fix="give a JSONL/JSON/parquet file, a dataset folder, or synthetic:counting")
+                        fix="give a JSONL/JSON/parquet/CSV/Arrow file, a dataset folder, a Hub id ORG/NAME, "
+                            "or synthetic:counting")
     if path.is_dir():
         from .published import fsc147_rows, is_fsc147
 
@@ -222,7 +211,11 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None) -> tuple[Pa
             return path, fsc147_rows(path, split)
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return path, _rows_datasets(path, split)
+        if subset or is_dataset_repo(path, declared_only=True):  # the repository's README declares its layout
+            return path, repo_rows(path, split, subset)
         files = split_files(path, split_candidates(split), parts)
+        if not files and is_dataset_repo(path):  # data/train-00000-of-00001.parquet, as the Hub lays it out
+            return path, repo_rows(path, split)
         if not files:
             found = sorted(p.name for p in path.iterdir() if p.suffix in FILE_SUFFIXES)
             raise DataError(f"{path} has no {split!r} split", where=str(path),
@@ -235,10 +228,14 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None) -> tuple[Pa
 
 
 def _reader(path: Path):
-    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet, ".csv": _rows_csv}
+    from .hub import arrow_rows
+
+    readers = {".jsonl": _rows_jsonl, ".json": _rows_json, ".parquet": _rows_parquet, ".csv": _rows_csv,
+               ".arrow": arrow_rows}
     if path.suffix not in readers:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
-                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, or a save_to_disk folder")
+                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow, a "
+                            "save_to_disk folder, a dataset repository folder or a Hub id ORG/NAME")
     return readers[path.suffix]
 
 
@@ -278,6 +275,33 @@ def load_records(spec, data_cfg, split: str = "train") -> RecordSet:
     return rs
 
 
+@dataclass
+class OpenSource:
+    """One source's rows and how to read them (load_source and the doctor's data pass share it)."""
+
+    rows: Iterator[tuple[str, object]]
+    resolve: object  # media path resolver (make_resolver)
+    fmt: str
+    columns: dict
+    to_row: object  # a data.dataset_info entry's row mapping, or None
+    wanted: str  # the split rows must belong to
+
+
+def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
+    fmt, columns, media_root, to_row = data_cfg.format, dict(data_cfg.columns), data_cfg.media_root, None
+    registered = _registry_entry(spec, data_cfg)
+    if registered is not None:  # a name in LLaMA-Factory's dataset_info.json (data/dataset_info.py)
+        fmt, columns, to_row = ("alpaca" if registered.formatting == "alpaca" else "messages"), {}, registered.to_row
+        media_root = media_root or str(registered.registry.parent)
+        base, rows = registered.rows(spec.partition("::")[2] or None)
+        wanted = spec.partition("::")[2] or registered.split
+    else:
+        check_format(fmt, columns)
+        base, rows = iter_rows(spec, split, parts)
+        wanted = spec.partition("::")[2] or split
+    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted)
+
+
 def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
     """All records of one source's split, before any eval cap or mixture sampling."""
     from .published import in_split
@@ -286,32 +310,44 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         from .synthetic import load_synthetic
 
         return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
-    check_format(data_cfg.format, dict(data_cfg.columns))
-    base, rows = iter_rows(spec, split, parts)
-    resolve = make_resolver(base, data_cfg.media_root)
-    wanted = spec.partition("::")[2] or split
+    src = open_source(spec, data_cfg, split, parts)
+    rows, resolve, fmt, columns, to_row, wanted = src.rows, src.resolve, src.fmt, src.columns, src.to_row, src.wanted
     templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
     rs = RecordSet()
     n_rows = other_split = 0
     for index, (where, row) in enumerate(rows):
-        if not in_split(row, data_cfg.format, wanted):
+        if not in_split(row, fmt, wanted):
             other_split += 1
             continue
         n_rows += 1
         try:
             if isinstance(row, BadRecord):
                 raise row
-            rs.records.extend(row_to_records(row, data_cfg.format, dict(data_cfg.columns), where, index, resolve,
-                                             templates=templates))
+            if to_row is not None:
+                row = to_row(row, where)
+            rs.records.extend(row_to_records(row, fmt, columns, where, index, resolve, templates=templates))
         except BadRecord as e:
             if data_cfg.on_bad_record == "error":
                 raise e.as_error() from None
             rs.skip(where, e.reason, e.what)
     if other_split:
         rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {wanted!r}")
-    if data_cfg.format == "ocrvqa":
+    if fmt == "ocrvqa":
         rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
                         fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
     return rs
+
+
+def _registry_entry(spec: str, data_cfg):
+    """The data.dataset_info entry `spec` names (NAME or NAME::SPLIT), or None when it names none."""
+    if not getattr(data_cfg, "dataset_info", None):
+        return None
+    from .dataset_info import entry, registry_names
+    from .hub import is_hub_id
+
+    name = spec.partition("::")[0]
+    if name not in registry_names(data_cfg.dataset_info) and (Path(name).expanduser().exists() or is_hub_id(name)):
+        return None  # a path or Hub id beside the registry's names
+    return entry(data_cfg.dataset_info, name)  # a name, or an error with the registry's names

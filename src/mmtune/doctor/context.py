@@ -83,21 +83,15 @@ class DoctorContext:
 
     # -- builders -------------------------------------------------------------------------------
     def _build_tree(self) -> dict:
-        from ..config.loader import deep_merge, load_profile, parse_value, read_yaml, set_dotted
+        from ..config.loader import layered, read_yaml
         from ..errors import ConfigError
 
-        ov = dict(self.overrides)
         try:
             tree = read_yaml(self.config_path) if self.config_path is not None else {}
-            profile = ov.pop("profile", None) or tree.pop("profile", None)
-            if isinstance(profile, str) and profile:
-                tree = deep_merge(load_profile(profile), tree)
+            return layered(tree, dict(self.overrides))  # profile under the file, overrides over it
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable(f"the config could not be read: {e.what}") from None
-        for k, v in ov.items():
-            set_dotted(tree, k, parse_value(v))
-        return tree
 
     def _build_cfg(self):
         from ..config.loader import validate

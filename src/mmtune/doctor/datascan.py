@@ -129,8 +129,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     """One split's pass. `train_keys`: the training records' keys, filled by the train split and read
     by the eval split (MM061: an eval record identical to a training record)."""
     from ..data.encode import Encoder
-    from ..data.formats import BadRecord, check_format, row_to_records
-    from ..data.sources import iter_rows, make_resolver
+    from ..data.formats import BadRecord, row_to_records
+    from ..data.sources import open_source
 
     cfg = resolved.cfg
     scan = SplitScan(split, spec)
@@ -149,15 +149,14 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         rows = ((r.source, r) for r in rs.records)
         resolve = None
     else:
-        check_format(cfg.data.format, dict(cfg.data.columns))
-        path = Path(spec.partition("::")[0]).expanduser()
-        if not path.exists():
-            raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} does not exist (see MM026)")
-        base, rows = iter_rows(spec, split)
-        resolve = make_resolver(base, cfg.data.media_root)
+        try:  # the training loader's own opening: files, folders, Hub ids, data.dataset_info names
+            src = open_source(spec, cfg.data, split)
+        except DataError as e:
+            raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} cannot be read (see MM026): {e.what}") from None
+        rows, resolve, fmt, columns, to_row = src.rows, src.resolve, src.fmt, src.columns, src.to_row
         # Entries a file marks for another split (OCR-VQA's dataset.json) are not this split's records:
         # the same filter `load_source` applies, so train and eval are scanned as training reads them.
-        rows = _in_split(rows, cfg.data.format, spec.partition("::")[2] or split)
+        rows = _in_split(rows, fmt, src.wanted)
     # Decode inline when every record is decoded anyway (a written clean file must hold only rows that
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
@@ -165,11 +164,16 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
     special = _special_pattern(encoder)
 
+    from ..console import TaskBar
+
+    bar = TaskBar(f"doctor: {split} data", limit)  # rows are counted as read: the total is known only with --limit
     try:
+        bar.__enter__()
         for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
                 break
             scan.rows += 1
+            bar.advance()
             if resolve is None:  # synthetic: already a Record
                 recs_in, raw = [row], None
             else:
@@ -177,8 +181,9 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 try:
                     if isinstance(row, BadRecord):
                         raise row
-                    recs_in = row_to_records(row, cfg.data.format, dict(cfg.data.columns), where, index, resolve,
-                                             templates=templates)
+                    if to_row is not None:
+                        row = to_row(row, where)
+                    recs_in = row_to_records(row, fmt, columns, where, index, resolve, templates=templates)
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue
@@ -198,6 +203,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 except (TypeError, ValueError):  # bytes or objects from parquet / datasets rows
                     scan.clean_unwritable += 1
     finally:
+        bar.__exit__(None, None, None)
         if out is not None:
             out.close()
     decoder.finish()

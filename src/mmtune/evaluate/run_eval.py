@@ -4,9 +4,11 @@ from __future__ import annotations
 
 
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
-                     max_new_tokens: int, autocast, streamer=None, balance=None) -> list[str]:
+                     max_new_tokens: int, autocast, streamer=None, balance=None,
+                     progress: str | None = None) -> list[str]:
     """Greedy answers to the records' prompts. `streamer` (a transformers streamer, one record at a
     time) receives the tokens as they come: `mmtune chat` answers through this same function.
+    `progress`: a label to show the batches' progress under (console.TaskBar).
 
     A sharded model (FSDP2) generates in step with the other ranks (`synced_gpus`: a rank whose answers
     are done keeps running forwards while another's are not, or the all-gathers would wait forever), with
@@ -16,6 +18,7 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
 
     import torch
 
+    from ..console import TaskBar
     from ..data.collate import Collator
 
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
@@ -23,19 +26,21 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     answers: list[str] = []
     model.eval()
     sharded = hasattr(model, "set_requires_gradient_sync")
-    for start in range(0, len(records), batch_size):
-        chunk = records[start:start + batch_size]
-        batch = collate([encoder.encode_prompt(r) for r in chunk])
-        if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
-            batch = balance.balance([batch], collate, prompt=True)[0]
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
-                                 **({"synced_gpus": True} if sharded else {}),
-                                 **({"streamer": streamer} if streamer is not None else {}))
-        new = out[:len(chunk), batch["input_ids"].shape[1]:]  # rows added by `balance` come last
-        answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
+    with TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
+        for start in range(0, len(records), batch_size):
+            chunk = records[start:start + batch_size]
+            batch = collate([encoder.encode_prompt(r) for r in chunk])
+            if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
+                batch = balance.balance([batch], collate, prompt=True)[0]
+            batch = {k: v.to(device) for k, v in batch.items()}
+            with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
+                out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                     pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
+                                     **({"synced_gpus": True} if sharded else {}),
+                                     **({"streamer": streamer} if streamer is not None else {}))
+            new = out[:len(chunk), batch["input_ids"].shape[1]:]  # rows added by `balance` come last
+            answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
+            bar.advance(len(chunk))
     return answers
 
 
@@ -50,24 +55,26 @@ class _root_gathered:
         self.model.reshard()
 
 
-def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast) -> float:
+def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast,
+              progress: str | None = None) -> float:
     total, tokens = eval_loss_sums(model, encoder, collator, records, device=device, batch_size=batch_size,
-                                   autocast=autocast)
+                                   autocast=autocast, progress=progress)
     return total / max(tokens, 1)
 
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
-                   real: int | None = None, balance=None) -> tuple[float, int]:
+                   real: int | None = None, balance=None, progress: str | None = None) -> tuple[float, int]:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
     filled up to the others' length so every rank runs as many forwards): run, but counted nowhere."""
     import torch
 
+    from ..console import TaskBar
     from ..loss import IGNORE_INDEX, loss_sum, to_device
 
     model.eval()
     total, tokens = 0.0, 0
     real = len(records) if real is None else real
-    with torch.no_grad():
+    with torch.no_grad(), TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
             items = []
             for i, r in enumerate(records[start:start + batch_size], start):
@@ -82,6 +89,7 @@ def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int
                 s, n = loss_sum(model, to_device(batch, device))
             total += float(s)
             tokens += int(n)
+            bar.advance(len(items))
     return total, tokens
 
 
@@ -124,7 +132,7 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
             balance = MediaBalance(acc, records, run.encoder)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
                                    batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
-                                   balance=balance)
+                                   balance=balance, progress="eval loss")
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}
@@ -135,7 +143,7 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
         answers = generate_answers(model, run.encoder, padded, device=device, dtype=run.resolved.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
                                    max_new_tokens=cfg.eval.max_new_tokens, autocast=acc.autocast,
-                                   balance=balance)[:len(mine)]
+                                   balance=balance, progress="eval answers")[:len(mine)]
         if world > 1:
             from accelerate.utils import gather_object
 

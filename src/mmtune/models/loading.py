@@ -282,7 +282,7 @@ def quantize_decoder_4bit(model, family: Family, compute_dtype, quant_type: str 
     while loading, so the random weights are quantized here. The vision tower, audio encoder,
     projector and lm_head are left in the compute dtype. Returns the number of layers replaced.
     """
-    import bitsandbytes as bnb
+    bnb = require_bitsandbytes()
     import torch
     from torch import nn
 
@@ -311,6 +311,7 @@ def quantize_decoder_4bit(model, family: Family, compute_dtype, quant_type: str 
 def _bnb_config(cfg, family: Family, dtype):
     from transformers import BitsAndBytesConfig
 
+    require_bitsandbytes()  # transformers' own message would not name the extra
     # Everything that is not the decoder stays unquantized, in the compute dtype (failure mode 4).
     skip = [p.rstrip(".") for c, ps in family.components.items() if c != "decoder" for p in ps]
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.adapter.bnb_4bit_quant_type,
@@ -438,3 +439,16 @@ def processor_without_torchvision(folder: Path, family: Family):
     template = folder / "chat_template.jinja"
     cls = getattr(transformers, spec.get("processor_class") or family.processor_class)
     return make_processor(cls, **parts, chat_template=template.read_text() if template.is_file() else None)
+
+
+def require_bitsandbytes():
+    """bitsandbytes, or a ConfigError naming the extra that installs it (QLoRA's 4-bit layers need it;
+    plans and the doctor use storage-exact stand-ins and do not)."""
+    try:
+        import bitsandbytes
+    except ImportError:
+        from ..errors import ConfigError
+
+        raise ConfigError("adapter.method=qlora needs bitsandbytes, which is not installed here",
+                          where="adapter.method", fix="pip install 'mmtune[qlora]', or adapter.method=lora") from None
+    return bitsandbytes

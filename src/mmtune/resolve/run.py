@@ -171,6 +171,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("train.stages", describe(cfg.train.stages),
                                   "staged unfreezing: each step updates only its stage's parameters; planned "
                                   "with every stage's parameters trainable"))
+    from .length import decide_length
+
+    length, length_decisions = decide_length(cfg, target)
+    decisions += length_decisions
     _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)
@@ -191,7 +195,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         if chosen != spec:
             data_updates[key.split(".")[1]] = chosen
 
-    updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy}),
+    updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy, **length}),
                "model": cfg.model.model_copy(update={"attn_implementation": attn})}
     if data_updates:
         updates["data"] = cfg.data.model_copy(update=data_updates)

@@ -284,7 +284,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             **extra,
         }
 
-    with Progress(total=cfg.train.max_steps, start=step, enabled=main) as bar:
+    with Progress(total=cfg.train.max_steps, start=step, enabled=main,
+                  eval_every=cfg.eval.every if run.eval_set is not None else None) as bar:
         while step < cfg.train.max_steps:
             t0 = time.perf_counter()
             ids, micro = [], []

@@ -70,7 +70,9 @@ def _data_paths(tree: dict):
     for key in ("train", "eval"):
         spec = data.get(key)
         if isinstance(spec, str) and spec and not spec.startswith("synthetic:"):
-            yield f"data.{key}", Path(spec.partition("::")[0])  # PATH::SPLIT names a split of PATH
+            names = spec.split(",") if data.get("dataset_info") else [spec]  # LLaMA-Factory's `a,b`
+            for name in names:
+                yield f"data.{key}", Path(name.strip().partition("::")[0])  # PATH::SPLIT names a split of PATH
         elif isinstance(spec, list):  # a mixture: every source's path (and its own eval path)
             for i, src in enumerate(spec):
                 for field in ("path", "eval"):
@@ -81,9 +83,28 @@ def _data_paths(tree: dict):
 
 @check("MM026", "data files and media_root exist", needs=("tree",), fast=True)
 def data_files_exist(ctx):
+    from ...data.hub import cached_snapshot, is_hub_id, offline
+    from ...errors import DataError
+
     tree = ctx.need("tree")
+    registry = tree["data"].get("dataset_info") if isinstance(tree.get("data"), dict) else None
     for key, p in _data_paths(tree):
         if p.exists() or split_alias_of(p) is not None:  # a split alias is MM015's finding
+            continue
+        if registry:  # a name in LLaMA-Factory's registry: the entry and its file are checked
+            from ...data.dataset_info import entry
+
+            try:
+                entry(registry, str(p))
+                continue
+            except DataError as e:
+                if not is_hub_id(str(p)) or "no dataset" not in e.what:
+                    yield error(e.what, where=e.where or key, fix=e.fix)
+                    continue
+        if is_hub_id(str(p)):
+            if cached_snapshot(str(p)) is None and offline():
+                yield error(f"{key}: dataset {str(p)!r} is not in the Hub cache and the Hub is off", where=key,
+                            fix=f"fetch it once online: hf download --repo-type dataset {p}")
             continue
         close = _did_you_mean_file(p)
         yield error(f"{key}: {str(p)!r} does not exist", where=key,

@@ -108,6 +108,8 @@ def dataset_size(ctx):
                     fix=f"train.micro_batch_size={max(1, n)}" if n else "fix the records reported above")
         return
     per_step = mbs * cfg.train.grad_accum
+    if cfg.train.max_steps is None:  # train.epochs: the user chose the epochs; nothing to warn about
+        return
     epochs = cfg.train.max_steps * per_step / n
     if epochs > 50:
         yield warning(f"train.max_steps={cfg.train.max_steps} x {per_step} records/step = {epochs:.0f} epochs of "

@@ -18,6 +18,8 @@ from ..registry import check
 @check("MM035", "warmup, evaluation and saving intervals fit train.max_steps", fast=True)
 def schedule(ctx):
     t = ctx.need("cfg").train
+    if t.max_steps is None or t.warmup_steps is None:  # train.epochs / warmup_ratio: the resolved run's steps
+        t = ctx.need("resolved").cfg.train
     e = ctx.need("cfg").eval
     steps = t.max_steps
     decay = "" if t.scheduler == "constant" else f" and the {t.scheduler} decay never runs"

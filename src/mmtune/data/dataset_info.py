@@ -1,0 +1,162 @@
+"""LLaMA-Factory's dataset registry (`dataset_info.json`), read as LLaMA-Factory reads it, so its users
+point `data.dataset_info` at their file and name their datasets in `data.train` / `data.eval` unchanged.
+
+An entry names where the data is (`file_name` under the registry's folder -- a file or a folder of
+files -- or `hf_hub_url` with optional `subset` / `split`), its `formatting` (`alpaca`, the default, or
+`sharegpt`), its `columns` (alpaca: prompt / query / response / history / system; sharegpt: messages /
+system; both: images / videos / audios) and, for sharegpt, its `tags` (role_tag / content_tag /
+user_tag / assistant_tag / system_tag). Only the columns an entry names are read, as in LLaMA-Factory;
+media paths resolve against the registry's folder (LLaMA-Factory's default media_dir). Entries mmtune
+cannot train on (ranking pairs, tool turns, ModelScope / script sources) are refused with the entry's
+name and the key that makes them so.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DataError
+from .formats import BadRecord
+
+ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None}
+SHAREGPT_COLUMNS = {"messages": "conversations", "system": None}
+MEDIA_COLUMNS = {"images": None, "videos": None, "audios": None}
+SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
+                 "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
+
+
+@dataclass
+class Entry:
+    name: str
+    registry: Path
+    formatting: str
+    columns: dict
+    tags: dict
+    file: Path | None = None
+    hub: str | None = None
+    subset: str | None = None
+    split: str = "train"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def where(self) -> str:
+        return f"{self.registry}: {self.name}"
+
+    def rows(self, split: str | None):
+        """(base folder for relative media, rows), like sources.iter_rows."""
+        from .hub import hub_rows, repo_rows
+        from .sources import iter_rows
+
+        split = split or self.split
+        if self.hub is not None:
+            return hub_rows(self.hub, split, self.subset)
+        if self.file.is_dir():  # LLaMA-Factory loads every file of a folder
+            return self.registry.parent, repo_rows(self.file, split, self.subset)
+        return self.registry.parent, iter_rows(str(self.file), split)[1]
+
+    def to_row(self, row, where: str) -> dict:
+        """One row of this entry in the layout the `alpaca` / `messages` formats read."""
+        if not isinstance(row, dict):
+            return row
+        media = {ours: row.get(theirs) for ours, theirs in self.columns.items() if ours in MEDIA_COLUMNS and theirs}
+        out = {"id": row["id"]} if row.get("id") is not None else {}
+        if self.formatting == "alpaca":
+            for key in ("prompt", "response"):
+                if row.get(self.columns[key]) is None:
+                    raise BadRecord("missing field", f"record has no {self.columns[key]!r} ({self.where}: "
+                                    f"columns.{key})", where, f"the record's fields are: {', '.join(sorted(map(str, row)))}; "
+                                    f"set columns.{key} in the entry to the field that holds it")
+            out.update(instruction=row[self.columns["prompt"]], output=row[self.columns["response"]],
+                       input=row.get(self.columns["query"]) if self.columns["query"] else None)
+            for key in ("history", "system"):
+                if self.columns[key]:
+                    out[key] = row.get(self.columns[key])
+            return {**out, **media}
+        msgs = row.get(self.columns["messages"])
+        if not isinstance(msgs, list) or not msgs:
+            raise BadRecord("missing field", f"record has no conversation list {self.columns['messages']!r} "
+                            f"({self.where}: columns.messages)", where,
+                            f"the record's fields are: {', '.join(sorted(map(str, row)))}")
+        t = self.tags
+        roles = {t["user_tag"]: "user", t["assistant_tag"]: "assistant", t["system_tag"]: "system"}
+        messages = []
+        for i, m in enumerate(msgs):
+            role = m.get(t["role_tag"]) if isinstance(m, dict) else None
+            if role in (t["observation_tag"], t["function_tag"]):
+                raise BadRecord("bad conversation", f"message {i} is a tool turn ({t['role_tag']}={role!r}); mmtune "
+                                "trains on user / assistant / system turns", where, "leave tool-calling data out")
+            if role not in roles:
+                raise BadRecord("bad conversation", f"message {i} has {t['role_tag']}={role!r}"[:200], where,
+                                f"{self.where}: tags name user {t['user_tag']!r}, assistant {t['assistant_tag']!r}, "
+                                f"system {t['system_tag']!r}; set tags.role_tag / user_tag / assistant_tag to match")
+            messages.append({"role": roles[role], "content": m.get(t["content_tag"])})
+        out["messages"] = messages
+        if self.columns["system"] and row.get(self.columns["system"]):
+            out["system"] = row[self.columns["system"]]
+        return {**out, **media}
+
+
+def read_registry(path: str | Path) -> dict:
+    p = Path(path).expanduser()
+    if p.is_dir():  # LLaMA-Factory's dataset_dir
+        p = p / "dataset_info.json"
+    if not p.is_file():
+        raise DataError(f"data.dataset_info: {p} does not exist", where="data.dataset_info",
+                        fix="give the path of LLaMA-Factory's dataset_info.json (or the folder holding it)")
+    try:
+        info = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise DataError(f"{p} is not valid JSON ({e.msg})", where=f"{p}:{e.lineno}", fix="fix the syntax") from None
+    if not isinstance(info, dict) or not all(isinstance(v, dict) for v in info.values()):
+        raise DataError(f"{p} is not a dataset registry (an object of name -> entry)", where=str(p),
+                        fix="LLaMA-Factory's dataset_info.json maps each dataset name to {file_name | hf_hub_url, ...}")
+    return {"__path__": p, **info}
+
+
+def registry_names(path: str | Path) -> list[str]:
+    return [k for k in read_registry(path) if k != "__path__"]
+
+
+def entry(path: str | Path, name: str) -> Entry:
+    """The registry's entry `name`, checked; DataError naming the file and key otherwise."""
+    info = read_registry(path)
+    reg: Path = info.pop("__path__")
+    if name not in info:
+        close = difflib.get_close_matches(name, list(info), n=1)
+        raise DataError(f"no dataset {name!r} in {reg}", where=f"{reg}: {name}",
+                        fix=(f"did you mean {close[0]!r}? " if close else "") + f"names: {', '.join(sorted(info)) or '(none)'}")
+    e = info[name]
+    where = f"{reg}: {name}"
+    if e.get("ranking"):
+        raise DataError(f"{name} is a ranking (preference pair) dataset", where=f"{where}.ranking",
+                        fix="mmtune trains supervised answers; give a dataset without ranking: true")
+    fmt = e.get("formatting", "alpaca")
+    if fmt not in ("alpaca", "sharegpt"):
+        raise DataError(f"{name}: formatting {fmt!r} is not one LLaMA-Factory defines", where=f"{where}.formatting",
+                        fix="formatting is alpaca or sharegpt")
+    given = e.get("columns") or {}
+    defaults = {**(ALPACA_COLUMNS if fmt == "alpaca" else SHAREGPT_COLUMNS), **MEDIA_COLUMNS}
+    unknown = sorted(set(given) - set(defaults) - {"tools"})
+    if unknown or "tools" in given:
+        bad = unknown or ["tools"]
+        raise DataError(f"{name}: columns {', '.join(bad)} are not read for {fmt} data", where=f"{where}.columns",
+                        fix=f"{fmt} columns: {', '.join(defaults)}"
+                            + ("; tool calling is not supported" if "tools" in given else ""))
+    tags = {**SHAREGPT_TAGS, **(e.get("tags") or {})}
+    out = Entry(name=name, registry=reg, formatting=fmt, columns={**defaults, **given}, tags=tags,
+                subset=e.get("subset"), split=e.get("split", "train"))
+    if e.get("file_name"):
+        out.file = (reg.parent / e["file_name"]).expanduser()
+        if not out.file.exists():
+            raise DataError(f"{name}: file_name {e['file_name']!r} does not exist ({out.file})", where=f"{where}.file_name",
+                            fix="file_name is relative to the folder of dataset_info.json")
+    elif e.get("hf_hub_url"):
+        out.hub = e["hf_hub_url"]
+    else:
+        has = ", ".join(k for k in ("ms_hub_url", "om_hub_url", "script_url") if e.get(k)) or "no source"
+        raise DataError(f"{name} has {has}; mmtune reads file_name or hf_hub_url entries", where=where,
+                        fix="download the data and give file_name, or an hf_hub_url")
+    return out
