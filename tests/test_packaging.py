@@ -13,9 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "mmtune"
 # import name -> distribution name, where they differ
-DIST = {"PIL": "pillow", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "av": "av"}
+DIST = {"PIL": "pillow", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "av": "av", "liger_kernel": "liger-kernel"}
 # Imported only when the matching feature is asked for, each declared in the extra named here.
-OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "gpu"}
+OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "gpu",
+            "liger_kernel": "gpu"}
 
 
 def _pyproject() -> dict:
@@ -52,7 +53,7 @@ def test_declared_dependencies_are_the_imported_ones():
         assert mod.replace("_", "-") in extras[extra] | (extras["qlora"] if "mmtune" in extras[extra] else set())
     assert "bitsandbytes" not in core and extras["qlora"] == {"bitsandbytes"}  # one truth: the qlora extra
     assert "mmtune" in extras["gpu"] and "mmtune" in extras["dev"]  # both pull in [qlora]
-    assert not {"hypothesis", "liger-kernel", "torchvision"} & (core | set().union(*extras.values()))
+    assert not {"hypothesis", "torchvision"} & (core | set().union(*extras.values()))  # unused: not pinned
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
