@@ -83,15 +83,32 @@ def _eval_batch(resolved, declared):
                             micro_batch_size=cfg.eval.batch_size)
 
 
-def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True):
+def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True,
+                 dedup: bool = True):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
-    same trace faster; tests compare both."""
+    same trace faster; `dedup=False` traces every layer instead of four per stack of identical layers
+    (layer_dedup.py; it falls back to the full trace by itself when a layer does not repeat exactly);
+    tests compare both."""
+    from .layer_dedup import DedupMismatch
+
+    if dedup:
+        try:
+            return _trace(resolved, declared, steps, plan_eval, fast, True)
+        except DedupMismatch as e:
+            out = _trace(resolved, declared, steps, plan_eval, fast, False)
+            out[0].decisions.append(f"plan: every layer traced (layers of one stack did not repeat exactly: {e})")
+            return out
+    return _trace(resolved, declared, steps, plan_eval, fast, False)
+
+
+def _trace(resolved, declared, steps, plan_eval, fast, dedup):
     from ..train.schedule import make_scheduler
     from .batch import worst_case_batch
     from .execute import run_steps
     from .fake import NoValueError, ValueFakeMode
+    from .layer_dedup import DedupMismatch, find_groups
     from .model import build_planned_model, materialize_fake
 
     cfg = resolved.cfg
@@ -109,7 +126,8 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                       steps=steps, cpu_kernels=not target_cuda, aux=aux)
+                       steps=steps, cpu_kernels=not target_cuda, aux=aux,
+                       dedup_groups=find_groups(pm.model, pm.hf_config) if dedup else None)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         if plan_eval:
             from .execute import run_eval
@@ -119,8 +137,14 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
                                     max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate)
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
+    except DedupMismatch:
+        raise
     except (RuntimeError, NotImplementedError, TypeError) as e:
         raise _untraceable(e, cfg) from None
+    if ex.copied_layers:
+        pm.decisions.append("plan: four layers of each stack of identical layers traced, the others' allocations "
+                            "copied from the interior one (" + ", ".join(f"{n}: {c} copied" for n, c in
+                                                                         ex.copied_layers.items()) + ")")
     return pm, pb, ex, dtype
 
 
