@@ -10,7 +10,6 @@ from mmtune.config import load_config
 from mmtune.plan.batch import Declared
 
 
-
 def _canonical(events):
     """Runs of consecutive frees sorted (as in test_fast_paths: frees with no allocation between commute)."""
     out, run = [], []

@@ -219,7 +219,7 @@ def _splice(tracker, mode, g: Group, marks) -> None:
     copies = range(3, L - 1)  # full-model layer numbers of the copies; traced 2 is layer 2, traced 3 is L-1
     synth: dict[tuple, int] = {}  # (kind, full layer, pos) -> new serial
     for ell in copies:
-        for (kind, k, pos) in [a for a in inv if a[1] == 2]:
+        for (kind, _k, pos) in [a for a in inv if a[1] == 2]:
             synth[(kind, ell, pos)] = tracker.new_serial()
 
     def resolve(kind, ell, pos):
