@@ -248,7 +248,9 @@ def _splice(tracker, mode, g: Group, marks) -> None:
     # their templates have (layer l+1 frees layer l's forward leftovers, layer l-1's backward the gradient
     # layer l passed down).
     free_at = {}
-    for i, e in enumerate(tr.events):
+    first = min(e0 for (e0, _), _ in seg.values())  # nothing before this micro-batch frees its storages
+    for i in range(first, len(tr.events)):
+        e = tr.events[i]
         if e.nbytes < 0 and addr.get(e.serial, (None, None))[1] == 2:
             free_at[e.serial] = i
     grad_serials = {tracker.serial(p.grad) for p in g.full[2].parameters() if p.grad is not None}

@@ -211,10 +211,11 @@ def resolve_for_plan(cfg, gpu=None):
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=None,
-            margin: float = 0.10, plan_eval: bool | None = None) -> PlanResult:
+            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True) -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
-    eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`."""
+    eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
+    `dedup=False` traces every layer (the same result, slower; layer_dedup.py)."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
@@ -231,7 +232,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
-    pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval)
+    pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval, dedup=dedup)
     tr = ex.tracker.trace
     breakdown = breakdown_at_peak(ex)
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
