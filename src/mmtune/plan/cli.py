@@ -54,6 +54,18 @@ def render(result, console) -> None:
     for k, v in media.items():
         console.print(f"{k} tokens per record: max {v['max']}, p95 {v['p95']}, mean {v['mean']:.1f}")
     console.print(f"step time ~{r.step_time_s:.2f} s, ~{r.tokens_per_s:,.0f} tokens/s (roofline estimate)")
+    p = r.step_time_parts
+    if p:
+        console.print(f"  per micro-batch {p['forward_backward_s_per_micro_batch']:.3f} s x {r.batch['grad_accum']}, "
+                      f"optimizer {p['optimizer_s']:.3f} s" + (f", 4-bit dequantisation {p['dequant_s']:.3f} s"
+                                                             if p['dequant_s'] else "")
+                      + (f", communication {p['comm_exposed_s']:.3f} s not hidden" if r.gpus > 1 else "")
+                      + f" ({p['matmul_tflops']:g} TFLOP/s, {p['bandwidth_gbs']:g} GB/s peak)")
+    if r.comm:
+        c = r.comm
+        console.print(f"  {c['strategy']} traffic per GPU per step over {c['interconnect']} ({c['link_gbs']:g} GB/s): "
+                      f"all-reduce {gib(c['all_reduce_bytes'])}, all-gather {gib(c['all_gather_bytes'])}, "
+                      f"reduce-scatter {gib(c['reduce_scatter_bytes'])}: {c['comm_time_s']:.3f} s")
     for d in r.decisions:
         console.print(f"[dim]decision: {d}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")

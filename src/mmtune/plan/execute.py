@@ -126,7 +126,9 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                         ex.state_serials.add(s)
         tracker.phase = "setup"
 
-    handles = _phase_hooks(model, tracker)
+    from .dequant_cost import dequant_cost_hooks
+
+    handles = _phase_hooks(model, tracker) + dequant_cost_hooks(model, tracker)
     h1 = optimizer.register_step_pre_hook(pre_step)
     h2 = optimizer.register_step_post_hook(post_step)
     dedup = contextlib.nullcontext()

@@ -50,6 +50,10 @@ class PlanResult:
     train_tensor_peak_bytes: int = 0  # the train steps' live tensor peak (the eval phase excluded)
     eval: dict = field(default_factory=dict)  # planned eval: batch_size, prompt_tokens, max_new_tokens,
     # kv_cache_bytes, tensor_peak_bytes (empty when the run does not evaluate)
+    step_time_parts: dict = field(default_factory=dict)  # forward_backward_s_per_micro_batch, optimizer_s,
+    # dequant_s (per step), comm_exposed_s, matmul_tflops and bandwidth_gbs used (timing.py)
+    comm: dict = field(default_factory=dict)  # --gpus > 1: all_reduce/all_gather/reduce_scatter bytes per rank
+    # per step, comm_time_s (the whole volume), exposed_s, link_gbs, interconnect (timing.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -219,7 +223,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
-    from .timing import step_time
+    from .timing import comm_volumes, step_time
 
     t0 = time.perf_counter()
     resolved = resolve_for_plan(cfg, gpu)
@@ -244,26 +248,28 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         peak_alloc = peak_res = tr.peak_bytes
     sh = shard(breakdown, peak_alloc, strategy=strategy, n=gpus, trainable_numel=trainable_numel,
                largest_unit_bytes=_largest_unit_bytes(pm.model))
+    rounding = max(0, peak_alloc - tr.peak_bytes)  # the allocator's rounding of the traced (single-GPU) peak
     if gpus > 1:
         ratio = peak_res / max(1, peak_alloc)
         peak_alloc = sh.peak_allocated
         peak_res = int(peak_alloc * ratio)
-        breakdown.update(sh.extra)
+        breakdown = sh.breakdown  # per GPU: sharded classes at 1/N, the strategy's buffers added
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
-                         "single-GPU trace (plan/distributed.py)")
+                         "single-GPU trace (plan/distributed.py); the breakdown is per GPU")
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
-    breakdown["allocator_rounding"] = max(0, peak_alloc - tr.peak_bytes) if gpus == 1 else 0
+    breakdown["allocator_rounding"] = rounding
     breakdown["reserved_unused"] = peak_res - peak_alloc
     breakdown["overhead"] = overhead
     process_total = peak_res + overhead
     if spec is not None:
         total_mem = spec.total_bytes
-        tflops, bw, gid, gname = spec.train_tflops, spec.bandwidth_gbs, spec.id, spec.name
+        tflops, bw, gid, gname = spec.matmul_tflops(prec), spec.bandwidth_gbs, spec.id, spec.name
+        link = spec.link_gbs
     else:
         import os
 
         total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        tflops, bw, gid, gname = 1.0, 20.0, "cpu", "CPU (this machine)"
+        tflops, bw, gid, gname, link = 1.0, 20.0, "cpu", "CPU (this machine)", 0.0
     margin_bytes = total_mem - process_total
     fits = process_total <= total_mem * (1 - margin)
     eval_info = dict(ex.eval_info)
@@ -275,9 +281,17 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
                          f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
                          "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
+    volumes = comm_volumes(strategy, gpus, grad_accum=cfg.train.grad_accum,
+                           trainable_bytes=trainable_numel * 4,  # fp32 gradients / trainable weights
+                           param_bytes=sum(p.numel() * p.element_size() for p in pm.model.parameters()))
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
-                   bandwidth_gbs=bw, world=gpus)
+                   bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,
+                   gathers_params=strategy in ("fsdp", "zero3"))
+    parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
+             "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
+             "bandwidth_gbs": bw}
+    comm = dict(st.comm, strategy=strategy, gpus=gpus, interconnect=spec.interconnect) if st.comm and spec else {}
     return PlanResult(
         model=cfg.model.name, method=cfg.adapter.method, gpu_id=gid, gpu_name=gname, gpus=gpus,
         strategy=strategy if gpus > 1 else "single", precision=prec,
@@ -291,4 +305,4 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
         step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
         trainable_params=int(trainable_numel), total_params=int(total_numel),
         decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
-        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info)
+        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm)
