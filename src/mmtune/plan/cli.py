@@ -71,6 +71,27 @@ def render(result, console) -> None:
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
 
 
+def render_verification(v, console) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]{v.model}[/] planned for {v.gpu_id}, measured on {v.device_name}")
+    t = Table(show_header=True, box=None)
+    for c in ("", "predicted", "measured", "error"):
+        t.add_column(c, justify="right" if c else "left")
+    p, m, e = v.predicted, v.measured, v.error_pct
+
+    def pct(x):
+        return "-" if x is None else f"{x:+.1f} %"
+    t.add_row("peak allocated", gib(p["peak_allocated_bytes"]), gib(m["peak_allocated_bytes"]), pct(e["peak_allocated"]))
+    if m["peak_reserved_bytes"] is not None:
+        t.add_row("peak reserved (max_memory_reserved)", gib(p["peak_reserved_bytes"]), gib(m["peak_reserved_bytes"]),
+                  pct(e["peak_reserved"]))
+    t.add_row("step time", f"{p['step_time_s']:.3f} s", f"{m['step_time_s']:.3f} s", pct(e["step_time"]))
+    console.print(t)
+    for d in v.decisions:
+        console.print(f"[dim]{d}[/]")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
@@ -85,6 +106,9 @@ def register(app: typer.Typer) -> None:
         image: Optional[List[str]] = typer.Option(None, "--image", help="declared image WxH (no data)"),
         video: Optional[List[str]] = typer.Option(None, "--video", help="declared video FRAMESxWxH (no data)"),
         audio: Optional[List[float]] = typer.Option(None, "--audio", help="declared audio seconds (no data)"),
+        verify: bool = typer.Option(False, "--verify", help="run the planned step for real on this machine's CUDA GPU "
+                                    "(random weights, no download) and print predicted vs measured"),
+        steps: int = typer.Option(3, "--steps", help="with --verify: timed steps after 2 warm-up steps"),
     ):
         """Predict peak GPU memory and step time of the exact run, without a GPU."""
         from rich.markup import escape
@@ -104,6 +128,17 @@ def register(app: typer.Typer) -> None:
                                     videos=[_parse_size(s, 3) for s in video or []],
                                     audio_seconds=list(audio or []))
             target = gpu or cfg.train.gpu
+            if verify:
+                from .verify import verify as run_verify
+
+                v = run_verify(cfg, gpu=target, declared=declared, steps=steps)
+                if as_json:
+                    import json
+
+                    typer.echo(json.dumps(v.to_dict(), indent=2))
+                else:
+                    render_verification(v, console)
+                return
             if search:
                 from .search import search as run_search
 
