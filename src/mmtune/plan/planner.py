@@ -281,9 +281,13 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str = "ddp", declared=Non
                          f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
                          "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
+    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
+    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
+    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
     volumes = comm_volumes(strategy, gpus, grad_accum=cfg.train.grad_accum,
-                           trainable_bytes=trainable_numel * 4,  # fp32 gradients / trainable weights
-                           param_bytes=sum(p.numel() * p.element_size() for p in pm.model.parameters()))
+                           trainable_bytes=trainable_numel * 4,  # fp32 gradients
+                           param_bytes=sum(p.numel() * (gather_elem if gather_elem and p.is_floating_point()
+                                                        else p.element_size()) for p in pm.model.parameters()))
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
                    bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,

@@ -16,9 +16,9 @@ all-reduce, at COMM_EFFICIENCY of the per-direction link bandwidth. What each st
   micro-batches);
 - zero2: a reduce-scatter of the trainable gradients per micro-batch, an all-gather of the updated
   trainable parameters per step;
-- fsdp / zero3: every micro-batch all-gathers all parameters in forward and again in backward (the
-  storage dtype of each: 16-bit weights, fp32 trainable ones) and reduce-scatters the trainable
-  gradients; the step all-gathers nothing more.
+- fsdp / zero3: every micro-batch all-gathers all parameters in forward and again in backward (in the
+  compute dtype, as mixed precision's param_dtype does; 4-bit weights as stored) and reduce-scatters the
+  trainable gradients (fp32); the step all-gathers nothing more.
 The gradient reduction of the last micro-batch overlaps its backward in DDP and ZeRO (bucketed), and
 FSDP / ZeRO-3 prefetch the next unit's gather during compute: the step pays what exceeds the compute it
 overlaps (`exposed`), never less than zero, and the full volume is reported.
