@@ -152,7 +152,7 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
         mode.tracker = None
         for h in handles + [h1, h2]:
             h.remove()
-    ex.copied_layers = {g.name: g.n - 4 for g in dedup_groups or [] if g.spliced}
+    ex.copied_layers = {g.path: g.n - 4 for g in dedup_groups or [] if g.spliced}
     return ex
 
 

@@ -45,8 +45,9 @@ class DedupMismatch(RuntimeError):
 @dataclass
 class Group:
     parent: torch.nn.Module
-    name: str
+    name: str  # attribute of `parent`
     full: torch.nn.ModuleList
+    path: str = ""  # module path in the model (reported)
     marks: list = field(default_factory=list)  # (kind, pos, what, event index, cost index)
     spliced: int = 0  # micro-batches whose copies were spliced in
 
@@ -88,7 +89,7 @@ def find_groups(model, hf_config) -> list[Group]:
         if any(_signature(m) != sig for m in mod):
             continue
         parent_name, _, attr = name.rpartition(".")
-        groups.append(Group(model.get_submodule(parent_name), attr, mod))
+        groups.append(Group(model.get_submodule(parent_name), attr, mod, name))
     return groups
 
 
@@ -261,6 +262,10 @@ def _splice(tracker, mode, g: Group, marks) -> None:
         i = free_at.get(s)
         if i is None:
             if s not in grad_serials:
+                if tr.storages[s].op != "_to_copy.default":
+                    # a layer's output kept past the micro-batch (a captured hidden state) may be one layer's
+                    # only: not something every copy repeats
+                    raise DedupMismatch(f"a storage of layer 2 outlives the micro-batch ({tr.storages[s].op})")
                 survivors.append(s)
             continue
         consumer = [(kind, k) for (kind, k), ((e0, _), (e1, _)) in seg.items() if e0 <= i < e1]

@@ -100,9 +100,12 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     if dedup:
         try:
             return _trace(resolved, declared, steps, plan_eval, fast, True)
-        except DedupMismatch as e:
+        except (DedupMismatch, MMTuneError) as e:
+            # A layer did not repeat exactly, or the model needs its whole stack (e.g. it captures every
+            # layer's hidden state by hooks): the full trace answers, or raises its own error.
             out = _trace(resolved, declared, steps, plan_eval, fast, False)
-            out[0].decisions.append(f"plan: every layer traced (layers of one stack did not repeat exactly: {e})")
+            why = str(e).splitlines()[0][:160]
+            out[0].decisions.append(f"plan: every layer traced (the four-layer trace did not apply: {why})")
             return out
     return _trace(resolved, declared, steps, plan_eval, fast, False)
 
