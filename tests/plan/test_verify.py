@@ -67,3 +67,21 @@ def test_random_weights_build_from_the_config_without_weights_files(tmp_path):
     assert any("random weights" in d for d in loaded.decisions)
     assert len(loaded.model.model.layers) == 3
     assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in result.model.parameters())
+
+
+def test_layers_cut_the_decoder_of_the_plan_and_of_the_built_model():
+    from mmtune.models.loading import DECODER_LAYERS, meta_config
+
+    cfg = load_config(None, ["model.name=Qwen/Qwen2.5-7B-Instruct"])
+    assert meta_config(cfg).num_hidden_layers == 28
+    token = DECODER_LAYERS.set(3)
+    try:
+        c = meta_config(cfg)
+    finally:
+        DECODER_LAYERS.reset(token)
+    assert c.num_hidden_layers == 3 and len(c.layer_types) == 3
+    assert meta_config(cfg).num_hidden_layers == 28  # only inside the context
+    from mmtune.plan.verify import verify
+
+    with pytest.raises(MMTuneError, match="--layers"):
+        verify(load_config(None, COMMON), gpu=None, device="cpu", layers=0)

@@ -109,6 +109,8 @@ def register(app: typer.Typer) -> None:
         verify: bool = typer.Option(False, "--verify", help="run the planned step for real on this machine's CUDA GPU "
                                     "(random weights, no download) and print predicted vs measured"),
         steps: int = typer.Option(3, "--steps", help="with --verify: timed steps after 2 warm-up steps"),
+        layers: Optional[int] = typer.Option(None, "--layers", help="with --verify: cut the decoder to N layers "
+                                             "(plan and measured model alike)"),
     ):
         """Predict peak GPU memory and step time of the exact run, without a GPU."""
         from rich.markup import escape
@@ -131,7 +133,7 @@ def register(app: typer.Typer) -> None:
             if verify:
                 from .verify import verify as run_verify
 
-                v = run_verify(cfg, gpu=target, declared=declared, steps=steps)
+                v = run_verify(cfg, gpu=target, declared=declared, steps=steps, layers=layers)
                 if as_json:
                     import json
 

@@ -151,9 +151,30 @@ def _pct(pred, meas) -> float | None:
     return None if not meas else round(100.0 * (pred - meas) / meas, 2)
 
 
-def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int = 3, device: str | None = None) -> Verification:
+def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int = 3, device: str | None = None,
+           layers: int | None = None) -> Verification:
     """Plan the run for `gpu` (else train.gpu), then measure it on `device` (default: cuda; a CPU device is
-    refused unless given explicitly, which the tests do with a tiny twin)."""
+    refused unless given explicitly, which the tests do with a tiny twin). `layers`: the decoder cut to
+    that many layers in the plan and the measured model alike (a card that cannot hold the full model)."""
+    import torch
+
+    from ..models.loading import DECODER_LAYERS
+
+    if layers is not None and layers < 1:
+        raise MMTuneError(f"--layers must be >= 1 (got {layers})", where="--layers", fix="e.g. --layers 4")
+    if device is None and not torch.cuda.is_available():
+        raise needs_cuda_error()
+    token = DECODER_LAYERS.set(layers)
+    try:
+        v = _verify(cfg, gpu=gpu, declared=declared, warmup=warmup, steps=steps, device=device)
+    finally:
+        DECODER_LAYERS.reset(token)
+    if layers is not None:
+        v.decisions.append(f"verify: decoder cut to {layers} layers (--layers) in the plan and the measured model")
+    return v
+
+
+def _verify(cfg, *, gpu, declared, warmup, steps, device) -> Verification:
     import torch
 
     from ..resolve import local_target, resolve_run
