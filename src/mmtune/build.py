@@ -88,7 +88,7 @@ def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
     return kwargs
 
 
-def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
+def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weights: bool = False):
     """Build the model a resolved run names, ready for adapters (see module docstring).
 
     One builder, three materialisations: real weights (`meta=False`), structure on `meta` (doctor,
@@ -177,6 +177,24 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
 
             n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
             _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+    elif random_weights and not is_tiny(name):
+        # `mmtune plan --verify`: the real architecture at full size with random weights, from the config
+        # the plan uses (folder, cache or embedded), built on the device; nothing is downloaded.
+        config = meta_config(cfg)
+        if config is None:
+            from .errors import ModelLoadError
+
+            raise ModelLoadError(f"no config of {name} on this machine and none embedded", where="model.name",
+                                 fix=f"mmtune download {name}   (or use an embedded model / tiny/<family>)")
+        if processor is not None and not run.exact_text_tokens:
+            remap_token_ids(config, processor)
+        with torch.device(device):
+            model = build_from_config(family, config, dtype, attn)
+        _decide(decisions, f"model: {name} with random weights from its config (no download)")
+        if qlora:
+            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
+                                      cfg.adapter.bnb_4bit_double_quant)
+            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
     elif is_tiny(name):
         from .models.tiny import build_tiny
 
@@ -246,13 +264,14 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False):
                        attn_implementation=attn, quantized=qlora and not meta, decisions=decisions)
 
 
-def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None, meta: bool = False):
+def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None, meta: bool = False,
+                             random_weights: bool = False):
     """Model + processor + family with adapters applied and trainable weights in fp32 (every command's
     model: train real, doctor real or meta, plan meta then fake)."""
     import torch
 
     from .adapters import apply_adapters
-    loaded = load_model(resolved, device=device, dtype=dtype, meta=meta)
+    loaded = load_model(resolved, device=device, dtype=dtype, meta=meta, random_weights=random_weights)
     cfg = resolved.cfg
     if meta:  # new LoRA weights on meta too: nothing allocated, no init computed
         with torch.device("meta"):

@@ -1,6 +1,7 @@
-"""GPU catalog: memory, compute capability, bf16 support, dense peak TFLOP/s and memory bandwidth.
+"""GPU catalog: memory, compute capability, bf16 support, dense peak TFLOP/s (fp16, bf16, fp32), memory
+bandwidth and the interconnect between GPUs.
 
-Figures from vendor spec sheets (see /work/shared/FACTS.md). `memory_bytes` is the card's nominal
+Figures from vendor spec sheets (cited above the table). `memory_bytes` is the card's nominal
 memory (GB as 2**30 bytes); what CUDA reports as usable is a little lower and the planner's CUDA
 overhead model accounts for the context on top. Below every command: the resolved run reads it for its
 precision and attention decisions on a target GPU, `plan` for memory and speed.
@@ -21,21 +22,30 @@ class GPUSpec:
     memory_bytes: int
     compute_capability: tuple[int, int]
     bf16: bool
-    fp16_tflops: float  # dense tensor-core peak
-    bf16_tflops: float | None  # None where the GPU has no bf16
-    bandwidth_gbs: float  # GB/s
+    fp16_tflops: float  # dense tensor-core peak, fp16 inputs with fp32 accumulation (what training matmuls use)
+    bf16_tflops: float | None  # the same for bf16; None where the GPU has no bf16
+    bandwidth_gbs: float  # memory bandwidth, GB/s
     # What the driver reports as usable total (a bit under nominal), the CUDA context + resident kernels
     # per process (lazy loading on), and cuBLAS + cuBLASLt workspaces of one stream (32 MiB on Hopper).
     usable_bytes: int = 0
     context_bytes: int = 450 * 2**20
     workspace_bytes: int = 9 * 2**20
-    geforce: bool = False  # GeForce: fp32-accumulate matmuls (what training uses) run at half the rate
+    fp32_tflops: float = 0.0  # dense fp32 (CUDA cores; torch's default matmul precision, TF32 off)
+    interconnect: str = "pcie3"  # between GPUs of one machine: "nvlink", "pcie3", "pcie4"
+    link_gbs: float = 16.0  # GB/s per direction per GPU over `interconnect` (collectives' bus bandwidth)
+
+    def matmul_tflops(self, precision: str) -> float:
+        """Dense peak of a training matmul in the run's precision (fp16 / bf16 autocast, or fp32)."""
+        if precision == "fp32":
+            return self.fp32_tflops
+        if precision == "bf16" and self.bf16 and self.bf16_tflops:
+            return self.bf16_tflops
+        return self.fp16_tflops
 
     @property
     def train_tflops(self) -> float:
         """Dense 16-bit tensor rate a training matmul (fp32 accumulate) reaches at best."""
-        rate = self.bf16_tflops if self.bf16 and self.bf16_tflops else self.fp16_tflops
-        return rate / 2 if self.geforce else rate
+        return self.bf16_tflops if self.bf16 and self.bf16_tflops else self.fp16_tflops
 
     @property
     def total_bytes(self) -> int:
@@ -47,20 +57,51 @@ class GPUSpec:
         return self.compute_capability >= (8, 0)
 
 
+# Vendor spec sheets (dense figures; sheets that print "with sparsity" are halved):
+#   T4: NVIDIA T4 datasheet (mixed-precision FP16/FP32 65 TFLOPS, FP32 8.1, 320 GB/s, PCIe Gen3 x16).
+#   V100 (SXM2): NVIDIA V100 datasheet (tensor 125, FP32 15.7, 900 GB/s, NVLink 300 GB/s total).
+#   Quadro RTX 6000: datasheet (tensor 130.5, FP32 16.3, 672 GB/s, PCIe Gen3; its NVLink bridge joins two
+#     cards only, so collectives over more are PCIe: PCIe is used).
+#   RTX 3090 / RTX 4090: NVIDIA GA102 / AD102 architecture whitepapers, appendix tables: FP16 and BF16
+#     tensor with FP32 accumulate 71 / 165.2 dense (GeForce runs these at half the FP16-accumulate rate,
+#     142 / 330; training accumulates in fp32, so the table holds 71 / 165), FP32 35.6 / 82.6, 936 / 1008
+#     GB/s, PCIe Gen4 (the 3090's two-card bridge not used, as above).
+#   A10: datasheet (BF16/FP16 tensor 125 dense, FP32 31.2, 600 GB/s, PCIe Gen4).
+#   L4: datasheet (FP16/BF16 tensor 242 with sparsity -> 121, FP32 30.3, 300 GB/s, PCIe Gen4 x16).
+#   A100 SXM: datasheet (BF16/FP16 tensor 312, FP32 19.5, 1,555 GB/s (40 GB) / 2,039 GB/s (80 GB),
+#     NVLink 600 GB/s total).
+#   H100 SXM / H200: datasheets (BF16/FP16 tensor 1,979 with sparsity -> 989, FP32 67, 3.35 / 4.8 TB/s,
+#     NVLink 900 GB/s total).
+# NVLink figures are both directions together: a GPU sends at half (link_gbs). PCIe Gen3 x16 moves 15.75
+# GB/s per direction, Gen4 x16 31.5.
+_NV = dict(interconnect="nvlink")
+_P3 = dict(interconnect="pcie3", link_gbs=15.75)
+_P4 = dict(interconnect="pcie4", link_gbs=31.5)
 GPUS: dict[str, GPUSpec] = {g.id: g for g in (
-    GPUSpec("t4", "T4", 16 * GiB, (7, 5), False, 65, None, 320, int(15.0 * GiB), 370 * 2**20, 9 * 2**20, False),
-    GPUSpec("v100-16gb", "V100 16GB", 16 * GiB, (7, 0), False, 125, None, 900, int(15.77 * GiB), 420 * 2**20, 9 * 2**20, False),
-    GPUSpec("v100-32gb", "V100 32GB", 32 * GiB, (7, 0), False, 125, None, 900, int(31.74 * GiB), 420 * 2**20, 9 * 2**20, False),
-    GPUSpec("quadro-rtx-6000", "Quadro RTX 6000", 24 * GiB, (7, 5), False, 130, None, 672, int(23.65 * GiB),
-            400 * 2**20, 9 * 2**20, False),
-    GPUSpec("rtx-3090", "RTX 3090", 24 * GiB, (8, 6), True, 71, 71, 936, int(23.69 * GiB), 450 * 2**20, 9 * 2**20, True),
-    GPUSpec("rtx-4090", "RTX 4090", 24 * GiB, (8, 9), True, 165, 165, 1008, int(23.64 * GiB), 480 * 2**20, 9 * 2**20, True),
-    GPUSpec("a10", "A10", 24 * GiB, (8, 6), True, 125, 125, 600, int(22.06 * GiB), 450 * 2**20, 9 * 2**20, False),
-    GPUSpec("l4", "L4", 24 * GiB, (8, 9), True, 121, 121, 300, int(22.03 * GiB), 480 * 2**20, 9 * 2**20, False),
-    GPUSpec("a100-40gb", "A100 40GB", 40 * GiB, (8, 0), True, 312, 312, 1555, int(39.39 * GiB), 500 * 2**20, 9 * 2**20, False),
-    GPUSpec("a100-80gb", "A100 80GB", 80 * GiB, (8, 0), True, 312, 312, 2039, int(79.15 * GiB), 500 * 2**20, 9 * 2**20, False),
-    GPUSpec("h100", "H100 SXM", 80 * GiB, (9, 0), True, 989, 989, 3350, int(79.11 * GiB), 520 * 2**20, 33 * 2**20, False),
-    GPUSpec("h200", "H200", 141 * GiB, (9, 0), True, 989, 989, 4800, int(139.8 * GiB), 520 * 2**20, 33 * 2**20, False),
+    GPUSpec("t4", "T4", 16 * GiB, (7, 5), False, 65, None, 320, int(15.0 * GiB), 370 * 2**20, 9 * 2**20,
+            fp32_tflops=8.1, **_P3),
+    GPUSpec("v100-16gb", "V100 16GB", 16 * GiB, (7, 0), False, 125, None, 900, int(15.77 * GiB), 420 * 2**20, 9 * 2**20,
+            fp32_tflops=15.7, link_gbs=150, **_NV),
+    GPUSpec("v100-32gb", "V100 32GB", 32 * GiB, (7, 0), False, 125, None, 900, int(31.74 * GiB), 420 * 2**20, 9 * 2**20,
+            fp32_tflops=15.7, link_gbs=150, **_NV),
+    GPUSpec("quadro-rtx-6000", "Quadro RTX 6000", 24 * GiB, (7, 5), False, 130.5, None, 672, int(23.65 * GiB),
+            400 * 2**20, 9 * 2**20, fp32_tflops=16.3, **_P3),
+    GPUSpec("rtx-3090", "RTX 3090", 24 * GiB, (8, 6), True, 71, 71, 936, int(23.69 * GiB), 450 * 2**20, 9 * 2**20,
+            fp32_tflops=35.6, **_P4),
+    GPUSpec("rtx-4090", "RTX 4090", 24 * GiB, (8, 9), True, 165.2, 165.2, 1008, int(23.64 * GiB), 480 * 2**20, 9 * 2**20,
+            fp32_tflops=82.6, **_P4),
+    GPUSpec("a10", "A10", 24 * GiB, (8, 6), True, 125, 125, 600, int(22.06 * GiB), 450 * 2**20, 9 * 2**20,
+            fp32_tflops=31.2, **_P4),
+    GPUSpec("l4", "L4", 24 * GiB, (8, 9), True, 121, 121, 300, int(22.03 * GiB), 480 * 2**20, 9 * 2**20,
+            fp32_tflops=30.3, **_P4),
+    GPUSpec("a100-40gb", "A100 40GB", 40 * GiB, (8, 0), True, 312, 312, 1555, int(39.39 * GiB), 500 * 2**20, 9 * 2**20,
+            fp32_tflops=19.5, link_gbs=300, **_NV),
+    GPUSpec("a100-80gb", "A100 80GB", 80 * GiB, (8, 0), True, 312, 312, 2039, int(79.15 * GiB), 500 * 2**20, 9 * 2**20,
+            fp32_tflops=19.5, link_gbs=300, **_NV),
+    GPUSpec("h100", "H100 SXM", 80 * GiB, (9, 0), True, 989, 989, 3350, int(79.11 * GiB), 520 * 2**20, 33 * 2**20,
+            fp32_tflops=67, link_gbs=450, **_NV),
+    GPUSpec("h200", "H200", 141 * GiB, (9, 0), True, 989, 989, 4800, int(139.8 * GiB), 520 * 2**20, 33 * 2**20,
+            fp32_tflops=67, link_gbs=450, **_NV),
 )}
 
 ALIASES = {"h100-80gb": "h100", "rtx6000": "quadro-rtx-6000", "3090": "rtx-3090", "4090": "rtx-4090"}

@@ -19,6 +19,7 @@ Every automatic decision is logged with its reason and kept in `LoadedModel.deci
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,19 +79,33 @@ def resolve_family(cfg) -> Family:
     return family_for_model_type(config.model_type)
 
 
+# `mmtune plan --verify --layers N`: the decoder cut to N layers, for the plan and the measured model alike
+# (a context variable, set only around both by plan/verify.py).
+DECODER_LAYERS: ContextVar[int | None] = ContextVar("mmtune_decoder_layers", default=None)
+
+
 def meta_config(cfg):
     """A config with no download: a local folder's, a cached one, or an embedded public config; else None."""
     name = cfg.model.name
     path = Path(name).expanduser()
+    config = None
     if (path / "config.json").is_file() or _cached_snapshot(name, cfg.model.revision) is not None:
         try:
-            return load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
+            config = load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
         except ModelLoadError:
             pass
-    from .configs import embedded, hf_config
+    if config is None:
+        from .configs import embedded, hf_config
 
-    spec = embedded(name)
-    return hf_config(spec) if spec is not None else None
+        spec = embedded(name)
+        config = hf_config(spec) if spec is not None else None
+    layers = DECODER_LAYERS.get()
+    if config is not None and layers is not None:
+        text = config.get_text_config()
+        if getattr(text, "layer_types", None):
+            text.layer_types = list(text.layer_types)[:layers]
+        text.num_hidden_layers = layers
+    return config
 
 
 def _offline() -> bool:

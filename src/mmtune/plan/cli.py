@@ -54,9 +54,42 @@ def render(result, console) -> None:
     for k, v in media.items():
         console.print(f"{k} tokens per record: max {v['max']}, p95 {v['p95']}, mean {v['mean']:.1f}")
     console.print(f"step time ~{r.step_time_s:.2f} s, ~{r.tokens_per_s:,.0f} tokens/s (roofline estimate)")
+    p = r.step_time_parts
+    if p:
+        console.print(f"  per micro-batch {p['forward_backward_s_per_micro_batch']:.3f} s x {r.batch['grad_accum']}, "
+                      f"optimizer {p['optimizer_s']:.3f} s" + (f", 4-bit dequantisation {p['dequant_s']:.3f} s"
+                                                             if p['dequant_s'] else "")
+                      + (f", communication {p['comm_exposed_s']:.3f} s not hidden" if r.gpus > 1 else "")
+                      + f" ({p['matmul_tflops']:g} TFLOP/s, {p['bandwidth_gbs']:g} GB/s peak)")
+    if r.comm:
+        c = r.comm
+        console.print(f"  {c['strategy']} traffic per GPU per step over {c['interconnect']} ({c['link_gbs']:g} GB/s): "
+                      f"all-reduce {gib(c['all_reduce_bytes'])}, all-gather {gib(c['all_gather_bytes'])}, "
+                      f"reduce-scatter {gib(c['reduce_scatter_bytes'])}: {c['comm_time_s']:.3f} s")
     for d in r.decisions:
         console.print(f"[dim]decision: {d}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
+
+
+def render_verification(v, console) -> None:
+    from rich.table import Table
+
+    console.print(f"[bold]{v.model}[/] planned for {v.gpu_id}, measured on {v.device_name}")
+    t = Table(show_header=True, box=None)
+    for c in ("", "predicted", "measured", "error"):
+        t.add_column(c, justify="right" if c else "left")
+    p, m, e = v.predicted, v.measured, v.error_pct
+
+    def pct(x):
+        return "-" if x is None else f"{x:+.1f} %"
+    t.add_row("peak allocated", gib(p["peak_allocated_bytes"]), gib(m["peak_allocated_bytes"]), pct(e["peak_allocated"]))
+    if m["peak_reserved_bytes"] is not None:
+        t.add_row("peak reserved (max_memory_reserved)", gib(p["peak_reserved_bytes"]), gib(m["peak_reserved_bytes"]),
+                  pct(e["peak_reserved"]))
+    t.add_row("step time", f"{p['step_time_s']:.3f} s", f"{m['step_time_s']:.3f} s", pct(e["step_time"]))
+    console.print(t)
+    for d in v.decisions:
+        console.print(f"[dim]{d}[/]")
 
 
 def register(app: typer.Typer) -> None:
@@ -75,6 +108,11 @@ def register(app: typer.Typer) -> None:
         image: Optional[List[str]] = typer.Option(None, "--image", help="declared image WxH (no data)"),
         video: Optional[List[str]] = typer.Option(None, "--video", help="declared video FRAMESxWxH (no data)"),
         audio: Optional[List[float]] = typer.Option(None, "--audio", help="declared audio seconds (no data)"),
+        verify: bool = typer.Option(False, "--verify", help="run the planned step for real on this machine's CUDA GPU "
+                                    "(random weights, no download) and print predicted vs measured"),
+        steps: int = typer.Option(3, "--steps", help="with --verify: timed steps after 2 warm-up steps"),
+        layers: Optional[int] = typer.Option(None, "--layers", help="with --verify: cut the decoder to N layers "
+                                             "(plan and measured model alike)"),
     ):
         """Predict peak GPU memory and step time of the exact run, without a GPU."""
         from rich.markup import escape
@@ -94,6 +132,17 @@ def register(app: typer.Typer) -> None:
                                     videos=[_parse_size(s, 3) for s in video or []],
                                     audio_seconds=list(audio or []))
             target = gpu or cfg.train.gpu
+            if verify:
+                from .verify import verify as run_verify
+
+                v = run_verify(cfg, gpu=target, declared=declared, steps=steps, layers=layers)
+                if as_json:
+                    import json
+
+                    typer.echo(json.dumps(v.to_dict(), indent=2))
+                else:
+                    render_verification(v, console)
+                return
             if search:
                 from .search import search as run_search
 

@@ -28,25 +28,33 @@ class Sharded:
     peak_allocated: int
     extra: dict
     nccl_bytes: int
+    breakdown: dict  # per GPU: the sharded classes at 1/N, the strategy's buffers added
+
+
+SHARDED = {"ddp": (), "zero2": ("gradients", "optimizer_state"),
+           "zero3": ("weights", "trainable_parameters", "gradients", "optimizer_state"),
+           "fsdp": ("weights", "trainable_parameters", "gradients", "optimizer_state")}
 
 
 def shard(breakdown: dict, peak_allocated: int, *, strategy: str, n: int, trainable_numel: int,
           largest_unit_bytes: int, grad_bytes_per_elem: int = 4) -> Sharded:
     if n <= 1:
-        return Sharded(peak_allocated, {}, 0)
+        return Sharded(peak_allocated, {}, 0, dict(breakdown))
     if strategy not in STRATEGIES:
         from ..errors import ConfigError
 
         raise ConfigError(f"unknown strategy {strategy!r}", where="--strategy", fix="one of " + ", ".join(STRATEGIES))
-    saved, extra = 0, {}
-    w, tr, g, st = (breakdown.get(k, 0) for k in ("weights", "trainable_parameters", "gradients", "optimizer_state"))
+    extra = {}
     grads_all = trainable_numel * grad_bytes_per_elem
     if strategy == "ddp":
         extra["ddp_buckets"] = grads_all
     elif strategy == "zero2":
-        saved = (g + st) * (n - 1) // n
         extra["zero_buckets"] = 2 * min(trainable_numel, ZERO_BUCKET_ELEMS) * grad_bytes_per_elem
     else:
-        saved = (w + tr + g + st) * (n - 1) // n
         extra["gathered_units"] = 2 * largest_unit_bytes + largest_unit_bytes
-    return Sharded(peak_allocated - saved + sum(extra.values()), extra, NCCL_BYTES)
+    per_gpu = dict(breakdown)
+    for k in SHARDED[strategy]:
+        per_gpu[k] = breakdown.get(k, 0) - breakdown.get(k, 0) * (n - 1) // n
+    saved = sum(breakdown.get(k, 0) - per_gpu[k] for k in SHARDED[strategy])
+    per_gpu.update(extra)
+    return Sharded(peak_allocated - saved + sum(extra.values()), extra, NCCL_BYTES, per_gpu)

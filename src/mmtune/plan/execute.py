@@ -25,9 +25,10 @@ from .tracker import StorageTracker
 class PlanAccelerator:
     num_processes = 1
 
-    def __init__(self, compute_dtype):
+    def __init__(self, compute_dtype, after_backward=None):
         self.device = torch.device("cpu")
         self.compute_dtype = compute_dtype
+        self.after_backward = after_backward  # layer_dedup.LayerDedup: splice the copied layers in
 
     def no_sync(self, model):
         return contextlib.nullcontext()
@@ -39,6 +40,8 @@ class PlanAccelerator:
 
     def backward(self, loss):
         loss.backward()
+        if self.after_backward is not None:
+            self.after_backward()
 
     def clip_grad_norm_(self, params, max_norm):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
@@ -53,6 +56,7 @@ class Execution:
     input_serials: set = field(default_factory=set)
     train_peak_bytes: int = 0
     paged_bytes: int = 0  # paged optimizer state (unified memory, outside the tracker: plan/optim8bit.py)
+    copied_layers: dict = field(default_factory=dict)  # stack name -> layers whose events were copied (layer_dedup)
     eval_info: dict = field(default_factory=dict)
 
 
@@ -81,7 +85,9 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
-              aux=None, loss_impl: str = "full", attention=None) -> Execution:
+              aux=None, loss_impl: str = "full", attention=None, dedup_groups=None) -> Execution:
+    """`dedup_groups` (layer_dedup.find_groups): stacks of identical layers traced as four layers, the
+    others' events copied from the interior one (DedupMismatch when a layer does not repeat exactly)."""
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -123,14 +129,21 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                         ex.state_serials.add(s)
         tracker.phase = "setup"
 
-    handles = _phase_hooks(model, tracker)
+    from .dequant_cost import dequant_cost_hooks
+
+    handles = _phase_hooks(model, tracker) + dequant_cost_hooks(model, tracker)
     h1 = optimizer.register_step_pre_hook(pre_step)
     h2 = optimizer.register_step_post_hook(post_step)
-    acc = PlanAccelerator(compute_dtype)
+    dedup = contextlib.nullcontext()
+    if dedup_groups:
+        from .layer_dedup import LayerDedup
+
+        dedup = LayerDedup(dedup_groups, tracker, mode)
+    acc = PlanAccelerator(compute_dtype, after_backward=dedup.after_backward if dedup_groups else None)
     mode.tracker = tracker  # the fake mode reports each top-level op to the tracker (see fake.py)
     try:
         # attention: plan/attention.TargetAttentionMode on CUDA targets (each SDPA call as the target runs it)
-        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext():
+        with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), dedup:
             for i in range(steps):
                 last = i == steps - 1
                 tracker.record_costs = last
@@ -144,6 +157,7 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
         mode.tracker = None
         for h in handles + [h1, h2]:
             h.remove()
+    ex.copied_layers = {g.path: g.n - 4 for g in dedup_groups or [] if g.spliced}
     return ex
 
 

@@ -50,6 +50,10 @@ class PlanResult:
     train_tensor_peak_bytes: int = 0  # the train steps' live tensor peak (the eval phase excluded)
     eval: dict = field(default_factory=dict)  # planned eval: batch_size, prompt_tokens, max_new_tokens,
     # kv_cache_bytes, tensor_peak_bytes (empty when the run does not evaluate)
+    step_time_parts: dict = field(default_factory=dict)  # forward_backward_s_per_micro_batch, optimizer_s,
+    # dequant_s (per step), comm_exposed_s, matmul_tflops and bandwidth_gbs used (timing.py)
+    comm: dict = field(default_factory=dict)  # --gpus > 1: all_reduce/all_gather/reduce_scatter bytes per rank
+    # per step, comm_time_s (the whole volume), exposed_s, link_gbs, interconnect (timing.py)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -84,18 +88,36 @@ def _eval_batch(resolved, declared):
 
 
 def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True,
-                 attention_kernels: tuple[str, ...] | None = None):
+                 attention_kernels: tuple[str, ...] | None = None, dedup: bool = True):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
-    same trace faster; tests compare both. `attention_kernels` overrides the resolved run's
-    `attention.kernels` (tests and benchmarks: e.g. ("math",) to compare with a real CPU step run
-    under `sdpa_kernel(SDPBackend.MATH)`)."""
+    same trace faster; `dedup=False` traces every layer instead of four per stack of identical layers
+    (layer_dedup.py; it falls back to the full trace by itself when a layer does not repeat exactly);
+    tests compare both. `attention_kernels` overrides the resolved run's `attention.kernels` (tests and
+    benchmarks: e.g. ("math",) to compare with a real CPU step run under `sdpa_kernel(SDPBackend.MATH)`)."""
+    from .layer_dedup import DedupMismatch
+
+    if dedup:
+        try:
+            return _trace(resolved, declared, steps, plan_eval, fast, True, attention_kernels)
+        except (DedupMismatch, MMTuneError) as e:
+            # A layer did not repeat exactly, or the model needs its whole stack (e.g. it captures every
+            # layer's hidden state by hooks): the full trace answers, or raises its own error.
+            out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels)
+            why = str(e).splitlines()[0][:160]
+            out[0].decisions.append(f"plan: every layer traced (the four-layer trace did not apply: {why})")
+            return out
+    return _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels)
+
+
+def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=None):
     from ..train.schedule import make_scheduler
     from .attention import TargetAttentionMode, kernels_of
     from .batch import worst_case_batch
     from .execute import run_steps
     from .fake import NoValueError, ValueFakeMode
+    from .layer_dedup import DedupMismatch, find_groups
     from .model import build_planned_model, materialize_fake
 
     cfg = resolved.cfg
@@ -120,7 +142,8 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda, aux=aux,
-                       loss_impl=loss_impl, attention=attention)
+                       loss_impl=loss_impl, attention=attention,
+                       dedup_groups=find_groups(pm.model, pm.hf_config) if dedup else None)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
         if plan_eval:
@@ -135,8 +158,14 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
                 f"{n} x {k}" for k, n in sorted(attention.calls.items())) + " (plan/attention.py)")
     except NoValueError as e:
         raise _untraceable(e, cfg) from None
+    except DedupMismatch:
+        raise
     except (RuntimeError, NotImplementedError, TypeError) as e:
         raise _untraceable(e, cfg) from None
+    if ex.copied_layers:
+        pm.decisions.append("plan: four layers of each stack of identical layers traced, the others' allocations "
+                            "copied from the interior one (" + ", ".join(f"{n}: {c} copied" for n, c in
+                                                                         ex.copied_layers.items()) + ")")
     return pm, pb, ex, dtype
 
 
@@ -207,14 +236,15 @@ def resolve_for_plan(cfg, gpu=None):
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
-            margin: float = 0.10, plan_eval: bool | None = None) -> PlanResult:
+            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True) -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
-    eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`."""
+    eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
+    `dedup=False` traces every layer (the same result, slower; layer_dedup.py)."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
-    from .timing import step_time
+    from .timing import comm_volumes, step_time
 
     t0 = time.perf_counter()
     resolved = resolve_for_plan(cfg, gpu)
@@ -228,7 +258,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
-    pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval)
+    pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval, dedup=dedup)
     tr = ex.tracker.trace
     breakdown = breakdown_at_peak(ex)
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
@@ -240,30 +270,32 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_alloc = peak_res = tr.peak_bytes
     sh = shard(breakdown, peak_alloc, strategy=strategy, n=gpus, trainable_numel=trainable_numel,
                largest_unit_bytes=_largest_unit_bytes(pm.model))
+    rounding = max(0, peak_alloc - tr.peak_bytes)  # the allocator's rounding of the traced (single-GPU) peak
     if gpus > 1:
         ratio = peak_res / max(1, peak_alloc)
         peak_alloc = sh.peak_allocated
         peak_res = int(peak_alloc * ratio)
-        breakdown.update(sh.extra)
+        breakdown = sh.breakdown  # per GPU: sharded classes at 1/N, the strategy's buffers added
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
-                         "single-GPU trace (plan/distributed.py)")
+                         "single-GPU trace (plan/distributed.py); the breakdown is per GPU")
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
     paged = ex.paged_bytes
     if paged:  # paged optimizer state: unified memory outside the caching allocator (plan/optim8bit.py)
         breakdown["optimizer_state_paged"] = paged
         overhead += paged
-    breakdown["allocator_rounding"] = max(0, peak_alloc - tr.peak_bytes) if gpus == 1 else 0
+    breakdown["allocator_rounding"] = rounding
     breakdown["reserved_unused"] = peak_res - peak_alloc
     breakdown["overhead"] = overhead
     process_total = peak_res + overhead
     if spec is not None:
         total_mem = spec.total_bytes
-        tflops, bw, gid, gname = spec.train_tflops, spec.bandwidth_gbs, spec.id, spec.name
+        tflops, bw, gid, gname = spec.matmul_tflops(prec), spec.bandwidth_gbs, spec.id, spec.name
+        link = spec.link_gbs
     else:
         import os
 
         total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        tflops, bw, gid, gname = 1.0, 20.0, "cpu", "CPU (this machine)"
+        tflops, bw, gid, gname, link = 1.0, 20.0, "cpu", "CPU (this machine)", 0.0
     margin_bytes = total_mem - process_total
     fits = process_total <= total_mem * (1 - margin)
     eval_info = dict(ex.eval_info)
@@ -275,9 +307,21 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
                          f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
                          "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
+    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
+    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
+    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
+    volumes = comm_volumes(strategy, gpus, grad_accum=cfg.train.grad_accum,
+                           trainable_bytes=trainable_numel * 4,  # fp32 gradients
+                           param_bytes=sum(p.numel() * (gather_elem if gather_elem and p.is_floating_point()
+                                                        else p.element_size()) for p in pm.model.parameters()))
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
-                   bandwidth_gbs=bw, world=gpus)
+                   bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,
+                   gathers_params=strategy in ("fsdp", "zero3"))
+    parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
+             "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
+             "bandwidth_gbs": bw}
+    comm = dict(st.comm, strategy=strategy, gpus=gpus, interconnect=spec.interconnect) if st.comm and spec else {}
     return PlanResult(
         model=cfg.model.name, method=cfg.adapter.method, gpu_id=gid, gpu_name=gname, gpus=gpus,
         strategy=strategy if gpus > 1 else "single", precision=prec,
@@ -291,4 +335,4 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
         trainable_params=int(trainable_numel), total_params=int(total_numel),
         decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
-        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info)
+        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm)

@@ -69,14 +69,14 @@ def _with(cfg, overrides: dict):
     return validate(tree)
 
 
-def _plan(cfg, ov, gpu, gpus, strategy, declared, margin) -> Candidate:
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True) -> Candidate:
     from ..errors import MMTuneError
 
     try:
         c = _with(cfg, ov)
         st = ov.get("_strategy", strategy)
         ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
-        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin)
+        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup)
         if "_strategy" in ov:
             ov_clean["--strategy"] = st
         return Candidate(ov_clean, r)
@@ -85,7 +85,8 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin) -> Candidate:
 
 
 def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
-           micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None) -> SearchResult:
+           micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None,
+           dedup: bool = True) -> SearchResult:
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
     methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
     optimizers = optimizers or ["adamw", "adamw_8bit"]
@@ -100,7 +101,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
             if gpus > 1:
                 ov["_strategy"] = st
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
             tried.append(c)
             if c.result is None or not c.result.fits:
                 break
@@ -112,7 +113,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
             if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
                 ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
             tried.append(c)
             if c.result is not None and c.result.fits:
                 fitting.append(c)

@@ -99,6 +99,32 @@ class StorageTracker(TorchDispatchMode):
         """Count a tensor that exists already (weights, buffers, inputs) as allocated now."""
         return self._see(t, phase or self.phase, tag)
 
+    def new_serial(self) -> int:
+        """A fresh serial for an allocation event made up by the planner (layer_dedup.py's copies)."""
+        serial = self._next
+        self._next += 1
+        return serial
+
+    def bind(self, t: torch.Tensor, serial: int) -> None:
+        """Make `t`'s storage the one of allocation event `serial` (already in the trace): its free is logged."""
+        st = t.untyped_storage()
+        self._serial_of[st] = serial
+        weakref.finalize(st, self._freed, serial, st.nbytes(), self.trace)
+
+    def storages_of(self, serials: set) -> dict:
+        """The live storage objects of these serials (serial -> storage)."""
+        return {s: st for st, s in self._serial_of.items() if s in serials}
+
+    def recount(self) -> None:
+        """Live bytes and the peak recomputed from the events (after layer_dedup.py rewrote them)."""
+        tr = self.trace
+        live, tr.peak_bytes, tr.peak_index, tr.peak_phase = 0, 0, -1, "setup"
+        for i, ev in enumerate(tr.events):
+            live += ev.nbytes
+            if ev.nbytes > 0 and live > tr.peak_bytes:
+                tr.peak_bytes, tr.peak_index, tr.peak_phase = live, i, ev.phase
+        tr.live_bytes = live
+
     # -- events ----------------------------------------------------------------------------------
     def _see(self, t: torch.Tensor, phase: str, tag: str, op: str = "") -> int | None:
         if not isinstance(t, torch.Tensor) or t.layout != torch.strided:

@@ -1,0 +1,119 @@
+"""The step-time model: GPU ranking, 4-bit dequantisation, per-GPU breakdowns and communication."""
+
+import pytest
+
+from mmtune.config import load_config
+from mmtune.gpus import GPUS
+
+TEXT = ["model.name=tiny/qwen2", "data.max_length=256", "train.grad_accum=2", "train.precision=fp16"]
+
+
+def _plan(*over, gpu="a100-40gb", **kw):
+    from mmtune.plan.planner import predict
+
+    return predict(load_config(None, TEXT + list(over)), gpu=gpu, **kw)
+
+
+def test_catalogue_has_every_figure_of_each_card():
+    for g in GPUS.values():
+        assert g.fp16_tflops > g.fp32_tflops > 0 and g.bandwidth_gbs > 0 and g.link_gbs > 0, g.id
+        assert g.interconnect in ("nvlink", "pcie3", "pcie4"), g.id
+        assert (g.bf16_tflops is not None) == g.bf16, g.id
+        assert g.matmul_tflops("fp32") == g.fp32_tflops
+    # GeForce cards: the table holds the fp32-accumulate rate itself (no second halving)
+    assert GPUS["rtx-3090"].matmul_tflops("fp16") == 71 and GPUS["rtx-4090"].matmul_tflops("bf16") == 165.2
+
+
+def test_a_t4_ranks_slower_than_an_rtx_3090_and_the_order_follows_the_cards():
+    t = {g: _plan("adapter.method=lora", gpu=g).step_time_s for g in ("t4", "rtx-3090", "a100-40gb", "h100")}
+    assert t["t4"] > t["rtx-3090"] > t["a100-40gb"] > t["h100"], t
+
+
+def test_fp32_runs_are_priced_at_the_fp32_rate():
+    a = _plan("adapter.method=full", "train.precision=fp32", gpu="a100-40gb")
+    assert a.step_time_parts["matmul_tflops"] == GPUS["a100-40gb"].fp32_tflops
+    b = _plan("adapter.method=full", gpu="a100-40gb")
+    assert b.step_time_parts["matmul_tflops"] == 312  # (a tiny model is launch-bound: no time comparison)
+
+
+def test_qlora_pays_for_dequantising_its_weights():
+    from mmtune.models.packed4bit import packed_4bit_bytes
+    from mmtune.plan.dequant_cost import dequant_bytes
+
+    lora = _plan("adapter.method=lora", "model.gradient_checkpointing=true")
+    qlora = _plan("adapter.method=qlora", "model.gradient_checkpointing=true")
+    assert lora.step_time_parts["dequant_s"] == 0
+    assert qlora.step_time_parts["dequant_s"] > 0
+    assert qlora.step_time_s > lora.step_time_s
+    # one dequantize reads at least the stored 4-bit weight and writes the 16-bit one
+    n = 4096 * 4096
+    assert dequant_bytes(n, 2) > packed_4bit_bytes(n) - 4 * 256 + 2 * n - 4096
+
+
+def test_dequantisations_counted_per_pass():
+    """Forward, checkpointed recomputation and backward each dequantize every 4-bit linear once."""
+    from mmtune.plan.planner import resolve_for_plan, trace_config
+
+    def count(ckpt):
+        cfg = load_config(None, TEXT + ["adapter.method=qlora", f"model.gradient_checkpointing={ckpt}"])
+        pm, _, ex, _ = trace_config(resolve_for_plan(cfg, "a100-40gb"))
+        return pm.quantized_layers, sum(1 for c in ex.tracker.trace.costs if c[2] == "dequant")
+
+    layers, with_ckpt = count("true")
+    _, without = count("false")
+    traced_micro_batches = 2  # the cost-recording step runs min(grad_accum, 2) micro-batches
+    # checkpointed: forward, recomputation and backward for every linear (PEFT makes the embeddings' output
+    # require grad under checkpointing, so every input has a gradient)
+    assert with_ckpt == 3 * layers * traced_micro_batches
+    # not checkpointed: forward for all; backward for all but layer 0's q, k, v (their input, the frozen
+    # embeddings' norm, needs no gradient, so bnb's backward never runs for them)
+    assert without == (2 * layers - 3) * traced_micro_batches
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "fsdp", "zero3"])
+def test_per_gpu_breakdown_and_communication(strategy):
+    one = _plan("adapter.method=full", "model.gradient_checkpointing=false")
+    r = _plan("adapter.method=full", "model.gradient_checkpointing=false", gpus=4, strategy=strategy)
+    b, b1 = r.breakdown, one.breakdown
+    sharded = {"ddp": (), "zero2": ("gradients", "optimizer_state")}.get(
+        strategy, ("weights", "trainable_parameters", "gradients", "optimizer_state"))
+    for k in ("weights", "trainable_parameters", "gradients", "optimizer_state", "activations"):
+        assert b[k] == (b1[k] - b1[k] * 3 // 4 if k in sharded else b1[k]), (k, b[k], b1[k])
+    classes = sum(v for k, v in b.items() if k not in ("reserved_unused", "overhead"))
+    assert classes == r.peak_allocated_bytes  # the per-GPU parts add up to the per-GPU peak
+    c = r.comm
+    assert c["strategy"] == strategy and c["interconnect"] == "nvlink" and c["link_gbs"] == 300
+    moved = {k: c[k] > 0 for k in ("all_reduce_bytes", "all_gather_bytes", "reduce_scatter_bytes")}
+    assert moved == {"ddp": dict(all_reduce_bytes=True, all_gather_bytes=False, reduce_scatter_bytes=False),
+                     "zero2": dict(all_reduce_bytes=False, all_gather_bytes=True, reduce_scatter_bytes=True)}.get(
+        strategy, dict(all_reduce_bytes=False, all_gather_bytes=True, reduce_scatter_bytes=True))
+    assert c["comm_time_s"] > 0 and 0 <= c["exposed_s"] <= c["comm_time_s"]
+    assert r.step_time_s == pytest.approx(one.step_time_s + c["exposed_s"])
+
+
+def test_ring_volumes_and_link_time():
+    from mmtune.plan.timing import COMM_EFFICIENCY, comm_time, comm_volumes
+
+    v = comm_volumes("ddp", 4, grad_accum=8, trainable_bytes=1000, param_bytes=10_000)
+    assert v == {"all_reduce_bytes": 1500, "all_gather_bytes": 0, "reduce_scatter_bytes": 0}
+    v = comm_volumes("fsdp", 4, grad_accum=2, trainable_bytes=1000, param_bytes=10_000)
+    assert v == {"all_reduce_bytes": 0, "all_gather_bytes": 30_000, "reduce_scatter_bytes": 1500}
+    assert comm_volumes("ddp", 1, grad_accum=1, trainable_bytes=1000, param_bytes=1) == \
+        {"all_reduce_bytes": 0, "all_gather_bytes": 0, "reduce_scatter_bytes": 0}
+    assert comm_time({"all_reduce_bytes": 7e9}, 10) == pytest.approx(7e9 / (10e9 * COMM_EFFICIENCY))
+    # the same DDP run over PCIe Gen3 costs more time than over NVLink
+    slow = _plan("adapter.method=full", gpu="quadro-rtx-6000", gpus=2)
+    fast = _plan("adapter.method=full", gpu="a100-40gb", gpus=2)
+    assert slow.comm["comm_time_s"] > fast.comm["comm_time_s"]
+
+
+def test_cli_prints_step_parts_and_traffic(tmp_path):
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model:\n  name: tiny/qwen2\n")
+    out = CliRunner().invoke(app, ["plan", str(cfg), *TEXT, "adapter.method=qlora", "--gpu", "a100-40gb", "--gpus", "2",
+                                   "--strategy", "fsdp"], env={"COLUMNS": "300"})
+    assert "4-bit dequantisation" in out.output and "all-gather" in out.output, out.output
