@@ -115,5 +115,5 @@ def test_cli_prints_step_parts_and_traffic(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model:\n  name: tiny/qwen2\n")
     out = CliRunner().invoke(app, ["plan", str(cfg), *TEXT, "adapter.method=qlora", "--gpu", "a100-40gb", "--gpus", "2",
-                                   "--strategy", "fsdp"], env={"COLUMNS": "300"})
+                                   "--strategy", "zero2"], env={"COLUMNS": "300"})  # (QLoRA + fsdp is refused)
     assert "4-bit dequantisation" in out.output and "all-gather" in out.output, out.output
