@@ -268,6 +268,10 @@ def load_records(spec, data_cfg, split: str = "train") -> RecordSet:
         from .mixture import load_mixture
 
         return load_mixture(spec, data_cfg, split)
+    if split == "train" and getattr(data_cfg, "streaming", False):  # its first K records (data/streaming.py)
+        from .streaming import sample_records
+
+        return sample_records(spec, data_cfg, split)
     rs = load_source(spec, data_cfg, split)
     if split != "train" and data_cfg.eval_max_samples and len(rs.records) > data_cfg.eval_max_samples:
         rs.notes.append(f"kept the first {data_cfg.eval_max_samples} of {len(rs.records)} records (data.eval_max_samples)")
