@@ -139,3 +139,26 @@ def test_start_up_check_reads_only_the_first_k_records(tiny_vl_config):
     assert any("first 5 records" in n for n in rs.notes)
     run = build_run(cfg)
     assert any("data.streaming: start-up check of the first 5 records" in d for d in run.decisions)
+    assert any(d.key == "data.streaming" and "read as they are drawn" in d.reason for d in run.resolved.decisions)
+
+
+def test_stream_reads_a_parquet_file_and_a_save_to_disk_folder_like_the_loader(tmp_path):
+    """Every streamed kind gives the rows the in-memory reader gives, in the same order."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mmtune.data.sources import iter_rows
+    from mmtune.data.streaming import stream_rows
+
+    rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": str(i)}]}
+            for i in range(600)]  # more than one parquet batch
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "t.parquet")
+    datasets.Dataset.from_list(rows[:7]).save_to_disk(str(tmp_path / "saved"))
+    for spec in (str(tmp_path / "t.parquet"), str(tmp_path / "saved")):
+        streamed = [r for _, r in stream_rows(spec, "train")[1]]
+        assert streamed == [r for _, r in iter_rows(spec, "train")[1]]
+        assert streamed == rows[:len(streamed)] and len(streamed) in (600, 7)
+    with pytest.raises(Exception, match="convert it to JSONL"):
+        (tmp_path / "t.json").write_text(json.dumps(rows[:2]))
+        stream_rows(str(tmp_path / "t.json"), "train")
