@@ -101,7 +101,8 @@ class DataConfig(Section):
                                                   "pixels); records past it are measured at start-up, encoded in the loop")
     streaming: bool = Field(False, description="read data.train as it is needed, never all in memory (sets too large "
                                                "for the disk or memory); needs train.max_steps; see docs/data.md")
-    shuffle_buffer: int = Field(1000, gt=0, description="data.streaming: records held to shuffle from (seeded, resumable)")
+    shuffle_buffer: int = Field(1000, gt=0, description="data.streaming: rows held to shuffle from (seeded; the "
+                                                        "position resumes exactly)")
     stream_sample: int = Field(1000, gt=0, description="data.streaming: the first K records the start-up check and "
                                                        "the doctor's data pass read (the whole set is not scanned)")
     system_prompt: str | None = None

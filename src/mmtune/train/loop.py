@@ -223,7 +223,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
-                       pack=cfg.data.max_length if cfg.data.packing else None, **position)
+                       pack=cfg.data.max_length if cfg.data.packing else None,
+                       epoch=position["epoch"], index=position["index"])  # a stream's position has more
     aux = aux_terms(run)
     if cfg.data.streaming:  # records read as drawn, never all in memory (data/streaming.py): its own cursor
         from ..data.streaming import StreamingBatches
