@@ -330,10 +330,15 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # while data.cache_mb lasts, measured from headers after that (data/encode_cache.py).
         from .data.encode_cache import EncodeCache
 
-        run.encode_cache = EncodeCache(cfg.data.cache_mb * 2**20, resolved.compute_dtype)
+        # A stream is read once per epoch, each record encoded as it is drawn: no start-up encodings kept.
+        run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
                             cfg.data.on_bad_record, cache=run.encode_cache, progress="check train data")
         run.train_set, run.train_lengths = scan.records, scan.lengths
+        if cfg.data.streaming:  # the check read a sample; the stream counts its own bad records as it meets them
+            decisions.append(f"data.streaming: start-up check of the first {len(scan.records.records)} records "
+                             f"(data.stream_sample={cfg.data.stream_sample}): {scan.records.summary()}")
+            run.train_set = type(scan.records)(records=scan.records.records, notes=scan.records.notes)
         if cfg.data.eval:
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
                                         cfg.data.on_bad_record, progress="check eval data").records

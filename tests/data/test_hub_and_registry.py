@@ -203,3 +203,20 @@ def test_doctor_reads_registry_names_and_hub_ids_as_training_does(registry, hub_
     bad = run_doctor(cfg, ["data.train=mllm_dem", "data.eval=acme/missing"], None, only=["MM026"])
     msgs = " ".join(f.message for f in bad.findings if f.severity == "error")
     assert "no dataset 'mllm_dem'" in msgs and "'acme/missing' is not in the Hub cache" in msgs
+
+
+def test_hub_id_streams_from_the_hub_cache_offline(hub_cache):
+    """data.streaming with a Hub id: `datasets`' streaming=True over the cached repository, dealt in a
+    seeded shuffled order that resumes exactly."""
+    from mmtune.data.streaming import RecordStream
+
+    _cache_repo(hub_cache, "acme/big", {"data/train.jsonl": "".join(json.dumps(r) + "\n" for r in _qa_rows(9))})
+    d = _data_cfg("data.train=acme/big", "data.streaming=true", "data.shuffle_buffer=3")
+    s = RecordStream("acme/big", d, seed=0, micro_batch_size=2)
+    first = [r.source for r in s.next_records()]
+    assert all(src.startswith("acme/big[train]:row ") for src in first)
+    pos = s.position()
+    rest = [r.source for _ in range(3) for r in s.next_records()]
+    again = RecordStream("acme/big", d, seed=0, micro_batch_size=2, position=pos)
+    assert [r.source for _ in range(3) for r in again.next_records()] == rest
+    assert len(set(first + rest)) == 8  # one epoch of 4 micro-batches, 1 record of tail dropped

@@ -201,3 +201,12 @@ def test_reason_table_covers_the_data_package():
     for f in Path(data_pkg.__file__).parent.glob("*.py"):
         reasons |= set(re.findall(r'BadRecord\("([a-z ]+)"', f.read_text()))
     assert reasons and reasons <= set(REASON_CODES), reasons - set(REASON_CODES)
+
+
+def test_streaming_data_pass_reads_only_the_first_k_rows(doctor, dataset):
+    """data.streaming: the doctor samples the stream's first data.stream_sample rows and says so."""
+    rep = doctor(_tree(dataset(["ok", "ok_text"] * 5 + ["missing_field"]), streaming=True, stream_sample=4,
+                       on_bad_record="skip"), *DATA_CODES)
+    scan = rep.tables["data"].splits[0]
+    assert (scan.rows, scan.ok, scan.n_bad, scan.sampled) == (4, 4, 0, 4)  # the bad 11th row is past the sample
+    assert rep.tables["data"].table_rows()[0][0] == "train (first 4 rows: data.streaming)"

@@ -99,6 +99,12 @@ class DataConfig(Section):
                                              "only to itself (per-record positions, M-RoPE included); see docs/data.md")
     cache_mb: int = Field(1024, ge=0, description="memory for the start-up encodings the loop reuses (ids, labels, "
                                                   "pixels); records past it are measured at start-up, encoded in the loop")
+    streaming: bool = Field(False, description="read data.train as it is needed, never all in memory (sets too large "
+                                               "for the disk or memory); needs train.max_steps; see docs/data.md")
+    shuffle_buffer: int = Field(1000, gt=0, description="data.streaming: rows held to shuffle from (seeded; the "
+                                                        "position resumes exactly)")
+    stream_sample: int = Field(1000, gt=0, description="data.streaming: the first K records the start-up check and "
+                                                       "the doctor's data pass read (the whole set is not scanned)")
     system_prompt: str | None = None
     # Counting sets (format fsc147) write their text from templates over {object} and {count}.
     question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: <number>.'")
@@ -108,6 +114,24 @@ class DataConfig(Section):
     synthetic_train_size: int = Field(600, gt=0)
     synthetic_eval_size: int = Field(100, gt=0)
     synthetic_seed: int = 0
+
+    @model_validator(mode="after")
+    def _streaming_limits(self):
+        """What a stream cannot do, refused here: each needs every record's length or the whole set up front."""
+        if not self.streaming:
+            return self
+        for key, why in (("packing", "packing plans rows from every record's length"),
+                         ("group_by_length", "grouping sorts windows by every record's length")):
+            if getattr(self, key):
+                raise ValueError(f"data.streaming=true and data.{key}=true: {why}, unknown for a stream; "
+                                 f"set data.{key}=false (or data.streaming=false)")
+        if isinstance(self.train, list):
+            raise ValueError("data.streaming=true with a mixture (data.train as a list): a mixture draws from "
+                             "every source's records; stream one source, or set data.streaming=false")
+        if isinstance(self.train, str) and self.train.startswith("synthetic:"):
+            raise ValueError(f"data.streaming=true with {self.train}: synthetic sets are made in memory; "
+                             "set data.streaming=false")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -268,6 +268,10 @@ def load_records(spec, data_cfg, split: str = "train") -> RecordSet:
         from .mixture import load_mixture
 
         return load_mixture(spec, data_cfg, split)
+    if split == "train" and getattr(data_cfg, "streaming", False):  # its first K records (data/streaming.py)
+        from .streaming import sample_records
+
+        return sample_records(spec, data_cfg, split)
     rs = load_source(spec, data_cfg, split)
     if split != "train" and data_cfg.eval_max_samples and len(rs.records) > data_cfg.eval_max_samples:
         rs.notes.append(f"kept the first {data_cfg.eval_max_samples} of {len(rs.records)} records (data.eval_max_samples)")
@@ -297,7 +301,13 @@ def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         wanted = spec.partition("::")[2] or registered.split
     else:
         check_format(fmt, columns)
-        base, rows = iter_rows(spec, split, parts)
+        if split == "train" and getattr(data_cfg, "streaming", False) and not spec.startswith("synthetic:"):
+            # Read lazily: the doctor's pass over a stream reads its first rows only.
+            from .streaming import stream_rows
+
+            base, rows = stream_rows(spec, split)
+        else:
+            base, rows = iter_rows(spec, split, parts)
         wanted = spec.partition("::")[2] or split
     return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted)
 

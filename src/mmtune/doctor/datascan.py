@@ -80,6 +80,7 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
+    sampled: int | None = None  # data.streaming: only the first K rows were read (data.stream_sample)
 
     @property
     def decode_sampled(self) -> bool:
@@ -112,7 +113,8 @@ class DataScan:
         rows = []
         for s in self.splits:
             total = s.ok + s.n_bad
-            rows.append((s.split, total, s.ok, s.n_bad, ""))
+            label = s.split if s.sampled is None else f"{s.split} (first {s.sampled} rows: data.streaming)"
+            rows.append((label, total, s.ok, s.n_bad, ""))
             for reason, n in s.bad.most_common():
                 rows.append(("", "", "", n, reason))
         return rows
@@ -409,8 +411,11 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
     if cfg.data.train:
         for spec, r, tag in _sources(cfg.data.train, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + write_clean.suffix) if write_clean else None
-            result.splits.append(scan_split("train", spec, r, limit=limit, write_clean=clean, full=full,
+            # A stream is sampled, never read whole: its first data.stream_sample rows (said in the table).
+            sample = cfg.data.stream_sample if cfg.data.streaming and limit is None else None
+            result.splits.append(scan_split("train", spec, r, limit=sample or limit, write_clean=clean, full=full,
                                             train_keys=train_keys))
+            result.splits[-1].sampled = sample
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None

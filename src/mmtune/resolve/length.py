@@ -44,6 +44,12 @@ def decide_length(cfg, target) -> tuple[dict, list[Decision]]:
     updates: dict = {}
     decisions: list[Decision] = []
     steps = t.max_steps
+    if t.epochs is not None and cfg.data.streaming:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"train.epochs={t.epochs:g} with data.streaming=true: a stream's size is not known before "
+                          "it is read, so epochs cannot be turned into steps", where="train.epochs",
+                          fix="give train.max_steps instead (a stream that runs out starts its next epoch)")
     if t.epochs is not None:
         n = count_train_records(cfg)
         world = world_size(target)

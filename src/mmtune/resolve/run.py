@@ -175,6 +175,14 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 
     length, length_decisions = decide_length(cfg, target)
     decisions += length_decisions
+    if cfg.data.streaming:
+        decisions.append(Decision(
+            "data.streaming", f"on: shuffle buffer {cfg.data.shuffle_buffer}, start-up check of the first "
+                              f"{cfg.data.stream_sample} records",
+            "data.streaming=true: training records are read as they are drawn, never all in memory; the position "
+            "(rows read) is checkpointed and resumed exactly; no start-up encodings kept (data.cache_mb unused), "
+            "records encoded in the training process" + (f" (train.num_workers={cfg.train.num_workers} unused)"
+                                                         if cfg.train.num_workers else "")))
     _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)

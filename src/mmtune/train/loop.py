@@ -223,15 +223,21 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
     stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
                        rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
-                       pack=cfg.data.max_length if cfg.data.packing else None, **position)
-    cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
+                       pack=cfg.data.max_length if cfg.data.packing else None,
+                       epoch=position["epoch"], index=position["index"])  # a stream's position has more
     aux = aux_terms(run)
+    if cfg.data.streaming:  # records read as drawn, never all in memory (data/streaming.py): its own cursor
+        from ..data.streaming import StreamingBatches
+
+        cursor, loader = StreamingBatches(run, position, [t.loss for t in aux]), None
+    else:
+        cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
+        loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
     staged = None
     if cfg.train.stages:
         from ..stages import StagedParams, stage_index
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
-    loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
     balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
@@ -274,7 +280,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "data_wait_fraction": data_wait / train_time if train_time else 0.0,
             "padding_fraction": 1 - tokens_seen / padded_tokens if padded_tokens else 0.0,
             "wall_s": time.perf_counter() - t_start,
-            "train_records": len(run.train_set.records),
+            "train_records": getattr(cursor, "records_read", len(run.train_set.records)),  # a stream: read so far
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
@@ -290,7 +296,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             t0 = time.perf_counter()
             ids, micro = [], []
             for _ in range(cfg.train.grad_accum):
-                b, mb = _next_micro_batch(run, cursor, loader, late_bad)
+                b, mb = cursor.next_micro_batch() if loader is None else _next_micro_batch(run, cursor, loader, late_bad)
                 ids.append(b)
                 micro.append(mb)
             wait = time.perf_counter() - t0
@@ -307,7 +313,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                                      loss_impl=cfg.train.loss_impl)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
-                bad = [run.train_set.records[i].id for b in ids for i in _flat(b)]
+                bad = [i if isinstance(i, str) else run.train_set.records[i].id for b in ids for i in _flat(b)]
                 raise MMTuneError(
                     f"loss became {res.loss} at step {step}",
                     where=f"records {bad[:8]}",

@@ -1,0 +1,266 @@
+"""data.streaming: training records read as the loop needs them, never all held in memory.
+
+Rows come from a lazy reader (JSONL line by line, CSV row by row, parquet batch by batch, `datasets`'
+`streaming=True` for Hub ids and dataset folders, a save_to_disk folder as an iterable over its
+memory-mapped Arrow files), pass through a seeded shuffle buffer, become records (data.format,
+data.on_bad_record as they come) and are dealt round-robin: each global micro-batch is the next
+micro_batch_size x world_size records, and rank r takes every world_size-th one starting at r (the same
+stream on every rank, so no rank waits for another).
+
+The position is exact and world-size free: rows drawn out of the shuffle buffer in this epoch, and how
+many records of the last row were dealt. The buffer is not saved: its draws depend only on (seed, epoch,
+row count), so resume re-reads the first rows *without* converting or encoding them and rebuilds the
+buffer exactly as it was. A stream that runs out drops its ragged tail (as the in-memory epoch does) and
+starts its next epoch, reshuffled.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import ConfigError, DataError
+
+
+def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
+    """(base folder for relative media, rows as (where, row-or-BadRecord)), read lazily."""
+    from .hub import cached_snapshot, dataset_rows, is_hub_id
+    from .sources import _rows_csv, _rows_jsonl
+
+    path_s, _, explicit = spec.partition("::")
+    split = explicit or split
+    if is_hub_id(path_s):
+        snap = cached_snapshot(path_s)
+        return snap or Path.cwd(), dataset_rows(_load_streaming(str(snap or path_s), path_s), split, path_s)
+    path = Path(path_s).expanduser()
+    if not path.exists():
+        raise DataError(f"data source {str(path)!r} does not exist", where=spec,
+                        fix="give a JSONL/parquet/CSV file, a dataset folder or a Hub id ORG/NAME")
+    if path.is_dir():
+        if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            import datasets
+
+            ds = datasets.load_from_disk(str(path))  # memory-mapped Arrow: nothing read until iterated
+            if isinstance(ds, datasets.DatasetDict):
+                ds = datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in ds.items()})
+            else:
+                ds = ds.to_iterable_dataset()
+            return path, dataset_rows(ds, split, str(path))
+        return path, dataset_rows(_load_streaming(str(path), str(path)), split, str(path))
+    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet_batches}
+    if path.suffix not in readers:
+        raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
+                        where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
+                                        "or set data.streaming=false")
+    return path.parent, readers[path.suffix](path)
+
+
+def _load_streaming(source: str, where: str):
+    import datasets
+
+    try:
+        return datasets.load_dataset(source, streaming=True)
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
+        raise DataError(f"datasets could not stream {where} ({type(e).__name__}: {str(e)[:300]})", where=where,
+                        fix="check the id / folder and its data files") from None
+
+
+def _rows_parquet_batches(path: Path) -> Iterator[tuple[str, object]]:
+    import pyarrow.parquet as pq
+
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time
+        for row in batch.to_pylist():
+            yield f"{path}:row {n}", row
+            n += 1
+
+
+def shuffle_buffer(rows: Iterator, size: int, rng: random.Random) -> Iterator:
+    """Rows in a shuffled order, holding at most `size`: each new row takes the place of a random one,
+    which is given out; at the end the rest come out shuffled. The draws depend only on the count of rows
+    seen, so replaying the same rows with the same seed gives the same order."""
+    buf: list = []
+    for row in rows:
+        if len(buf) < size:
+            buf.append(row)
+            continue
+        j = rng.randrange(size)
+        out, buf[j] = buf[j], row
+        yield out
+    rng.shuffle(buf)
+    yield from buf
+
+
+def sample_records(spec: str, data_cfg, split: str = "train"):
+    """The first data.stream_sample records of the stream, unshuffled, as a RecordSet (the start-up check,
+    `mmtune data inspect` and the planner read these instead of the whole set)."""
+    from .records import RecordSet
+
+    k = data_cfg.stream_sample
+    reader = _RecordReader(spec, data_cfg, split)
+    rs = RecordSet()
+    for where, row in reader.rows:
+        if len(rs.records) >= k:
+            break
+        rs.records.extend(reader.convert(where, row, rs))
+    rs.records = rs.records[:k]
+    rs.notes.append(f"data.streaming: the first {len(rs.records)} records of {spec} (data.stream_sample={k}) "
+                    "were read for this check, not the whole set")
+    if not rs.records:
+        raise DataError(f"no usable records in the first rows of {spec} ({rs.summary()})", where=spec,
+                        fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
+    return rs
+
+
+class _RecordReader:
+    """One pass over a source's rows, turning a row into its records the way load_source does."""
+
+    def __init__(self, spec: str, data_cfg, split: str):
+        from .formats import check_format
+        from .sources import make_resolver
+
+        if getattr(data_cfg, "dataset_info", None):
+            raise ConfigError("data.streaming=true with data.dataset_info: registry entries are read whole",
+                              where="data.streaming", fix="point data.train at the data file or folder itself")
+        check_format(data_cfg.format, dict(data_cfg.columns))
+        self.cfg, self.spec = data_cfg, spec
+        base, self.rows = stream_rows(spec, split)
+        self.resolve = make_resolver(base, data_cfg.media_root)
+        self.templates = {k: v for k, v in (("question", data_cfg.question_template),
+                                            ("answer", data_cfg.answer_template)) if v}
+        self.index = 0
+
+    def convert(self, where: str, row, skipped) -> list:
+        """The row's records; a bad row raises (data.on_bad_record=error) or is counted in `skipped`."""
+        from .formats import BadRecord, row_to_records
+
+        self.index += 1
+        try:
+            if isinstance(row, BadRecord):
+                raise row
+            return row_to_records(row, self.cfg.format, dict(self.cfg.columns), where, self.index - 1, self.resolve,
+                                  templates=self.templates)
+        except BadRecord as e:
+            if self.cfg.on_bad_record == "error":
+                raise e.as_error() from None
+            skipped.skip(where, e.reason, e.what)
+            return []
+
+
+class RecordStream:
+    """This rank's records, micro-batch by micro-batch, from a shuffled stream; resumable from position()."""
+
+    def __init__(self, spec: str, data_cfg, *, seed: int, micro_batch_size: int, rank: int = 0, world_size: int = 1,
+                 skipped=None, position: dict | None = None):
+        from .records import RecordSet
+
+        self.spec, self.cfg, self.seed = spec, data_cfg, seed
+        self.mbs, self.rank, self.world = micro_batch_size, rank, world_size
+        self.skipped = skipped if skipped is not None else RecordSet()
+        pos = position or {}
+        self.epoch, self.index = pos.get("epoch", 0), pos.get("index", 0)
+        for reason, n in (pos.get("skipped") or {}).items():  # bad records counted before the checkpoint
+            self.skipped.skipped[reason] = n
+        self.records_read = pos.get("records_read", 0)
+        self._open(rows_done=pos.get("rows", 0), taken=pos.get("taken", 0))
+
+    def _open(self, rows_done: int = 0, taken: int = 0) -> None:
+        self._reader = _RecordReader(self.spec, self.cfg, "train")
+        self._rows = shuffle_buffer(self._reader.rows, self.cfg.shuffle_buffer,
+                                    random.Random(f"stream:{self.seed}:{self.epoch}"))
+        self.rows, self.taken, self._pending = 0, 0, []
+        self._dealt_this_epoch = rows_done > 0
+        # Resume: the rows already drawn are read again, not converted (the buffer's state is rebuilt by
+        # replaying its draws), then the last one's records already dealt are dropped.
+        for _ in range(max(0, rows_done - 1)):
+            next(self._rows)
+            self.rows += 1
+        if rows_done:
+            self._pending = self._convert(next(self._rows))
+            self.rows += 1
+            self.taken = min(taken, len(self._pending))
+            self._pending = self._pending[self.taken:]
+
+    def _convert(self, item) -> list:
+        where, row = item
+        return self._reader.convert(where, row, self.skipped)
+
+    def _next_record(self):
+        while not self._pending:
+            item = next(self._rows, None)
+            if item is None:
+                return None
+            self.rows, self.taken = self.rows + 1, 0
+            self._pending = self._convert(item)
+        self.taken += 1
+        return self._pending.pop(0)
+
+    def next_records(self) -> list:
+        """This rank's records of the next global micro-batch (micro_batch_size x world_size records)."""
+        need = self.mbs * self.world
+        got: list = []
+        while len(got) < need:
+            r = self._next_record()
+            if r is not None:
+                got.append(r)
+                continue
+            if not self._dealt_this_epoch:
+                raise ConfigError(f"the stream {self.spec} has {len(got)} usable records, fewer than one micro-batch "
+                                  f"per process ({self.mbs} x {self.world})", where="train.micro_batch_size",
+                                  fix=f"train.micro_batch_size={max(1, len(got) // self.world)} or add data")
+            self.epoch, self.index = self.epoch + 1, 0  # the ragged tail is dropped, as in memory
+            self._open()
+            got = []
+        self._dealt_this_epoch = True
+        self.index += 1
+        self.records_read += need
+        return got[self.rank::self.world]
+
+    def position(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index, "rows": self.rows, "taken": self.taken,
+                "records_read": self.records_read, "skipped": dict(self.skipped.skipped)}
+
+
+class StreamingBatches:
+    """The loop's micro-batches under data.streaming: records from a RecordStream, encoded in this process
+    and collated. A record that fails to encode follows data.on_bad_record (counted in run.train_set)."""
+
+    def __init__(self, run, position: dict, aux_losses=()):
+        cfg = run.cfg
+        self.run, self.aux = run, tuple(aux_losses)
+        self.stream = RecordStream(cfg.data.train, cfg.data, seed=cfg.train.seed,
+                                   micro_batch_size=cfg.train.micro_batch_size, rank=run.accelerator.process_index,
+                                   world_size=run.accelerator.num_processes, skipped=run.train_set, position=position)
+
+    @property
+    def epoch(self) -> int:
+        return self.stream.epoch
+
+    @property
+    def records_read(self) -> int:
+        return self.stream.records_read
+
+    def position(self) -> dict:
+        return self.stream.position()
+
+    def next_micro_batch(self) -> tuple[list[str], dict]:
+        """(the records' ids, the collated micro-batch) with at least one good record."""
+        from .formats import BadRecord
+
+        while True:
+            ids, items = [], []
+            for r in self.stream.next_records():
+                try:
+                    encoded = self.run.encoder.encode(r)
+                except BadRecord as e:
+                    if self.run.cfg.data.on_bad_record == "error":
+                        raise e.as_error() from None
+                    self.run.train_set.skip(r.source, e.reason, e.what)
+                    continue
+                for loss in self.aux:
+                    encoded.update(loss.record_inputs(r, encoded))
+                ids.append(r.id)
+                items.append(encoded)
+            if items:
+                return ids, self.run.collator(items)
