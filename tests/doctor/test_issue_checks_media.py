@@ -49,7 +49,6 @@ def test_mm057_premise_llava_processor_with_a_siglip_count():
     the processor writes one token more than the encoder returns, and the model's forward stops."""
     import torch
     from PIL import Image
-
     from transformers import LlavaForConditionalGeneration
 
     from mmtune.models.tiny import tiny_config_and_processor
