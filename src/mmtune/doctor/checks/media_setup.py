@@ -59,7 +59,7 @@ def _geometry_pairs(proc, hf):
 
 
 @check("MM057", "the processor's image arithmetic (patch, merge, CLS tokens, crop, tiling) is the model's",
-       needs=("cfg", "resolved"))
+       needs=("cfg", "resolved", "processor_info"))
 def processor_geometry(ctx):
     """Each number both the processor and the model config hold must agree: the processor writes as many
     media tokens as its own numbers say, the model fills them with as many features as its config says.
@@ -89,17 +89,12 @@ def pixel_caps_ordered(ctx):
     the memory plan and the media-token counts assume. The processor's own default minimum (3136 for
     Qwen2-VL) counts too, so a very low model.max_pixels alone can do it. A warning: it trains, with more
     media tokens (and memory) than the run was sized for."""
-    from ...resolve.processor import read_pixel_caps
-
-    resolved = ctx.need("resolved")
-    cfg = ctx.need("cfg")
-    bad: dict[tuple[int, int], list[str]] = {}  # image and video processors usually share the caps: say it once
-    for part, (lo, hi) in read_pixel_caps(resolved.need_processor()).items():
-        if lo is not None and hi is not None and lo > hi:
-            bad.setdefault((lo, hi), []).append(part)
-    for (lo, hi), parts in bad.items():
-        who = "model.min_pixels" if cfg.model.min_pixels is not None else "the processor's default min_pixels"
-        yield warning(f"{who}={lo} is above model.max_pixels={hi} ({', '.join(parts)}): images smaller than {lo} "
-                      f"pixels are enlarged to {lo} pixels, past the max_pixels cap the memory plan and media-token "
-                      "counts assume", where="model.min_pixels" if cfg.model.min_pixels is not None else "model.max_pixels",
-                      fix=f"model.min_pixels={hi} (at most model.max_pixels), or a larger model.max_pixels")
+    cfg, caps = ctx.need("cfg"), ctx.need("resolved").media  # the caps the processor applies (resolve read them back)
+    lo, hi = caps.min_pixels, caps.max_pixels
+    if lo is None or hi is None or lo <= hi:
+        return
+    who = "model.min_pixels" if cfg.model.min_pixels is not None else "the processor's default min_pixels"
+    yield warning(f"{who}={lo} is above model.max_pixels={hi}: images smaller than {lo} pixels are enlarged to {lo} "
+                  "pixels, past the max_pixels cap the memory plan and media-token counts assume",
+                  where="model.min_pixels" if cfg.model.min_pixels is not None else "model.max_pixels",
+                  fix=f"model.min_pixels={hi} (at most model.max_pixels), or a larger model.max_pixels")
