@@ -136,3 +136,32 @@ def test_mm059_max_below_the_processors_default_min(doctor):
                                    {"name": "tiny/llava"}])
 def test_mm059_clean(doctor, model):
     assert doctor({**TINY_VL, "model": model}, "MM059").findings == []
+
+
+# --------------------------------------------------------------------------- MM067
+
+def test_mm067_premise_clip_processor_ignores_a_pixel_budget(tmp_path):
+    """transformers#41955: a max_pixels the processor does not use is accepted and silently ignored."""
+    from PIL import Image
+
+    from mmtune.models.tiny import tiny_config_and_processor
+    from mmtune.resolve.processor import read_pixel_caps, set_pixel_caps
+
+    proc = copy.deepcopy(tiny_config_and_processor("tiny/llava")[1])
+    set_pixel_caps(proc, None, 784)
+    assert read_pixel_caps(proc) == {}
+    out = proc.image_processor(Image.new("RGB", (224, 224)), return_tensors="pt")
+    assert tuple(out["pixel_values"].shape[-2:]) == (56, 56)  # the processor's crop, not 784 pixels
+
+
+@pytest.mark.parametrize("name", ["tiny/llava", "tiny/llava-next"])
+def test_mm067_max_pixels_on_a_fixed_size_processor(doctor, name):
+    rep = doctor({**TINY_VL, "model": {"name": name, "max_pixels": 50176}}, "MM067")
+    assert [(f.code, f.severity, f.where) for f in rep.findings] == [("MM067", "warning", "model.max_pixels")]
+    assert "no effect" in rep.findings[0].message
+
+
+@pytest.mark.parametrize("model", [{"name": "tiny/llava"}, {"name": "tiny/qwen2-vl", "max_pixels": 12544},
+                                   {"name": "tiny/qwen2-vl"}])
+def test_mm067_clean(doctor, model):
+    assert doctor({**TINY_VL, "model": model}, "MM067").findings == []

@@ -98,3 +98,25 @@ def pixel_caps_ordered(ctx):
                   "pixels, past the max_pixels cap the memory plan and media-token counts assume",
                   where="model.min_pixels" if cfg.model.min_pixels is not None else "model.max_pixels",
                   fix=f"model.min_pixels={hi} (at most model.max_pixels), or a larger model.max_pixels")
+
+
+@check("MM067", "model.max_pixels / min_pixels act on the model's processor (not a fixed-size one)",
+       needs=("cfg", "resolved"), fast=True)
+def pixel_caps_take_effect(ctx):
+    """model.max_pixels is the memory knob of pixel-budget processors (Qwen-VL's smart_resize). CLIP /
+    SigLIP-style processors (LLaVA, LLaVA-NeXT's tiles, OneVision) resize every image to a fixed size or
+    grid and have no pixel budget: the setting is accepted and does nothing, so the images cost what the
+    processor's own size gives, not what the config says (the same silent no-op as transformers#41955). A
+    warning naming the size the processor really uses."""
+    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
+    if resolved.processor is None:  # no processor here (not downloaded): nothing to compare
+        return
+    asked = [k for k in ("max_pixels", "min_pixels") if getattr(cfg.model, k) is not None]
+    if not asked or resolved.media.max_pixels is not None or resolved.media.min_pixels is not None:
+        return
+    crop = resolved.media.fixed_crop
+    size = f"resizes every image to {crop[1]}x{crop[0]}" if crop else "has no pixel budget"
+    keys = ", ".join(f"model.{k}" for k in asked)
+    yield warning(f"{keys} has no effect on this model: its processor ({type(resolved.processor).__name__}) {size}, so "
+                  "the media tokens per image (and memory) are the processor's, not the config's", where=f"model.{asked[0]}",
+                  fix=f"remove {keys} (for fewer image tokens pick a model with a pixel budget, e.g. Qwen2-VL)")
