@@ -81,6 +81,9 @@ class SplitScan:
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
     sampled: int | None = None  # data.streaming: only the first K rows were read (data.stream_sample)
+    # Training records that repeat an earlier training record exactly (MM068): count and first copy.
+    repeated: int = 0
+    repeated_first: str = ""
 
     @property
     def decode_sampled(self) -> bool:
@@ -135,6 +138,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     from ..data.sources import open_source
 
     cfg = resolved.cfg
+    seen: set | None = set() if split == "train" else None  # training record keys (MM068 repeats)
     scan = SplitScan(split, spec)
     encoder = Encoder.for_run(resolved)
     max_len = cfg.data.max_length
@@ -191,7 +195,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     continue
             row_ok = True
             for rec in recs_in:
-                _look_at_text(rec, scan, special, train_keys)
+                _look_at_text(rec, scan, special, train_keys, seen)
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
                 if ok and len(scan.samples) < SAMPLES_KEPT:
                     scan.samples.append(rec)
@@ -316,9 +320,9 @@ def record_key(rec) -> int | None:
     return hash("\x1f".join(out))
 
 
-def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None) -> None:
+def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None, seen: set | None = None) -> None:
     """Per-record text facts: special-token strings in the text (MM060), a system turn (MM062), and the
-    record's key for train/eval duplicates (MM061)."""
+    record's key for train/eval duplicates (MM061) and repeats inside the training split (MM068)."""
     from ..data.records import content_parts
 
     msgs = rec.messages
@@ -337,10 +341,19 @@ def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None) -> None
                 if scan.special_text == 1:
                     scan.special_first = (rec.where(), hit.group(0))
                 break
-    if train_keys is None:
+    if train_keys is None and seen is None:
         return
     key = record_key(rec)
     if key is None:
+        return
+    if seen is not None:
+        if key in seen:
+            scan.repeated += 1
+            if scan.repeated == 1:
+                scan.repeated_first = rec.where()
+        else:
+            seen.add(key)
+    if train_keys is None:
         return
     if scan.split == "train":
         train_keys.add(key)

@@ -169,6 +169,30 @@ def train_eval_leakage(ctx):
                       fix="split the data so that no record is in both, e.g. hold out whole images / documents")
 
 
+# Share of exact repeats in the training split from which MM068 warns (below it: an info with the count).
+REPEAT_WARN_SHARE = 0.05
+
+
+@check("MM068", "the training split holds few exact copies of its own records", needs=("cfg", "scan"))
+def training_repeats(ctx):
+    """Records identical in every turn's text and media file inside data.train: a generation script that
+    wrote the same examples many times (instructlab#1003), merged sources that overlap (SkyThought#33).
+    Each copy is trained once more per epoch, silently over-weighting it. A warning from 5 % of the
+    split (the reports had 5 % and far more); fewer copies are an info with the count. Upsampling on
+    purpose is done with weighted sources (data.train: [{path, weight}]), which this does not count."""
+    for s in ctx.need("scan").splits:
+        if s.split != "train" or not s.repeated:
+            continue
+        total = s.ok + s.n_bad
+        share = s.repeated / total if total else 0.0
+        make = warning if share >= REPEAT_WARN_SHARE else info
+        yield make(f"train: {s.repeated} of {total} records ({share:.1%}) repeat an earlier training record exactly (same "
+                   "turns and media files): each copy is trained again every epoch, over-weighting those examples",
+                   where=s.repeated_first,
+                   fix="deduplicate the training file; to upsample on purpose give the source a weight "
+                       "(data.train: [{path: ..., weight: 2}])")
+
+
 # Families whose video positions or prompts depend on the frames' rate in seconds: Qwen2.5-VL and the
 # Omni models scale the temporal M-RoPE axis by second_per_grid_ts, Qwen3-VL writes "<t seconds>" stamps.
 TIME_AWARE_VIDEO = {"qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"}

@@ -145,3 +145,31 @@ def adam8bit_embeddings(ctx):
                       "bitsandbytes reports unstable for embeddings in LM fine-tuning (the transformers Trainer keeps "
                       "nn.Embedding states in 32 bits for this reason)", where="train.optimizer",
                       fix="train.optimizer=adamw (or freeze the decoder: adapter.freeze_components=[decoder])")
+
+
+# Typical magnitude of a pretrained LM's weights: the initializer_range (std) nearly all of them use.
+_TYPICAL_WEIGHT = 0.02
+
+
+@check("MM058", "pure-bf16 training (train.fp32_trainable=false) takes optimizer steps bf16 weights can hold",
+       fast=True)
+def pure_bf16_steps(ctx):
+    """Without fp32 master weights the optimizer adds its step to a bf16 weight and rounds: bf16 keeps 8
+    significant bits, so a step below half the spacing of bf16 numbers around the weight rounds back to
+    the same weight (a weight of 0.02 has neighbours 2**-13 apart, so steps under 6.1e-5 vanish). AdamW's
+    step is at most about lr, so at a small lr most weights never change and the run silently trains
+    nothing but the smallest weights (transformers#21312, Kahan summation in optimi / torchdistx)."""
+    import math
+
+    t = ctx.need("cfg").train
+    if t.fp32_trainable:
+        return
+    # weights in [2**e, 2**(e+1)) are 2**(e-7) apart: a step of lr survives rounding only while lr > 2**(e-8)
+    lost_from = 2.0 ** (math.floor(math.log2(t.lr)) + 9)
+    if lost_from > _TYPICAL_WEIGHT:
+        return
+    yield warning(f"train.fp32_trainable=false with train.lr={t.lr:g}: without fp32 master weights an optimizer step "
+                  f"of at most ~{t.lr:g} rounds away on every bf16 weight of magnitude >= {lost_from:.2g} (bf16 keeps 8 "
+                  f"significant bits), which is most of a pretrained model (typical |w| ~ {_TYPICAL_WEIGHT}): those "
+                  "weights never change and the loss barely moves", where="train.fp32_trainable",
+                  fix="train.fp32_trainable=true (fp32 master copies of the trained weights, the default)")
