@@ -335,14 +335,21 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # pixels); the loop encodes each record when it first draws it and keeps the encoding in the cache
         # while data.cache_mb lasts (data/encode_cache.py): encoded once, and none before step 1.
         from .data.encode_cache import EncodeCache
+        from .data.parallel_measure import RECORDS_PER_PROCESS, processes_for
 
         t_scan = time.perf_counter()
         run.encode_cache = EncodeCache(cfg.data.cache_mb * 2**20, resolved.compute_dtype)
-        scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
-                            cfg.data.on_bad_record, encode=False, progress="check train data")
+        records = load_records(cfg.data.train, cfg.data, split="train")
+        procs = processes_for(len(records.records))
+        if procs > 1:
+            decisions.append(f"data: the start-up check measures {len(records.records)} records in {procs} processes "
+                             f"(spawned; one per {RECORDS_PER_PROCESS:,} records, at most one per CPU)")
+        scan = scan_records(records, run.encoder, cfg.data.on_bad_record, encode=False, processes=procs,
+                            progress="check train data")
         run.train_set, run.train_lengths = scan.records, scan.lengths
         run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)
         run.startup["train_records_measured"] = len(scan.lengths)
+        run.startup["train_scan_processes"] = procs
         if cfg.data.eval:
             t_scan = time.perf_counter()
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
