@@ -55,9 +55,18 @@ def main() -> None:
         if proc.returncode != 0:
             sys.exit(f"train failed ({proc.returncode}):\n{log[-4000:]}")
         summary = json.loads((out / "summary.json").read_text())
+        step1 = json.loads((out / "metrics.jsonl").read_text().splitlines()[0])
+    startup = summary.get("startup") or {}
+    known = sum(v for k, v in startup.items() if k in ("config_and_resolve_s", "preflight_s", "build_s"))
+    # What the run does not time itself: interpreter start and imports before `run_training`, the start
+    # summary, the loop's set-up and the first step (whose own time is step_time_s).
+    rest = first_step - known if first_step and startup else None
     print(json.dumps({"records": args.n, "images": args.images, "dataset_made_s": round(made, 1),
                       "first_step_s": first_step and round(first_step, 1), "wall_s": round(wall, 1),
-                      "overrides": args.set, "startup": summary.get("startup") or summary.get("data")}, indent=1))
+                      "overrides": args.set, "startup": startup,
+                      "first_step_time_s": step1.get("step_time_s"),
+                      "imports_loop_setup_and_step_s": rest and round(rest, 1),
+                      "load_average": open("/proc/loadavg").read().split()[0]}, indent=1))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ objects. Every automatic decision was made by `mmtune.resolve.resolve_run`; this
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,8 @@ class Run:
     eval_set: Any = None  # RecordSet or None
     collator: Any = None
     train_lengths: list = field(default_factory=list)  # per-record token counts by modality
-    encode_cache: Any = None  # the start-up scan's encodings the loop reuses (data/encode_cache.py)
+    encode_cache: Any = None  # encodings the loop keeps as it draws records (data/encode_cache.py)
+    startup: dict = field(default_factory=dict)  # seconds of the start-up phases (summary.json `startup`)
     decisions: list[str] = field(default_factory=list)
 
     def unwrapped_model(self):
@@ -308,15 +310,18 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
     resolved = resolve_here(resolved)
     cfg = resolved.cfg
+    t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)
     loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device)
+    model_s = round(time.perf_counter() - t_model, 2)
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
     run = Run(cfg=cfg, resolved=resolved, accelerator=accelerator, model=adapters.model,
               processor=loaded.processor, family=loaded.family, adapter_table=adapters.table,
               param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions)
+    run.startup["model_s"] = model_s
     if with_data:
         run.encoder = Encoder.for_run(resolved)
         if not cfg.data.train:
@@ -324,34 +329,46 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
             raise ConfigError("no training data", where="data.train",
                               fix="data.train=path/to/train.jsonl (or synthetic:counting for the demo)")
-        # Every record is checked before training: bad media, placeholder mismatches and records
-        # whose media would be cut by the sequence cap are found now (raised, or skipped and counted
-        # under data.on_bad_record=skip). Records are encoded into the cache the loop serves from
-        # while data.cache_mb lasts, measured from headers after that (data/encode_cache.py).
+        # Every record is checked before training: bad media headers, placeholder mismatches and records
+        # whose media would be cut by the sequence cap are found now (raised, or skipped and counted under
+        # data.on_bad_record=skip). The check measures (`Encoder.measure`: headers and token arithmetic, no
+        # pixels); the loop encodes each record when it first draws it and keeps the encoding in the cache
+        # while data.cache_mb lasts (data/encode_cache.py): encoded once, and none before step 1.
         from .data.encode_cache import EncodeCache
+        from .data.parallel_measure import RECORDS_PER_PROCESS, processes_for
 
-        # A stream is read once per epoch, each record encoded as it is drawn: no start-up encodings kept.
+        t_scan = time.perf_counter()
+        # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
-        scan = scan_records(load_records(cfg.data.train, cfg.data, split="train"), run.encoder,
-                            cfg.data.on_bad_record, cache=run.encode_cache, progress="check train data")
+        records = load_records(cfg.data.train, cfg.data, split="train")
+        procs = 1 if cfg.data.streaming else processes_for(len(records.records))
+        if procs > 1:
+            decisions.append(f"data: the start-up check measures {len(records.records)} records in {procs} processes "
+                             f"(spawned; one per {RECORDS_PER_PROCESS:,} records, at most one per CPU)")
+        scan = scan_records(records, run.encoder, cfg.data.on_bad_record, encode=False, processes=procs,
+                            progress="check train data")
         run.train_set, run.train_lengths = scan.records, scan.lengths
         if cfg.data.streaming:  # the check read a sample; the stream counts its own bad records as it meets them
             decisions.append(f"data.streaming: start-up check of the first {len(scan.records.records)} records "
                              f"(data.stream_sample={cfg.data.stream_sample}): {scan.records.summary()}")
             run.train_set = type(scan.records)(records=scan.records.records, notes=scan.records.notes)
+        run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)
+        run.startup["train_records_measured"] = len(scan.lengths)
+        run.startup["train_scan_processes"] = procs
         if cfg.data.eval:
+            t_scan = time.perf_counter()
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
                                         cfg.data.on_bad_record, progress="check eval data").records
+            run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
         if not run.train_set.records:
             from .errors import DataError
 
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
         run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
-        c = run.encode_cache
-        decisions.append(f"data: {len(c)} of {len(run.train_set.records)} training records encoded once at start-up "
-                         f"and kept ({c.nbytes / 2**20:.0f} MiB of data.cache_mb={cfg.data.cache_mb})"
-                         + ("; the rest were measured and are encoded when drawn" if c.full else ""))
+        decisions.append(f"data: {len(run.train_set.records)} training records checked at start-up by header; each is "
+                         f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
+                         "(encoded once; records past the budget are encoded each time they are drawn)")
     if with_optimizer:
         if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
             _shard_fsdp(run, loaded.family, resolved)

@@ -1,16 +1,19 @@
-"""The loop's data path: records encoded once (served from the start-up cache), records past the cache
+"""The loop's data path: records measured once at start-up and encoded once (when first drawn, then
+served from the cache), records past the cache
 encoded when drawn with late failures following data.on_bad_record, length grouping resumable
 mid-epoch, and the data-wait and padding fractions reported per run."""
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from mmtune.build import build_run
 from mmtune.config import load_config
+from mmtune.data.encode import Encoder
 from mmtune.errors import DataError
-from mmtune.train.loop import train
+from mmtune.train.loop import BAD, EncodedDataset, train
 
 
 def _rows(out: Path):
@@ -24,18 +27,57 @@ def _corrupt_images(cfg, which=None):
             p.write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)  # a PNG signature, then nothing decodable
 
 
-def test_cached_records_are_never_encoded_again(tiny_vl_config):
-    """Every image is corrupted after the start-up scan: a run served from the cache does not notice."""
-    cfg = load_config(tiny_vl_config(train={"max_steps": 4}), ["data.eval=null"])
+class CountingEncoder(Encoder):
+    """The run's real Encoder, counting how often each record is measured and encoded."""
+
+    def count(self, what, record):
+        self.counts = getattr(self, "counts", {"measure": Counter(), "encode": Counter()})
+        self.counts[what][record.source] += 1
+
+    def measure(self, record):
+        self.count("measure", record)
+        return super().measure(record)
+
+    def encode(self, record, *args, **kwargs):
+        self.count("encode", record)
+        return super().encode(record, *args, **kwargs)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    real = Encoder.for_run.__func__
+
+    def for_run(cls, resolved):
+        enc = real(cls, resolved)
+        enc.__class__ = CountingEncoder
+        return enc
+
+    monkeypatch.setattr(Encoder, "for_run", classmethod(for_run))
+
+
+def test_each_record_is_measured_once_at_start_up_and_encoded_once_in_the_run(tiny_vl_config, counting):
+    """Start-up measures every record once and decodes no pixels; the loop encodes each record when first
+    drawn and serves it from the cache after that (two epochs: still one encode each). Every image is then
+    corrupted: records served from the cache do not notice."""
+    cfg = load_config(tiny_vl_config(train={"max_steps": 6}), ["data.eval=null"])
     run = build_run(cfg)
-    assert len(run.encode_cache) == len(run.train_set.records) and not run.encode_cache.full
-    _corrupt_images(cfg)
-    summary = train(run)
-    assert summary["steps"] == 4 and summary["skipped_records"] == {}
+    sources = [r.source for r in run.train_set.records]
+    assert len(sources) == 12 and len(run.encode_cache) == 0
+    assert run.encoder.counts["measure"] == Counter(sources) and not run.encoder.counts["encode"]
+    assert run.startup["train_records_measured"] == 12 and run.startup["train_scan_s"] >= 0
+    summary = train(run)  # 6 steps x 4 draws = 24 draws over 12 records: two epochs
+    assert summary["steps"] == 6 and summary["skipped_records"] == {}
+    assert run.encoder.counts["encode"] == Counter(sources) and run.encoder.counts["measure"] == Counter(sources)
+    assert len(run.encode_cache) == 12 and not run.encode_cache.full
+    assert summary["startup"]["train_records_measured"] == 12
     assert 0 <= summary["data_wait_fraction"] < 1
     assert 0 <= summary["padding_fraction"] < 1
     rows = _rows(Path(cfg.output_dir))
     assert all(0 <= r["data_wait_s"] <= r["step_time_s"] for r in rows)
+    _corrupt_images(cfg)
+    dataset = EncodedDataset(run.train_set.records, run.encoder, run.encode_cache)
+    assert all(BAD not in dataset[i] for i in range(12))
+    assert run.encoder.counts["encode"] == Counter(sources)
 
 
 def test_records_past_the_cache_are_encoded_when_drawn_and_late_failures_follow_the_policy(tiny_vl_config):

@@ -69,12 +69,15 @@ def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: b
 
 
 def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip_checks: bool = False) -> dict:
+    import time
+
     from ..build import build_run
     from ..resolve import local_target, resolve_run
     from ..train.lock import is_main_launch, output_dir_lock
     from ..train.loop import train
     from ..train.summary import print_start_summary
 
+    t_start = time.perf_counter()
     cfg, run_cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
     target_run = resolve_target(cfg)
     if smoke and run_cfg.train.strategy != target_run.strategy:
@@ -84,14 +87,20 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
         # What the real run will decide on its target, said before the twin runs on the CPU.
         notes = [f"on {target_run.target.describe()}: {line}" for line in target_run.summary_lines()
                  if not line.startswith("target:")] + notes
+    t0 = time.perf_counter()
     plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
+    preflight_s = round(time.perf_counter() - t0, 2)
     # Where the target is this machine and its processor is the model's own, the target's resolved run is
     # this run: not resolved (and the processor not loaded) a second time.
     same = not smoke and target_run.target.local and target_run.processor is not None and target_run.exact_text_tokens
     here = target_run if same else resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
     # One process per output_dir, checked before minutes of model loading (the loop holds it re-entrantly).
     with output_dir_lock(here.cfg.output_dir, enabled=is_main_launch()):
+        t_build = time.perf_counter()
         run = build_run(here)
+        # Where start-up time goes (summary.json `startup`; benchmarks/first_step.py prints it).
+        run.startup = {"config_and_resolve_s": round(t_build - t_start - preflight_s, 2), "preflight_s": preflight_s,
+                       "build_s": round(time.perf_counter() - t_build, 2), **run.startup}
         if run.accelerator.is_main_process:
             print_start_summary(run, notes)
         return train(run, plan=plan)

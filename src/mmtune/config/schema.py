@@ -97,8 +97,8 @@ class DataConfig(Section):
                                                      "lengths) to cut padding; deterministic and resumable")
     packing: bool = Field(False, description="several records per row of up to max_length tokens, each attending "
                                              "only to itself (per-record positions, M-RoPE included); see docs/data.md")
-    cache_mb: int = Field(1024, ge=0, description="memory for the start-up encodings the loop reuses (ids, labels, "
-                                                  "pixels); records past it are measured at start-up, encoded in the loop")
+    cache_mb: int = Field(1024, ge=0, description="memory for the encodings the loop keeps (ids, labels, pixels; "
+                                                  "each record encoded when first drawn); records past it are encoded each draw")
     streaming: bool = Field(False, description="read data.train as it is needed, never all in memory (sets too large "
                                                "for the disk or memory); needs train.max_steps; see docs/data.md")
     shuffle_buffer: int = Field(1000, gt=0, description="data.streaming: rows held to shuffle from (seeded; the "

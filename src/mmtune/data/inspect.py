@@ -36,7 +36,8 @@ class Scan:
         return out
 
 
-def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, progress: str | None = None) -> Scan:
+def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, progress: str | None = None,
+                 encode: bool = True, processes: int = 1) -> Scan:
     """Check each record once: placeholders counted, length checked against data.max_length. Under
     "error" the first bad record raises; under "skip" it is counted and left out of the returned
     RecordSet (which keeps the loading-time skips too).
@@ -45,15 +46,31 @@ def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, prog
     the training run's), records are encoded and kept while the cache has room, so the loop never
     encodes them again; once it is full the rest are measured (`Encoder.measure`: the same lengths and
     checks from media headers, no pixels) and the loop encodes them when it draws them.
-    `progress`: a label to show the scan's progress under (console.TaskBar)."""
+    `progress`: a label to show the scan's progress under (console.TaskBar).
+    `encode=False`: every record is measured, none encoded (training's start-up scan: the loop encodes
+    each record when it first draws it and keeps it in the run's cache, so start-up decodes no pixels);
+    with `processes` > 1 the measuring is split over spawned processes (data/parallel_measure.py), with
+    the same result in the same order."""
     from ..console import TaskBar
     from .encode_cache import key
 
     with TaskBar(progress or "", len(rs.records), enabled=None if progress else False) as bar:
-        return _scan(rs, encoder, on_bad, cache, key, bar)
+        measured = None
+        if not encode and processes > 1:  # measured up front, in parallel; read back in order below
+            from .parallel_measure import measure_records
+
+            distinct = list({key(r): r for r in rs.records}.values())
+            measured = dict(zip(map(key, distinct), measure_records(encoder, distinct, processes, bar.advance)))
+            bar = _NoBar()
+        return _scan(rs, encoder, on_bad, cache, key, bar, encode, measured)
 
 
-def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar) -> Scan:
+class _NoBar:
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar, encode: bool = True, measured=None) -> Scan:
 
     kept = RecordSet(skipped=dict(rs.skipped), problems=list(rs.problems), notes=list(rs.notes))
     scan = Scan(kept)
@@ -64,7 +81,14 @@ def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar) -> Scan:
         try:
             if k in seen:
                 counts = seen[k]
-            elif cache is not None and cache.full:
+            elif measured is not None:
+                got = measured[k]
+                if got[0] != "ok":
+                    from .parallel_measure import as_exception
+
+                    raise as_exception(got)
+                counts = got[1]
+            elif not encode or (cache is not None and cache.full):
                 counts = encoder.measure(r)
             else:
                 out = encoder.encode(r, check_length=False)

@@ -32,9 +32,10 @@ from .checkpoint import (
 
 
 class EncodedDataset:
-    """Records served from the start-up scan's cache (data/encode_cache.py), else encoded on demand (in
-    DataLoader workers when train.num_workers > 0). Records past the cache were only measured at
-    start-up, so a media file that fails to decode now is a bad record found late: it comes back as
+    """Records encoded when first drawn and kept in the run's cache while data.cache_mb lasts
+    (data/encode_cache.py), served from it after that; past the budget, encoded on each draw (in
+    DataLoader workers when train.num_workers > 0, each filling its own copy of the cache). Records were
+    only measured at start-up, so a media file that fails to decode now is a bad record found late: it comes back as
     `{BAD: (index, source, reason, what)}` for the loop to handle by data.on_bad_record, never a crash
     inside a worker."""
 
@@ -57,6 +58,8 @@ class EncodedDataset:
                 encoded = self.encoder.encode(r)
             except BadRecord as e:
                 return {BAD: (i, r.source, e.reason, e.what, e.fix)}
+            if self.cache is not None and not self.cache.full:
+                self.cache.put(key(r), encoded)  # packed copies: `encoded` itself goes on unchanged
         for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
             encoded.update(loss.record_inputs(r, encoded))
         return encoded
@@ -281,6 +284,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "padding_fraction": 1 - tokens_seen / padded_tokens if padded_tokens else 0.0,
             "wall_s": time.perf_counter() - t_start,
             "train_records": getattr(cursor, "records_read", len(run.train_set.records)),  # a stream: read so far
+            "startup": getattr(run, "startup", None),
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
