@@ -100,7 +100,7 @@ class Encoder:
         spans = self._answer_spans(tmessages, full, record)
         eos = self.tokenizer.eos_token
         if not eos:
-            return full, spans  # nothing to stop at: the doctor's MM063 says so
+            return full, [(a, b) for a, b, _ in spans]  # nothing to stop at: the doctor's MM063 says so
         out, moved, shift = [], [], 0
         at = 0
         for start, end, has_stop in spans:
