@@ -384,8 +384,9 @@ class Encoder:
         """`token_counts(record)` without decoding pixels or samples: media sizes from file headers,
         tokens per item from the processor's own arithmetic, text from the tokenizer. The same checks
         as `encode` (answer present, placeholders, modalities, audio length, short videos) raise the
-        same BadRecords. Where that arithmetic cannot be exact (Qwen3-VL writes frame timestamps as text,
-        a video's own audio track is interleaved) the record is encoded in full instead.
+        same BadRecords. Where that arithmetic cannot be exact (Qwen3-VL writes frame timestamps as text, from
+        each clip's real timing; a video's own audio track is interleaved) the record is encoded in full
+        instead. The text is `_trained_text`'s, stop tokens the encoder adds included.
         tests/data/test_lengths.py asserts measure == token_counts for every family and modality."""
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
