@@ -132,7 +132,15 @@ def test_mm063_answers_without_a_stop_token_or_a_stop_generation_ignores(tmp_pat
     def no_eos(p):
         p.chat_template = plain
 
+    # The encoder now writes the eos after such answers (trained), so the template alone is no longer a finding ...
     rep = _run(_ctx_with_processor(tmp_path, _tree(train), no_eos), "MM063")
+    assert rep.findings == []
+
+    def no_eos_at_all(p):  # ... a tokenizer with no eos to write still is
+        p.chat_template = plain
+        p.tokenizer.eos_token = None
+
+    rep = _run(_ctx_with_processor(tmp_path, _tree(train), no_eos_at_all), "MM063")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM063", "warning") and "never learns to stop" in f.message
 
@@ -183,23 +191,33 @@ def test_mm065_tokenizer_ids_past_the_embedding(tmp_path, images):
         assert (f.code, f.severity) == ("MM065", sev), f
 
 
-@pytest.mark.parametrize("model,fps,fires", [
-    ("tiny/qwen2.5-vl", None, True),  # uniform sampling: each clip has its own rate, positions assume 2 fps
-    ("tiny/qwen2.5-vl", 1, True),  # lmms-eval#1260 / ms-swift#9955: frames at 1 fps, positions for 2
-    ("tiny/qwen2.5-vl", 2, False),  # the rate the processor assumes: positions are right
-    ("tiny/qwen2-vl", 1, False),  # Qwen2-VL has no time-scaled positions
+@pytest.mark.parametrize("model,fps,video,fires", [
+    # lmms-eval#1260 / ms-swift#9955: frames sampled at one rate, positions built for another. The encoder
+    # now passes each file's real rate, so uniform sampling and any model.video_fps are silent ...
+    ("tiny/qwen2.5-vl", None, "clip.mp4", False),
+    ("tiny/qwen2.5-vl", 1, "clip.mp4", False),
+    ("tiny/qwen3-vl", None, "clip.mp4", False),
+    # ... and what is still a guess is named: a frames folder has no rate
+    ("tiny/qwen2.5-vl", None, "frames", True),
+    ("tiny/qwen2.5-vl", 2, "frames", True),
+    ("tiny/qwen2-vl", None, "frames", False),  # Qwen2-VL has no time-scaled positions
 ])
-def test_mm066_video_positions_assume_the_processor_rate(doctor, tmp_path, model, fps, fires):
+def test_mm066_video_positions_need_the_clip_rate(doctor, tmp_path, model, fps, video, fires):
+    from PIL import Image
     from test_media_decode import _mp4
 
     _mp4(tmp_path / "clip.mp4", n_frames=20)  # 2 s at 10 fps
+    (tmp_path / "frames").mkdir()
+    for i in range(6):
+        Image.new("RGB", (56, 56), (40 * i, 0, 0)).save(tmp_path / "frames" / f"{i}.png")
     train = _jsonl(tmp_path / "train.jsonl", [{"messages": _msg("<video>What happens?", "a ball rolls"),
-                                               "videos": ["clip.mp4"]}])
+                                               "videos": [video]}])
     tree = {"model": {"name": model, "video_frames": 4, **({"video_fps": fps} if fps else {})},
             "data": {"train": train, "format": "messages"}}
     rep = doctor(tree, "MM066")
     if fires:
         (f,) = rep.findings
-        assert (f.code, f.severity) == ("MM066", "warning") and "for 2 fps" in f.message and f.fix == "model.video_fps=2"
+        assert (f.code, f.severity) == ("MM066", "warning") and "1 video item(s) are frames folders" in f.message
+        assert "assumed 2 fps" in f.message and f.where.startswith(f"{train}:1") and "files" in f.fix
     else:
         assert rep.findings == []

@@ -113,6 +113,16 @@ def interleaves_video_audio(processor) -> bool:
     return False
 
 
+def video_rate_from_fps_kwarg(processor) -> bool:
+    """Whether `processor` takes a video's frame rate as its `fps` kwarg rather than from `video_metadata`.
+
+    transformers 5.17-5.23: the Omni processors (Qwen2.5-Omni, Qwen3-Omni) compute `video_second_per_grid`
+    = temporal_patch_size / videos_kwargs["fps"] (default 2.0 / 1.0) and never read the metadata;
+    Qwen2.5-VL / Qwen3-VL read `video_metadata`. Recognised by the output key they list.
+    """
+    return "video_second_per_grid" in (getattr(processor, "model_input_names", None) or ())
+
+
 def supports_video_audio_tracks() -> bool:
     """Whether the installed transformers can interleave a video's own audio track (5.23: yes, 5.17: no)."""
     import transformers.processing_utils as pu

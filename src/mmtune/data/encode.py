@@ -89,8 +89,35 @@ class Encoder:
     def render(self, tmessages: list[dict], add_generation_prompt: bool = False) -> str:
         return self.processor.apply_chat_template(tmessages, tokenize=False, add_generation_prompt=add_generation_prompt)
 
-    def _answer_spans(self, tmessages: list[dict], full: str, record: Record) -> list[tuple[int, int]]:
-        """Character spans [start, end) in `full` of every assistant answer + its end-of-turn token."""
+    def _trained_text(self, tmessages: list[dict], record: Record) -> tuple[str, list[tuple[int, int]]]:
+        """The rendered conversation as training sees it, and the character spans [start, end) of every
+        assistant answer + its stop token. A template that writes no special token after an answer
+        (LLaVA-1.5-hf's: "ASSISTANT: red USER: ...") would train no stop, so the model would never learn
+        to end its answer: the tokenizer's eos (the token generation stops at) is written right after
+        such an answer, inside its span. Templates that end turns themselves (<|im_end|>) are unchanged.
+        `encode` and `measure` both tokenize this text, so their lengths agree."""
+        full = self.render(tmessages)
+        spans = self._answer_spans(tmessages, full, record)
+        eos = self.tokenizer.eos_token
+        if not eos:
+            return full, [(a, b) for a, b, _ in spans]  # nothing to stop at: the doctor's MM063 says so
+        out, moved, shift = [], [], 0
+        at = 0
+        for start, end, has_stop in spans:
+            out.append(full[at:end])
+            if has_stop:
+                moved.append((start + shift, end + shift))
+            else:
+                out.append(eos)
+                moved.append((start + shift, end + shift + len(eos)))
+                shift += len(eos)
+            at = end
+        out.append(full[at:])
+        return "".join(out), moved
+
+    def _answer_spans(self, tmessages: list[dict], full: str, record: Record) -> list[tuple[int, int, bool]]:
+        """Character spans [start, end) in `full` of every assistant answer + its end-of-turn token, and
+        whether the template wrote such a token."""
         spans = []
         for i, m in enumerate(tmessages):
             if m["role"] != "assistant":
@@ -115,11 +142,13 @@ class Encoder:
             end = start + len(answer)
             tail = upto[end:]
             stripped = tail.lstrip(" ")
+            has_stop = False
             for s in self.special_strings:  # the end-of-turn token, if the template puts one right after
                 if stripped.startswith(s):
                     end += len(tail) - len(stripped) + len(s)
+                    has_stop = True
                     break
-            spans.append((start, end))
+            spans.append((start, end, has_stop))
         return spans
 
     # ------------------------------------------------------------------ media
@@ -146,13 +175,14 @@ class Encoder:
 
         where = record.where()
         mc = self.cfg.model
-        images, videos, audio, audio_from_video = [], [], [], []
+        images, videos, clips, audio, audio_from_video = [], [], [], [], []
         for p in record.media_parts():
             if p["type"] == "image":
                 images.append(media.load_image(p, where))
             elif p["type"] == "video":
                 clip = media.load_video(p, where, n_frames=mc.video_frames, fps=mc.video_fps, max_pixels=mc.max_pixels)
                 videos.append(clip.as_array())
+                clips.append(clip)
                 if p.get("use_audio"):
                     audio.append(self._checked_audio(media.load_audio(p, where, self.sampling_rate), p, record))
                     audio_from_video.append(len(videos) - 1)
@@ -164,6 +194,7 @@ class Encoder:
             kwargs["images"] = images
         if videos:
             kwargs["videos"] = videos
+            kwargs.update(self._video_timing(clips))
         if audio:
             kwargs["audio"] = audio
             kwargs["sampling_rate"] = self.sampling_rate
@@ -177,6 +208,38 @@ class Encoder:
             kwargs["load_audio_from_video"] = True
             kwargs["audio_from_video_indices"] = audio_from_video
         return kwargs
+
+    def _video_timing(self, clips) -> dict:
+        """The rate the frames were really sampled at, for the processor's temporal positions: without it,
+        Qwen2.5-VL (second_per_grid_ts), Qwen3-VL ("<t seconds>" stamps) and Qwen2.5-Omni assume a default
+        rate, wrong for uniform sampling (each clip its own rate) and for model.video_fps at another rate.
+        transformers' VideoMetadata: the source's fps, frame count and the indices taken, so that
+        `sampled_fps` = frames taken / duration and `timestamps` = index / fps. A frames folder has no rate:
+        its clip gets the processor's default as before (the doctor's MM066 names such data)."""
+        from transformers.video_utils import VideoMetadata
+
+        if not any(c.source_fps for c in clips):
+            return {}
+        metadata = []
+        for c in clips:
+            h, w = (c.frames[0].height, c.frames[0].width) if c.frames else (None, None)
+            if c.source_fps:
+                metadata.append(VideoMetadata(total_num_frames=c.source_frames, fps=c.source_fps, height=h, width=w,
+                                              duration=c.source_frames / c.source_fps, frames_indices=list(c.indices)))
+            else:  # what transformers builds for frames given without metadata
+                metadata.append(VideoMetadata(total_num_frames=len(c.frames), fps=None, height=h, width=w,
+                                              frames_indices=list(range(len(c.frames)))))
+        out: dict = {"video_metadata": metadata}
+        vp = self.processor.video_processor
+        if getattr(vp, "do_sample_frames", False):
+            out["do_sample_frames"] = False  # Qwen3-VL's default would re-sample the frames mmtune sampled
+        from ..compat.transformers_internals import video_rate_from_fps_kwarg
+
+        if video_rate_from_fps_kwarg(self.processor):
+            # Qwen2.5-Omni reads one `fps` for all the record's videos (default 2): the first timed clip's rate.
+            timed = [m for m in metadata if m.fps]
+            out["fps"] = timed[0].sampled_fps
+        return out
 
     def _checked_audio(self, wave, part, record):
         seconds = len(wave) / self.sampling_rate
@@ -283,9 +346,8 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         tmessages = self._template_messages(record.messages)
-        full = self.render(tmessages)
+        full, spans = self._trained_text(tmessages, record)
         self._check_media(record, tmessages, full)
-        spans = self._answer_spans(tmessages, full, record)
         out = self._run(full, record, self._load_media(record))
         ids = out["input_ids"][0].tolist()
         if check_length:
@@ -322,8 +384,9 @@ class Encoder:
         """`token_counts(record)` without decoding pixels or samples: media sizes from file headers,
         tokens per item from the processor's own arithmetic, text from the tokenizer. The same checks
         as `encode` (answer present, placeholders, modalities, audio length, short videos) raise the
-        same BadRecords. Where that arithmetic cannot be exact (Qwen3-VL writes frame timestamps as text,
-        a video's own audio track is interleaved) the record is encoded in full instead.
+        same BadRecords. Where that arithmetic cannot be exact (Qwen3-VL writes frame timestamps as text, from
+        each clip's real timing; a video's own audio track is interleaved) the record is encoded in full
+        instead. The text is `_trained_text`'s, stop tokens the encoder adds included.
         tests/data/test_lengths.py asserts measure == token_counts for every family and modality."""
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
@@ -334,7 +397,7 @@ class Encoder:
                                                          or any(p.get("use_audio") for p in parts)):
             return self.token_counts(record)
         tmessages = self._template_messages(record.messages)
-        full = self.render(tmessages)
+        full, _ = self._trained_text(tmessages, record)
         self._check_media(record, tmessages, full)
         from ..compat import CompatError
 
@@ -406,7 +469,8 @@ class Encoder:
         return out
 
     def rendered(self, record: Record) -> str:
-        return self.render(self._template_messages(record.messages))
+        """The text training tokenizes (the template's rendering plus any stop token the encoder adds)."""
+        return self._trained_text(self._template_messages(record.messages), record)[0]
 
 
 def whisper_audio_tokens(samples: int, feature_extractor) -> int:

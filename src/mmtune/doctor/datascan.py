@@ -60,6 +60,8 @@ class SplitScan:
     media_tokens_max: int = 0
     longest: tuple[int, str] = (0, "")
     modalities: Counter = field(default_factory=Counter)  # media items by type
+    untimed_videos: int = 0  # video items with no frame rate (frames folders, in-memory frames): MM066
+    untimed_first: str = ""  # where the first one is
     signatures: Counter = field(default_factory=Counter)  # records by media kinds: text, image, image+video
     clean_path: str | None = None
     clean_written: int = 0
@@ -367,6 +369,15 @@ def _round_up(n: int) -> int:
     return ((n + 255) // 256) * 256
 
 
+def _untimed_video(part) -> bool:
+    """A video whose frames carry no rate: a frames folder or in-memory frames (a file has its own)."""
+    from pathlib import Path
+
+    if part.get("video") is not None:
+        return True
+    return part.get("path") is not None and Path(part["path"]).is_dir()
+
+
 def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
     """Measure one record through the training encoder; count it as ok or bad by the encoder's reason."""
     from ..data.formats import BadRecord
@@ -375,6 +386,9 @@ def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
     scan.signatures["+".join(kinds) or "text"] += 1
     for part in rec.media_parts():
         scan.modalities[part["type"]] += 1
+        if part["type"] == "video" and _untimed_video(part):
+            scan.untimed_videos += 1
+            scan.untimed_first = scan.untimed_first or rec.where()
     where = rec.where()
     try:
         counts = encoder.measure(rec)

@@ -102,5 +102,8 @@ class FramesVideoProcessor(BaseVideoProcessor):
                 video_metadata = [VideoMetadata(total_num_frames=n, fps=fps or self.default_fps,
                                                 frames_indices=list(range(n)), height=hw[0], width=hw[1])
                                   for n, hw in sizes]
+            for m in video_metadata:  # a clip given without its rate (a frames folder): the assumed one
+                if m.fps is None:
+                    m.fps = self.default_fps
             data["video_metadata"] = video_metadata
         return BatchFeature(data, tensor_type=None)

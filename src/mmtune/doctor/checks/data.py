@@ -201,25 +201,26 @@ TIME_AWARE_VIDEO = {"qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"}
 @check("MM066", "video temporal positions match the rate the frames were sampled at",
        needs=("cfg", "scan", "resolved", "processor_info"))
 def video_time_positions(ctx):
-    """mmtune samples a video's frames itself (model.video_frames uniformly, or model.video_fps) and hands
-    the processor the frames without their rate, so the processor assumes its default rate. For the
-    time-aware families the temporal positions (or timestamps) are then those of that rate: wrong unless
-    the run samples at exactly it. Silent for families without time positions and for data without
-    video. A warning: training runs, temporal grounding is learned on a wrong time axis."""
-    cfg, scan, resolved = ctx.need("cfg"), ctx.need("scan"), ctx.need("resolved")
+    """The encoder hands the processor each clip's real sampling rate (transformers' VideoMetadata: source
+    fps, frame count, the indices taken; Omni's `fps`), so a video file's temporal positions / timestamps
+    are those of its frames, uniform or fps sampling alike. What is still wrong: videos with no rate of
+    their own -- a frames folder, in-memory frames -- get the processor's default rate, a guess. For the
+    time-aware families a warning naming the count and the first record; silent for families without
+    time positions and for data whose videos are all files."""
+    scan, resolved = ctx.need("scan"), ctx.need("resolved")
     if resolved.family.name not in TIME_AWARE_VIDEO:
         return
-    n = sum(s.modalities.get("video", 0) for s in scan.splits)
-    if not n:
+    untimed = [s for s in scan.splits if s.untimed_videos]
+    if not untimed:
         return
+    n = sum(s.untimed_videos for s in untimed)
     vp = getattr(ctx.need("processor_info").processor, "video_processor", None)
-    assumed = float(getattr(vp, "default_fps", None) or (24.0 if resolved.family.name == "qwen3_vl" else 2.0))
-    fps = cfg.model.video_fps
-    if fps and abs(fps - assumed) < 1e-6:
-        return
-    how = (f"model.video_fps={fps:g}" if fps else
-           f"model.video_frames={cfg.model.video_frames} spread over each clip (a different rate per clip)")
-    yield warning(f"{n} video item(s) are sampled by {how}, but the processor receives the frames without "
-                  f"their rate and builds {resolved.family.name}'s temporal positions for {assumed:g} fps: the "
-                  "model learns a wrong time axis (durations, moments) without any error",
-                  where="model.video_fps", fix=f"model.video_fps={assumed:g}")
+    # transformers 5.23 without a rate: Qwen2.5-VL / Qwen3-VL take 24 fps (VideoMetadata.sampled_fps), the
+    # Omni processor 2 fps; mmtune's CPU stand-in video processor says its own (default_fps).
+    assumed = float(getattr(vp, "default_fps", None) or (2.0 if resolved.family.name == "qwen2_5_omni" else 24.0))
+    yield warning(f"{n} video item(s) are frames folders (or in-memory frames) with no frame rate: the processor "
+                  f"builds {resolved.family.name}'s temporal positions for an assumed {assumed:g} fps, so durations "
+                  "and moments in them are learned on a guessed time axis, without any error",
+                  where=untimed[0].untimed_first,
+                  fix="give these videos as files (mp4, webm, ...), which carry their frame rate, or extract the "
+                      f"folders' frames at {assumed:g} fps")
