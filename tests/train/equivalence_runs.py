@@ -58,8 +58,8 @@ def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | 
     if src is not None:
         rows = [json.loads(ln) for ln in (DATA / src).read_text().splitlines() if ln.strip()][:RECORDS]
         data = str(folder / "data.jsonl")
-        Path(data).write_text("\n".join(json.dumps(transform(r, i) if transform else r) for i, r in enumerate(rows))
-                              + "\n")
+        _write_atomic(Path(data), "\n".join(json.dumps(transform(r, i) if transform else r)
+                                             for i, r in enumerate(rows)) + "\n")
     cfg = {
         "output_dir": str(folder / f"run-{tag or f'{strategy}-{world}'}"),
         "model": {"name": twin, "gradient_checkpointing": True},  # activation checkpointing inside the units
@@ -74,8 +74,18 @@ def write_config(case: str, strategy: str, folder: Path, world: int, tag: str | 
         cfg["data"].update({"eval": data, "eval_max_samples": 3})
         cfg["eval"] = {"every": STEPS, "metrics": ["exact_match", "anls"], "max_new_tokens": 4, "batch_size": 1}
     path = folder / f"cfg-{tag or strategy}-{world}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
+    _write_atomic(path, yaml.safe_dump(cfg))
     return path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Every rank writes the same file: each through its own temporary name and an atomic rename, so no
+    rank ever reads another's half-written copy (seen as "missing required key 'model'" under load)."""
+    import os
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def losses(run_dir: Path) -> list[float]:
