@@ -5,21 +5,12 @@ Knobs: micro-batch (accumulation adjusted to keep the effective batch), gradient
 --gpus > 1), and, only when nothing fits otherwise, the sequence cap and max pixels / frames (these
 change what the model sees, so they come last). Every candidate is planned for real (a trace each);
 memory only grows with the micro-batch, so once one size does not fit, larger ones are not tried.
-
-Speed: every knob the search turns changes the traced events (the micro-batch the activations, the
-optimizer its state and update, checkpointing and 4-bit the forward and backward), so each candidate is
-traced; what is shared is everything before the trace. The parent process imports and builds the first
-candidate's model once (transformers, peft, the tokenizer and processor, torch's FakeTensor machinery),
-then forks `workers` processes that inherit that warm state and plan the knob groups (method x optimizer
-x checkpointing x strategy, each a micro-batch ladder with its early stop) side by side. Each candidate
-is the same `predict()` call a plan of it alone makes (tests/plan/test_search_reuse.py compares them).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import os
 from dataclasses import dataclass, field
 
 from .planner import PlanResult, predict
@@ -74,20 +65,18 @@ def _with(cfg, overrides: dict):
 
     tree = cfg.model_dump(mode="json")
     for k, v in overrides.items():
-        if not k.startswith("_"):  # "_strategy" is predict()'s argument, not a config key
-            set_dotted(tree, k, v)
+        set_dotted(tree, k, v)
     return validate(tree)
 
 
-def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True, nodes=1, node_link_gbs=None) -> Candidate:
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True) -> Candidate:
     from ..errors import MMTuneError
 
     try:
         c = _with(cfg, ov)
         st = ov.get("_strategy", strategy)
         ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
-        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup,
-                    nodes=nodes, node_link_gbs=node_link_gbs)
+        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup)
         if "_strategy" in ov:
             ov_clean["--strategy"] = st
         return Candidate(ov_clean, r)
@@ -95,66 +84,16 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True, nodes=1, n
         return Candidate({k: v for k, v in ov.items() if not k.startswith("_")}, None, e.what)
 
 
-def _ladder(cfg, ladder: list, kw: dict) -> list:
-    """One knob group's micro-batch ladder, smallest first, stopping at the first that does not fit
-    (memory only grows with the micro-batch)."""
-    out = []
-    for ov in ladder:
-        c = _plan(cfg, ov, **kw)
-        out.append(c)
-        if c.result is None or not c.result.fits:
-            break
-    return out
-
-
-def _warm(cfg, ov: dict, gpu) -> None:
-    """Import and build once in the parent (the model on meta, tokenizer, processor) so forked workers
-    start warm; nothing of it is reused as a result."""
-    from ..errors import MMTuneError
-    from .model import build_planned_model
-    from .planner import resolve_for_plan
-
-    try:
-        build_planned_model(resolve_for_plan(_with(cfg, ov), gpu))
-    except MMTuneError:
-        pass  # the candidate's own plan reports it
-
-
-def default_workers(groups: int) -> int:
-    """Processes for the search: one per core (at most 4: each holds a planned model, ~1.5 GB for a 7B)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, 4, groups))
-
-
-def _run_ladders(cfg, ladders: list, kw: dict, workers: int) -> list:
-    import multiprocessing as mp
-
-    if workers > 1 and len(ladders) > 1 and "fork" in mp.get_all_start_methods():
-        from concurrent.futures import ProcessPoolExecutor
-
-        _warm(cfg, ladders[0][0], kw["gpu"])
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-            futures = [pool.submit(_ladder, cfg, ladder, kw) for ladder in ladders]
-            return [c for f in futures for c in f.result()]
-    return [c for ladder in ladders for c in _ladder(cfg, ladder, kw)]
-
-
 def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
            micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None,
-           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None,
-           workers: int | None = None) -> SearchResult:
-    """`workers`: processes planning knob groups side by side (default: one per core, at most 4; 1 plans
-    every candidate in this process). The result does not depend on it."""
+           dedup: bool = True) -> SearchResult:
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
     methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
     optimizers = optimizers or ["adamw", "adamw_8bit"]
     ckpts = checkpointing or [False, True]
     strategies = ["ddp", "zero2", "zero3"] if gpus > 1 else [strategy]
-    kw = dict(gpu=gpu, gpus=gpus, strategy=strategy, declared=declared, margin=margin, dedup=dedup, nodes=nodes,
-              node_link_gbs=node_link_gbs)
-    ladders = []
+    tried: list[Candidate] = []
     for method, opt, ckpt, st in itertools.product(methods, optimizers, ckpts, strategies):
-        ladder = []
         for mb in micro_batches:
             if eff % mb:
                 continue
@@ -162,11 +101,10 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
             if gpus > 1:
                 ov["_strategy"] = st
-            ladder.append(ov)
-        if ladder:
-            ladders.append(ladder)
-    tried: list[Candidate] = _run_ladders(cfg, ladders, kw, default_workers(len(ladders)) if workers is None
-                                          else max(1, workers))
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
+            tried.append(c)
+            if c.result is None or not c.result.fits:
+                break
     fitting = [c for c in tried if c.result is not None and c.result.fits]
     if not fitting:
         # Last resort: shorter sequences / fewer pixels change what the model sees; try them smallest-first.
@@ -175,7 +113,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
             if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
                 ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, **kw)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
             tried.append(c)
             if c.result is not None and c.result.fits:
                 fitting.append(c)
