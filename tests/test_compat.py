@@ -169,6 +169,8 @@ def test_torch_internals_on_the_installed_torch():
     phases.append(ti.in_autograd_backward())
     y.sum().backward()
     assert phases == [False, True]
+    # The profiler's allocator events: 4 MB allocated and freed inside, the peak above what was live.
+    assert 4 << 20 <= ti.cpu_allocator_peak(lambda: torch.empty(1 << 20).fill_(1)) < 5 << 20
     for name in ("_unsafe_view", "_local_scalar_dense", "_unsafe_index", "_unsafe_index_put",
                  "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_for_cpu_backward"):
         assert ti.private_aten(name) is getattr(torch.ops.aten, name)

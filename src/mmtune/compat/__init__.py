@@ -11,7 +11,7 @@ Modules (each imports its library only when used; this file imports nothing heav
 - `fake_tensor`   torch's FakeTensorMode internals the planner builds on (cache key, cache entries,
                   dispatch without wrappers, constants of fake tensors).
 - `torch_internals`  pytree, dispatch modes, no_dispatch, the FLOP registry, the autograd engine's
-                  graph-task id, private aten operators.
+                  graph-task id, private aten operators, the profiler's raw allocator events.
 - `transformers_internals`  `_from_config`, the processor class check without torchvision, Omni's
                   video-audio interleaving, the checkpointing function a module holds.
 - `rope_index`    a model's own M-RoPE `get_rope_index` without the model (packed rows' positions).

@@ -73,5 +73,32 @@ def private_aten(name: str):
         raise broken("torch", _FEATURE, f"the aten operator {name}") from None
 
 
+def cpu_allocator_peak(run) -> int:
+    """The CPU allocator's peak bytes above what was live before, while `run()` runs.
+
+    torch.profiler with `profile_memory=True` records one "[memory]" event per allocation and free; the
+    public views of them (`events()`, `key_averages()`) only sum them per op, so the running sum comes
+    from the raw kineto results (`profile.profiler.kineto_results`, undocumented), in time order. Used
+    by the planner's accuracy measurement (plan/measure.py) and `plan --verify` on a CPU. Checked on
+    torch 2.13, 2.14.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run()
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None:
+        from . import broken
+
+        raise broken("torch", _FEATURE, "torch.profiler's kineto_results (the allocator's memory events)")
+    events = sorted((e for e in results.events() if e.name() == "[memory]"
+                     and e.device_type() == torch.autograd.DeviceType.CPU), key=lambda e: e.start_ns())
+    cur = peak = 0
+    for e in events:
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    return peak
+
+
 __all__ = ["tree_flatten", "tree_unflatten", "tree_leaves", "tree_map", "TorchDispatchMode", "no_dispatch",
-           "suggest_memory_format", "flop_registry", "in_autograd_backward", "private_aten"]
+           "suggest_memory_format", "flop_registry", "in_autograd_backward", "private_aten", "cpu_allocator_peak"]

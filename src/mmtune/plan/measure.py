@@ -72,8 +72,6 @@ def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
     dev = accelerator.device
     batch = {k: v.to(dev) for k, v in micro_batch.items()}
     n_mb = min(cfg.train.grad_accum, 2)
-    state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
-    baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
 
     def run():
         for i in range(steps):  # the planner's schedule: 1 micro-batch, then min(grad_accum, 2)
@@ -88,15 +86,15 @@ def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
         run()
         torch.cuda.synchronize()
         return Measured(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), base_alloc, "cuda")
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
-    # The raw allocator events (one per allocation/free, with its byte count), in time order.
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-                     and e.device_type() == torch.autograd.DeviceType.CPU), key=lambda e: e.start_ns())
-    cur = peak = 0
-    for e in events:
-        cur += e.nbytes()
-        peak = max(peak, cur)
+    baseline, peak = cpu_peak(model, batch, run)
     return Measured(baseline + peak, None, baseline, "cpu")
+
+
+def cpu_peak(model, batch: dict, run) -> tuple[int, int]:
+    """(bytes live before `run`: weights, buffers, 4-bit quant state, the batch; the CPU allocator's peak
+    above them while `run()` runs). Serves measure_step and `plan --verify` on a CPU (verify.py)."""
+    from ..compat.torch_internals import cpu_allocator_peak
+
+    state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
+    baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
+    return baseline, cpu_allocator_peak(run)

@@ -50,7 +50,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     from ..optim import make_optimizer
     from ..train.schedule import make_scheduler
     from ..train.step import optimizer_step
-    from .measure import _quant_state_tensors, _storage_bytes
+    from .measure import cpu_peak
 
     cfg = resolved.cfg
     dev = torch.device(device)
@@ -79,23 +79,16 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
             if i >= warmup:
                 times.append(time.perf_counter() - t0)
         return Measurement("cuda", torch.cuda.max_memory_allocated(dev), torch.cuda.max_memory_reserved(dev), times)
-    from torch.profiler import ProfilerActivity, profile
 
-    state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
-    baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    def warm_up():
         for _ in range(warmup):
             one_step()
+
+    baseline, peak = cpu_peak(model, batch, warm_up)
     for _ in range(steps):  # timed outside the profiler, which slows every op
         t0 = time.perf_counter()
         one_step()
         times.append(time.perf_counter() - t0)
-    events = sorted((e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"
-                     and e.device_type() == torch.autograd.DeviceType.CPU), key=lambda e: e.start_ns())
-    cur = peak = 0
-    for e in events:
-        cur += e.nbytes()
-        peak = max(peak, cur)
     return Measurement("cpu", baseline + peak, None, times)
 
 
