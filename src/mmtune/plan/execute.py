@@ -7,8 +7,9 @@ micro-batch on, gradients already exist and every later micro-batch repeats the 
 exactly, so more would only cost time. Op costs (for the time model) are recorded in the second step.
 
 `PlanAccelerator` stands in for accelerate's Accelerator with the five things the step uses (device,
-num_processes, no_sync, autocast, backward, clip_grad_norm_), on fake tensors; fp16 loss scaling is a
-scalar multiply and an in-place unscale, so it allocates nothing that matters and is left out.
+num_processes, no_sync, autocast, backward, clip_grad_norm_), on fake tensors here and on a real device in
+`plan --verify` (verify.py); fp16 loss scaling is a scalar multiply and an in-place unscale, so it
+allocates nothing that matters (and random weights do not overflow in a few steps) and is left out.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from .tracker import StorageTracker
 class PlanAccelerator:
     num_processes = 1
 
-    def __init__(self, compute_dtype, after_backward=None):
-        self.device = torch.device("cpu")
+    def __init__(self, compute_dtype, after_backward=None, device="cpu"):
+        self.device = torch.device(device)
         self.compute_dtype = compute_dtype
         self.after_backward = after_backward  # layer_dedup.LayerDedup: splice the copied layers in
 
@@ -36,7 +37,7 @@ class PlanAccelerator:
     def autocast(self):
         if self.compute_dtype == torch.float32:
             return contextlib.nullcontext()
-        return torch.autocast("cpu", dtype=self.compute_dtype)
+        return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
     def backward(self, loss):
         loss.backward()

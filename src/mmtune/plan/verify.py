@@ -50,6 +50,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     from ..optim import make_optimizer
     from ..train.schedule import make_scheduler
     from ..train.step import optimizer_step
+    from .execute import PlanAccelerator
     from .measure import cpu_peak
 
     cfg = resolved.cfg
@@ -61,7 +62,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     scheduler = make_scheduler(optimizer, warmup=0, total=warmup + steps + 1, kind="constant")
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
     batch = {k: v.to(dev) for k, v in micro_batch.items()}
-    acc = _Accelerator(dev, resolved.compute_dtype)
+    acc = PlanAccelerator(resolved.compute_dtype, device=dev)
     mbs = [batch] * cfg.train.grad_accum
 
     def one_step():
@@ -90,40 +91,6 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
         one_step()
         times.append(time.perf_counter() - t0)
     return Measurement("cpu", baseline + peak, None, times)
-
-
-class _Accelerator:
-    """The five things optimizer_step uses, on a real device, one process: autocast in the compute dtype;
-    fp16 loss scaling left out (a scalar multiply and an in-place unscale: no memory that matters, and
-    random weights do not overflow in a few steps)."""
-
-    num_processes = 1
-
-    def __init__(self, device, compute_dtype):
-        self.device = device
-        self.compute_dtype = compute_dtype
-
-    def no_sync(self, model):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def autocast(self):
-        import contextlib
-
-        import torch
-
-        if self.compute_dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.compute_dtype)
-
-    def backward(self, loss):
-        loss.backward()
-
-    def clip_grad_norm_(self, params, max_norm):
-        import torch
-
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
 
 
 @dataclass
