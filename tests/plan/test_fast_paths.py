@@ -5,6 +5,8 @@ import pytest
 from mmtune.config import load_config
 from mmtune.plan.batch import Declared
 
+from .conftest import canonical_events
+
 COMMON = ["data.max_length=128", "train.precision=fp32", "train.grad_accum=3"]
 CASES = [
     (["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], None),
@@ -16,21 +18,6 @@ CASES = [
 ]
 
 
-def _canonical(events):
-    """Runs of consecutive frees sorted: a graph torn down at once frees its storages in an order that
-    varies from run to run (even between two slow traces), and frees with no allocation between them
-    commute for every figure (live bytes, the allocator model's blocks at the next allocation)."""
-    out, run = [], []
-    for e in events:
-        if e[1] < 0:
-            run.append(e)
-            continue
-        out += sorted(run)
-        run = []
-        out.append(e)
-    return out + sorted(run)
-
-
 def _trace(over, declared, fast):
     from mmtune.plan.planner import resolve_for_plan, trace_config
 
@@ -40,7 +27,7 @@ def _trace(over, declared, fast):
     # Up to the last allocation: the frees after it (the model and optimizer going away when this
     # function returns) change no figure, and under pytest the first trace of a process keeps them alive.
     last = max(i for i, e in enumerate(tr.events) if e.nbytes > 0)
-    events = _canonical([(e.serial, e.nbytes, e.phase, e.tag) for e in tr.events[: last + 1]])
+    events = canonical_events([(e.serial, e.nbytes, e.phase, e.tag) for e in tr.events[: last + 1]])
     storages = [(s.serial, s.nbytes, s.phase, s.tag, s.op) for s in tr.storages.values()]
     return events, storages, tr.costs, (tr.peak_bytes, tr.peak_index, tr.peak_phase), \
         (sorted(ex.param_serials.items()), sorted(ex.grad_serials), sorted(ex.state_serials))

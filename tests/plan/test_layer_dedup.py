@@ -9,18 +9,7 @@ import pytest
 from mmtune.config import load_config
 from mmtune.plan.batch import Declared
 
-
-def _canonical(events):
-    """Runs of consecutive frees sorted (as in test_fast_paths: frees with no allocation between commute)."""
-    out, run = [], []
-    for e in events:
-        if e[1] < 0:
-            run.append(e)
-            continue
-        out += sorted(run)
-        run = []
-        out.append(e)
-    return out + sorted(run)
+from .conftest import canonical_events
 
 COMMON = ["data.max_length=96", "train.grad_accum=3"]
 CASES = [
@@ -77,7 +66,7 @@ def _trace(cfg, declared, dedup):
     classes = [sorted(order[s] for s in ex.param_serials if s in order), sorted(order[s] for s in ex.grad_serials),
                sorted(order[s] for s in ex.state_serials)]
     peak = (tr.peak_bytes, tr.peak_index, tr.peak_phase)
-    return pm, (_canonical(events), storages, tr.costs, peak, classes)
+    return pm, (canonical_events(events), storages, tr.costs, peak, classes)
 
 
 @pytest.mark.parametrize("name,over,declared", CASES)
