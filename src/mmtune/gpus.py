@@ -43,11 +43,6 @@ class GPUSpec:
         return self.fp16_tflops
 
     @property
-    def train_tflops(self) -> float:
-        """Dense 16-bit tensor rate a training matmul (fp32 accumulate) reaches at best."""
-        return self.bf16_tflops if self.bf16 and self.bf16_tflops else self.fp16_tflops
-
-    @property
     def total_bytes(self) -> int:
         return self.usable_bytes or self.memory_bytes
 

@@ -137,8 +137,7 @@ class StorageTracker(TorchDispatchMode):
         if known is not None:
             return known
         nbytes = st.nbytes()
-        serial = self._next
-        self._next += 1
+        serial = self.new_serial()
         self._serial_of[st] = serial
         tr = self.trace
         tr.storages[serial] = Storage(serial, nbytes, phase, tag, op)
