@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-ZERO_BUCKET = 50_000_000  # elements; plan/distributed.py ZERO_BUCKET_ELEMS models the same buckets
+ZERO_BUCKET = 50_000_000  # elements; plan/distributed.py models the same buckets with it
 ZERO_STAGES = {"zero2": 2, "zero3": 3}
 
 

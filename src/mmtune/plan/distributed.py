@@ -18,15 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STRATEGIES = ("ddp", "zero2", "zero3", "fsdp")
+from ..launch_config import ZERO_BUCKET  # elements: the reduce buckets of mmtune's DeepSpeed configs
+
 NCCL_BYTES = 300 << 20
-ZERO_BUCKET_ELEMS = 50_000_000  # mmtune's DeepSpeed configs: reduce_bucket_size 5e7
 
 
 @dataclass
 class Sharded:
     peak_allocated: int
-    extra: dict
     nccl_bytes: int
     breakdown: dict  # per GPU: the sharded classes at 1/N, the strategy's buffers added
 
@@ -34,12 +33,13 @@ class Sharded:
 SHARDED = {"ddp": (), "zero2": ("gradients", "optimizer_state"),
            "zero3": ("weights", "trainable_parameters", "gradients", "optimizer_state"),
            "fsdp": ("weights", "trainable_parameters", "gradients", "optimizer_state")}
+STRATEGIES = tuple(SHARDED)
 
 
 def shard(breakdown: dict, peak_allocated: int, *, strategy: str, n: int, trainable_numel: int,
           largest_unit_bytes: int, grad_bytes_per_elem: int = 4) -> Sharded:
     if n <= 1:
-        return Sharded(peak_allocated, {}, 0, dict(breakdown))
+        return Sharded(peak_allocated, 0, dict(breakdown))
     if strategy not in STRATEGIES:
         from ..errors import ConfigError
 
@@ -49,7 +49,7 @@ def shard(breakdown: dict, peak_allocated: int, *, strategy: str, n: int, traina
     if strategy == "ddp":
         extra["ddp_buckets"] = grads_all
     elif strategy == "zero2":
-        extra["zero_buckets"] = 2 * min(trainable_numel, ZERO_BUCKET_ELEMS) * grad_bytes_per_elem
+        extra["zero_buckets"] = 2 * min(trainable_numel, ZERO_BUCKET) * grad_bytes_per_elem
     else:
         extra["gathered_units"] = 2 * largest_unit_bytes + largest_unit_bytes
     per_gpu = dict(breakdown)
@@ -57,4 +57,4 @@ def shard(breakdown: dict, peak_allocated: int, *, strategy: str, n: int, traina
         per_gpu[k] = breakdown.get(k, 0) - breakdown.get(k, 0) * (n - 1) // n
     saved = sum(breakdown.get(k, 0) - per_gpu[k] for k in SHARDED[strategy])
     per_gpu.update(extra)
-    return Sharded(peak_allocated - saved + sum(extra.values()), extra, NCCL_BYTES, per_gpu)
+    return Sharded(peak_allocated - saved + sum(extra.values()), NCCL_BYTES, per_gpu)
