@@ -40,8 +40,7 @@ def needs_cuda_error(what: str = "mmtune plan --verify") -> MMTuneError:
                            "predicts without one")
 
 
-def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: int = 3,
-                random_weights: bool = True) -> Measurement:
+def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: int = 3) -> Measurement:
     """Build the run's model on `device` (random weights), run `warmup` + `steps` optimizer steps of
     `grad_accum` micro-batches each, and measure the peak memory and the timed steps' durations."""
     import torch
@@ -56,7 +55,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     cfg = resolved.cfg
     dev = torch.device(device)
     torch.manual_seed(cfg.train.seed)
-    _, adapters = build_model_and_adapters(resolved, device=dev, random_weights=random_weights)
+    _, adapters = build_model_and_adapters(resolved, device=dev, random_weights=True)
     model = adapters.model.to(dev)
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     scheduler = make_scheduler(optimizer, warmup=0, total=warmup + steps + 1, kind="constant")
@@ -141,10 +140,7 @@ def _verify(cfg, *, gpu, declared, warmup, steps, device) -> Verification:
     from .batch import worst_case_batch
     from .planner import predict, resolve_for_plan
 
-    if device is None:
-        if not torch.cuda.is_available():
-            raise needs_cuda_error()
-        device = "cuda"
+    device = device or "cuda"  # verify() refused a missing CUDA already
     target = gpu or cfg.train.gpu
     if device.startswith("cuda") and not target:
         raise MMTuneError("--verify compares with the plan for a catalogued GPU: name it", where="--gpu",
