@@ -170,7 +170,7 @@ def _segments(tr, marks):
     return seg
 
 
-def _splice(tracker, mode, g: Group, marks) -> None:
+def _splice(tracker, mode, g: Group, marks) -> list:
     tr = tracker.trace
     if not marks:
         return []
