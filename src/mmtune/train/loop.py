@@ -172,11 +172,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     if ckpt is not None:
         from . import resume_guard
 
-        saved_step = json.loads((ckpt / "meta.json").read_text())["step"]
-        changes = resume_guard.check(ckpt, cfg, saved_step)
+        meta = json.loads((ckpt / "meta.json").read_text())
+        changes = resume_guard.check(ckpt, cfg, meta["step"])
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
-        eval_metrics = json.loads((ckpt / "meta.json").read_text()).get("metrics", {})
+        eval_metrics = meta.get("metrics", {})
         history = list(state.get("accepted_changes", []))
         if changes:
             position = resume_guard.apply(changes, position)
@@ -221,26 +221,29 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     from .logging_sinks import Sinks
 
     sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
-    if main and history and ckpt is not None and history[-1]["step"] == step:
+    if main and history and history[-1]["step"] == step:  # changes accepted now (history comes from ckpt)
         sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
-    lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
-    stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
-                       rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
-                       pack=cfg.data.max_length if cfg.data.packing else None,
-                       epoch=position["epoch"], index=position["index"])  # a stream's position has more
     aux = aux_terms(run)
+    aux_losses = [t.loss for t in aux]
     if cfg.data.streaming:  # records read as drawn, never all in memory (data/streaming.py): its own cursor
         from ..data.streaming import StreamingBatches
 
-        cursor, loader = StreamingBatches(run, position, [t.loss for t in aux]), None
+        cursor, loader = StreamingBatches(run, position, aux_losses), None
     else:
+        lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
+        stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
+                           rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
+                           pack=cfg.data.max_length if cfg.data.packing else None,
+                           epoch=position["epoch"], index=position["index"])  # a stream's position has more
         cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
-        loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
+        loader = _micro_batch_loader(run, stream_args, aux_losses)
     staged = None
     if cfg.train.stages:
         from ..stages import StagedParams, stage_index
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
+    # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
+    drop_stage_grads = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
     balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
@@ -307,13 +310,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             if balance is not None:
                 micro = balance.balance(micro, run.collator)
             padded = sum(int(mb["input_ids"].numel()) for mb in micro)
-            # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
-            sharded_stages = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
-            with staged.active(step) if staged and not sharded_stages else nullcontext():
+            with staged.active(step) if staged and not drop_stage_grads else nullcontext():
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                                      world_tokens=world_sum, aux=aux, step=step,
-                                     inactive=staged.inactive(step) if sharded_stages else (),
+                                     inactive=staged.inactive(step) if drop_stage_grads else (),
                                      loss_impl=cfg.train.loss_impl)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
@@ -463,8 +464,8 @@ def _evaluate(run, step, sinks, bar):
     from ..evaluate.run_eval import evaluate
 
     acc = run.accelerator
-    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
-    metrics, preds = evaluate(run, records)  # every rank evaluates its shard; all get the whole set's metrics
+    # Capped by data.eval_max_samples when loaded. Every rank evaluates its shard; all get the whole set's metrics.
+    metrics, preds = evaluate(run, run.eval_set.records)
     if acc.is_main_process:
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
@@ -516,11 +517,10 @@ def _baseline(run) -> dict:
     from ..evaluate.metrics import best_constant_baseline
     from ..evaluate.run_eval import references
 
-    names = [m for m in run.cfg.eval.metrics]
-    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
     train_answers = [run.encoder.answer_text(r) for r in run.train_set.records]
     try:
-        return best_constant_baseline(names, train_answers, [references(run.encoder, r) for r in records])
+        return best_constant_baseline(list(run.cfg.eval.metrics), train_answers,
+                                      [references(run.encoder, r) for r in run.eval_set.records])
     except ValueError as e:  # e.g. mae on non-numeric answers: say so instead of a number
         return {"error": str(e)}
 
