@@ -17,11 +17,11 @@ the answer-token count or the gradient (a masked row's loss is exactly zero). Th
 from __future__ import annotations
 
 from .errors import MMTuneError
+from .loss import IGNORE_INDEX
 
 # The media key each kind brings to a batch, and the part type naming it in a record.
 KIND_KEYS = {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
 KINDS = tuple(KIND_KEYS)
-IGNORE_INDEX = -100
 
 
 def kinds_in_batch(batch: dict) -> set[str]:
