@@ -32,8 +32,13 @@ def kinds_of_record(record) -> set[str]:
     return {p.get("type") for m in record.messages for p in m.get("content", []) if isinstance(p, dict)} & set(KINDS)
 
 
-def needs_balance(strategy: str, processes: int, modalities) -> bool:
-    return strategy in ("fsdp", "zero3") and processes > 1 and bool(set(modalities) & set(KINDS))
+def balance_for(run, records) -> MediaBalance | None:
+    """A MediaBalance over `records` when the run's strategy shards the weights over several ranks and the
+    model has media towers, else None (training and evaluation ask the same question)."""
+    acc, towers = run.accelerator, set(run.encoder.modalities) & set(KINDS)
+    if run.resolved.strategy not in ("fsdp", "zero3") or acc.num_processes < 2 or not towers:
+        return None
+    return MediaBalance(acc, records, run.encoder)
 
 
 class MediaBalance:

@@ -55,13 +55,6 @@ class _root_gathered:
         self.model.reshard()
 
 
-def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast,
-              progress: str | None = None) -> float:
-    total, tokens = eval_loss_sums(model, encoder, collator, records, device=device, batch_size=batch_size,
-                                   autocast=autocast, progress=progress)
-    return total / max(tokens, 1)
-
-
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
                    real: int | None = None, balance=None, progress: str | None = None) -> tuple[float, int]:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
@@ -124,12 +117,9 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     mine = [records[i] for i in order]
     per_rank = -(-len(records) // world) if records else 0
     padded = mine + [records[0]] * (per_rank - len(mine))
-    balance = None
-    if world > 1:
-        from ..media_balance import MediaBalance, needs_balance
+    from ..media_balance import balance_for
 
-        if needs_balance(run.resolved.strategy, world, run.encoder.modalities):
-            balance = MediaBalance(acc, records, run.encoder)
+    balance = balance_for(run, records)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
                                    batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
                                    balance=balance, progress="eval loss")

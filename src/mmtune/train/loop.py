@@ -21,6 +21,7 @@ from pathlib import Path
 from ..console import console
 from ..data.batches import BatchStream
 from ..errors import MMTuneError
+from ..media_balance import balance_for
 from .checkpoint import (
     clean_leftovers,
     list_checkpoints,
@@ -244,7 +245,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
     # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
     drop_stage_grads = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
-    balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
+    balance = balance_for(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
         if acc.num_processes == 1:
@@ -397,16 +398,6 @@ def aux_terms(run) -> list:
     from ..aux_losses import AuxContext, build_terms
 
     return build_terms(run.cfg.train.aux_losses, AuxContext.of(run.unwrapped_model().config, run.processor))
-
-
-def media_balance(run, records):
-    """A MediaBalance when the run's strategy shards the weights over several ranks and the model has media
-    towers (mmtune/media_balance.py), else None."""
-    from ..media_balance import MediaBalance, needs_balance
-
-    if not needs_balance(run.resolved.strategy, run.accelerator.num_processes, run.encoder.modalities):
-        return None
-    return MediaBalance(run.accelerator, records, run.encoder)
 
 
 def _seed_python_and_numpy(seed: int) -> None:
