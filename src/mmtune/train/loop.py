@@ -263,7 +263,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     data_wait, padded_tokens, late_bad = 0.0, 0, set()
     last_save = time.monotonic()
     start_step = step
-    last_losses: dict = {}  # the loss and its parts at the last step (with auxiliary losses)
+    res = None  # the last step's StepResult
     from .summary import batch_scale, epoch_time
 
     scale = batch_scale(run)  # effective batch, lr, tokens per step, steps per epoch (summary.py)
@@ -292,7 +292,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
-            **({"train_losses": last_losses} if last_losses else {}),
+            # With auxiliary losses: the loss and its parts at the last step.
+            **({"train_losses": {"loss": res.loss, **res.parts}} if res is not None and res.parts else {}),
             "scale": {**scale, **epoch_time(scale, timed["s"] / max(timed["n"], 1), timed["n"])},
             **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
             **extra,
@@ -343,8 +344,6 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
                    "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
-            if res.parts:
-                last_losses = {"loss": res.loss, **res.parts}
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
                 sinks.log(step, row)
             bar.update(step, loss=res.loss, lr=lr, tokens_per_s=row["tokens_per_s"])
