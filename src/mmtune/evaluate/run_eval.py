@@ -113,9 +113,9 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     was_training = model.training
     device = acc.device
     world, rank = acc.num_processes, acc.process_index
-    order = list(range(rank, len(records), world)) if world > 1 else list(range(len(records)))
+    order = list(range(rank, len(records), world))  # one process: every record
     mine = [records[i] for i in order]
-    per_rank = -(-len(records) // world) if records else 0
+    per_rank = -(-len(records) // world)
     padded = mine + [records[0]] * (per_rank - len(mine))
     from ..media_balance import balance_for
 
