@@ -20,12 +20,13 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
 
     from ..console import TaskBar
     from ..data.collate import Collator
+    from ..sharding import is_sharded
 
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
     collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
-    sharded = hasattr(model, "set_requires_gradient_sync")
+    sharded = is_sharded(model)
     with TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
             chunk = records[start:start + batch_size]

@@ -240,11 +240,12 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         loader = _micro_batch_loader(run, stream_args, aux_losses)
     staged = None
     if cfg.train.stages:
+        from ..sharding import is_sharded
         from ..stages import StagedParams, stage_index
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
     # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
-    drop_stage_grads = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
+    drop_stage_grads = staged is not None and is_sharded(run.model)
     balance = balance_for(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
