@@ -2,6 +2,7 @@
 the saved PEFT adapter, loaded back onto a fresh base, gives the trained model's logits."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ import yaml
 from mmtune.build import build_run
 from mmtune.config import load_config
 from mmtune.train.loop import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "train"))
+from equivalence_runs import video_only  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1] / "recipes" / "data"
 
@@ -24,22 +28,14 @@ def _two_records(src: str, tmp_path: Path, keep=None) -> Path:
     return out
 
 
-def _video_only(row):
-    row = json.loads(json.dumps(row))
-    user = row["messages"][0]
-    user["content"] = [p for p in user["content"] if p["type"] != "audio"]
-    user["content"].append({"type": "text", "text": "Which way does the dot move?"})
-    return row
-
-
 CASES = {
     # name: (tiny twin, data file, record transform, adapter method)
     "qwen2-text": ("tiny/qwen2", None, None, "lora"),
     "qwen2-vl-image": ("tiny/qwen2-vl", "image_qa.jsonl", None, "lora"),
-    "qwen2-vl-video": ("tiny/qwen2-vl", "video_audio_qa.jsonl", _video_only, "lora"),
+    "qwen2-vl-video": ("tiny/qwen2-vl", "video_audio_qa.jsonl", video_only, "lora"),
     "qwen2.5-vl-image": ("tiny/qwen2.5-vl", "image_qa.jsonl", None, "lora"),
     "qwen3-vl-image": ("tiny/qwen3-vl", "image_qa.jsonl", None, "lora"),
-    "qwen3-vl-video": ("tiny/qwen3-vl", "video_audio_qa.jsonl", _video_only, "lora"),
+    "qwen3-vl-video": ("tiny/qwen3-vl", "video_audio_qa.jsonl", video_only, "lora"),
     "qwen2-audio": ("tiny/qwen2-audio", "audio_qa.jsonl", None, "lora"),
     "qwen2.5-omni-video+audio": ("tiny/qwen2.5-omni", "video_audio_qa.jsonl", None, "lora"),
     "llava-image": ("tiny/llava", "image_qa.jsonl", None, "lora"),

@@ -17,11 +17,11 @@ the answer-token count or the gradient (a masked row's loss is exactly zero). Th
 from __future__ import annotations
 
 from .errors import MMTuneError
+from .loss import IGNORE_INDEX
 
 # The media key each kind brings to a batch, and the part type naming it in a record.
 KIND_KEYS = {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
 KINDS = tuple(KIND_KEYS)
-IGNORE_INDEX = -100
 
 
 def kinds_in_batch(batch: dict) -> set[str]:
@@ -32,8 +32,13 @@ def kinds_of_record(record) -> set[str]:
     return {p.get("type") for m in record.messages for p in m.get("content", []) if isinstance(p, dict)} & set(KINDS)
 
 
-def needs_balance(strategy: str, processes: int, modalities) -> bool:
-    return strategy in ("fsdp", "zero3") and processes > 1 and bool(set(modalities) & set(KINDS))
+def balance_for(run, records) -> MediaBalance | None:
+    """A MediaBalance over `records` when the run's strategy shards the weights over several ranks and the
+    model has media towers, else None (training and evaluation ask the same question)."""
+    acc, towers = run.accelerator, set(run.encoder.modalities) & set(KINDS)
+    if run.resolved.strategy not in ("fsdp", "zero3") or acc.num_processes < 2 or not towers:
+        return None
+    return MediaBalance(acc, records, run.encoder)
 
 
 class MediaBalance:

@@ -98,11 +98,3 @@ def full_state_dict(model, *, trainable_only: bool) -> dict:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {n: t.contiguous() for n, t in sd.items() if not trainable_only or n in trainable}
-
-
-def grad_norm_value(norm) -> float | None:
-    """A clip_grad_norm_ result as a float (sharded gradients give a DTensor: its full value)."""
-    if norm is None:
-        return None
-    full = getattr(norm, "full_tensor", None)
-    return float(full() if full is not None else norm)

@@ -21,7 +21,8 @@ RECORDS = 4  # each step takes the whole (shuffled) set: 1 rank x 4 micro-batche
 STEPS = 5
 
 
-def _video_only(row: dict, i: int = 0) -> dict:
+def video_only(row: dict, i: int = 0) -> dict:
+    """The record without its audio, asking about the video (tests/test_families_e2e.py uses it too)."""
     row = json.loads(json.dumps(row))
     user = row["messages"][0]
     user["content"] = [p for p in user["content"] if p["type"] != "audio"]
@@ -45,7 +46,7 @@ CASES = {
     "text-lora": ("tiny/qwen2", None, None, "lora"),
     "image-lora": ("tiny/qwen2-vl", "image_qa.jsonl", None, "lora"),
     "image-full": ("tiny/qwen2-vl", "image_qa.jsonl", None, "full"),
-    "video-lora": ("tiny/qwen2-vl", "video_audio_qa.jsonl", _video_only, "lora"),
+    "video-lora": ("tiny/qwen2-vl", "video_audio_qa.jsonl", video_only, "lora"),
     "mixed-lora": ("tiny/qwen2-vl", "image_qa.jsonl", _text_only_odd, "lora"),
 }
 

@@ -90,35 +90,38 @@ def test_real_save_writes_a_manifest_and_resume_falls_back(tiny_vl_config, capsy
 Usage = namedtuple("Usage", "total used free")
 
 
+def _save_every_step_run(tiny_vl_config):
+    return build_run(load_config(tiny_vl_config(train={"max_steps": 2, "save_every": 1}), []))
+
+
+def _fails_leaving_no_checkpoint(run, error: str, fix: str) -> None:
+    """train(run) stops with `error`, `fix` in its fix, and leaves no checkpoint nor temporary folder."""
+    with pytest.raises(MMTuneError, match=error) as e:
+        train(run)
+    assert fix in e.value.fix
+    out = Path(run.cfg.output_dir)
+    assert not list(out.glob("checkpoint-*")) and not list(out.glob(".tmp-*"))
+
+
 def test_low_disk_is_refused_before_writing(tiny_vl_config, monkeypatch):
-    cfg = load_config(tiny_vl_config(train={"max_steps": 2, "save_every": 1}), [])
-    run = build_run(cfg)
+    run = _save_every_step_run(tiny_vl_config)
     need = C.estimate_checkpoint_bytes(run)
     trainable = sum(p.numel() * 4 for p in run.unwrapped_model().parameters() if p.requires_grad)
     assert need == 4 * trainable  # nothing saved yet: estimated from the LoRA state
     monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10**12, 10**12 - need + 1, need - 1))
-    with pytest.raises(MMTuneError, match="not enough free disk for a checkpoint") as e:
-        train(run)
-    assert "resumes" in e.value.fix
-    out = Path(cfg.output_dir)
-    assert not list(out.glob("checkpoint-*")) and not list(out.glob(".tmp-*"))
+    _fails_leaving_no_checkpoint(run, "not enough free disk for a checkpoint", "resumes")
 
 
 def test_disk_full_during_save_is_a_clear_error_and_leaves_nothing(tiny_vl_config, monkeypatch):
     """ENOSPC in the middle of writing a checkpoint (simulated at the file write, the disk being real)."""
-    cfg = load_config(tiny_vl_config(train={"max_steps": 2, "save_every": 1}), [])
-    run = build_run(cfg)
+    run = _save_every_step_run(tiny_vl_config)
     import safetensors.torch
 
     def full_disk(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device", a[1] if len(a) > 1 else None)
 
     monkeypatch.setattr(safetensors.torch, "save_file", full_disk)
-    with pytest.raises(MMTuneError, match="saving checkpoint-1 failed: the disk is full") as e:
-        train(run)
-    assert "resumes from the last good checkpoint" in e.value.fix
-    out = Path(cfg.output_dir)
-    assert not list(out.glob(".tmp-*")) and not list(out.glob("checkpoint-*"))
+    _fails_leaving_no_checkpoint(run, "saving checkpoint-1 failed: the disk is full", "resumes from the last good checkpoint")
 
 
 def test_disk_full_while_logging_is_a_clear_error(tiny_vl_config, monkeypatch):

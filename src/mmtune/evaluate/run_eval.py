@@ -20,12 +20,13 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
 
     from ..console import TaskBar
     from ..data.collate import Collator
+    from ..sharding import is_sharded
 
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
     collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
-    sharded = hasattr(model, "set_requires_gradient_sync")
+    sharded = is_sharded(model)
     with TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
             chunk = records[start:start + batch_size]
@@ -53,13 +54,6 @@ class _root_gathered:
 
     def __exit__(self, *exc):
         self.model.reshard()
-
-
-def eval_loss(model, encoder, collator, records, *, device, batch_size: int, autocast,
-              progress: str | None = None) -> float:
-    total, tokens = eval_loss_sums(model, encoder, collator, records, device=device, batch_size=batch_size,
-                                   autocast=autocast, progress=progress)
-    return total / max(tokens, 1)
 
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
@@ -120,16 +114,13 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     was_training = model.training
     device = acc.device
     world, rank = acc.num_processes, acc.process_index
-    order = list(range(rank, len(records), world)) if world > 1 else list(range(len(records)))
+    order = list(range(rank, len(records), world))  # one process: every record
     mine = [records[i] for i in order]
-    per_rank = -(-len(records) // world) if records else 0
+    per_rank = -(-len(records) // world)
     padded = mine + [records[0]] * (per_rank - len(mine))
-    balance = None
-    if world > 1:
-        from ..media_balance import MediaBalance, needs_balance
+    from ..media_balance import balance_for
 
-        if needs_balance(run.resolved.strategy, world, run.encoder.modalities):
-            balance = MediaBalance(acc, records, run.encoder)
+    balance = balance_for(run, records)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
                                    batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
                                    balance=balance, progress="eval loss")

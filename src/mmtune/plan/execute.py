@@ -210,7 +210,7 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     """The loop's evaluation after the traced steps (state alive, gradients freed), on the same tracker.
 
     eval_loss: `train.step.loss_sum` under no_grad on the eval batch (full logits, fp32 upcast), as
-    `evaluate.run_eval.eval_loss` does. eval_generation (when eval.generate): the prompt forward with a
+    `evaluate.run_eval.eval_loss_sums` does. eval_generation (when eval.generate): the prompt forward with a
     KV cache and last-position logits (what `generate` computes), then one traced decode step on a cache
     that already holds the `max_new_tokens - 1` later tokens: the growth of the cache is added
     analytically (bytes per token of the traced cache x tokens, plus the growth of the one-layer

@@ -91,7 +91,9 @@ def resolve_checkpoint(path: Path) -> Path:
     from ..errors import MMTuneError
 
     path = Path(path)
-    if (path / "trainable.safetensors").is_file() or (path / "sharded" / ".metadata").is_file():
+    from .sharded_checkpoint import has_sharded
+
+    if (path / "trainable.safetensors").is_file() or has_sharded(path):
         return path
     best = path / "best"
     if best.exists():
@@ -172,6 +174,7 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     import torch
     from safetensors.torch import save_file
 
+    from ..sharding import full_state_dict
     from .sharded_checkpoint import save_rank_rng, save_sharded, writes_sharded
 
     acc = run.accelerator
@@ -190,7 +193,7 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
         save_sharded(run, tmp)
         # The loadable adapter is small: gathered onto the main rank. A full model is gathered by `mmtune
         # export` from the shards, not at every save.
-        gathered = full_trainable(model) if run.cfg.adapter.method != "full" else None
+        gathered = full_state_dict(model, trainable_only=True) if run.cfg.adapter.method != "full" else None
     acc.wait_for_everyone()
     if not main:
         return final
@@ -219,13 +222,6 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     tmp.rename(final)
     fsync_dir(out)  # the rename itself survives a power loss
     return final
-
-
-def full_trainable(model) -> dict:
-    """Every trainable tensor unsharded on the main rank (a collective under FSDP)."""
-    from ..sharding import full_state_dict
-
-    return full_state_dict(model, trainable_only=True)
 
 
 def export_weights(model, run, folder: Path, state_dict: dict | None = None) -> None:

@@ -70,7 +70,7 @@ def write_manifest(folder: Path) -> None:
     fsync_dir(folder)
 
 
-def verify_manifest(folder: Path, *, checksums: bool = True) -> str | None:
+def verify_manifest(folder: Path) -> str | None:
     """None when every file listed is there with its size and checksum; else what is wrong, in words.
 
     A folder without a manifest was written before manifests existed: accepted as it is."""
@@ -88,6 +88,6 @@ def verify_manifest(folder: Path, *, checksums: bool = True) -> str | None:
         size = p.stat().st_size
         if size != want["size"]:
             return f"{rel} has {size} bytes, {want['size']} were written" + (" (zero-byte file)" if size == 0 else "")
-        if checksums and sha256(p) != want["sha256"]:
+        if sha256(p) != want["sha256"]:
             return f"{rel} does not match its checksum (the file was changed or damaged on disk)"
     return None

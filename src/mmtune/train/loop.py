@@ -21,6 +21,7 @@ from pathlib import Path
 from ..console import console
 from ..data.batches import BatchStream
 from ..errors import MMTuneError
+from ..media_balance import balance_for
 from .checkpoint import (
     clean_leftovers,
     list_checkpoints,
@@ -172,11 +173,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     if ckpt is not None:
         from . import resume_guard
 
-        saved_step = json.loads((ckpt / "meta.json").read_text())["step"]
-        changes = resume_guard.check(ckpt, cfg, saved_step)
+        meta = json.loads((ckpt / "meta.json").read_text())
+        changes = resume_guard.check(ckpt, cfg, meta["step"])
         state = load_checkpoint(run, ckpt)
         step, position, best = state["step"], state["position"], state["best"]
-        eval_metrics = json.loads((ckpt / "meta.json").read_text()).get("metrics", {})
+        eval_metrics = meta.get("metrics", {})
         history = list(state.get("accepted_changes", []))
         if changes:
             position = resume_guard.apply(changes, position)
@@ -221,27 +222,31 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     from .logging_sinks import Sinks
 
     sinks = Sinks(cfg, out, enabled=main, purge_step=step + 1 if ckpt is not None else None)
-    if main and history and ckpt is not None and history[-1]["step"] == step:
+    if main and history and history[-1]["step"] == step:  # changes accepted now (history comes from ckpt)
         sinks.log(step, {"accepted_changes": history[-1]["changes"], "from": ckpt.name}, kind="resume")
-    lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
-    stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
-                       rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
-                       pack=cfg.data.max_length if cfg.data.packing else None,
-                       epoch=position["epoch"], index=position["index"])  # a stream's position has more
     aux = aux_terms(run)
+    aux_losses = [t.loss for t in aux]
     if cfg.data.streaming:  # records read as drawn, never all in memory (data/streaming.py): its own cursor
         from ..data.streaming import StreamingBatches
 
-        cursor, loader = StreamingBatches(run, position, [t.loss for t in aux]), None
+        cursor, loader = StreamingBatches(run, position, aux_losses), None
     else:
+        lengths = [x["total"] for x in run.train_lengths] if cfg.data.group_by_length or cfg.data.packing else None
+        stream_args = dict(n=len(run.train_set.records), seed=cfg.train.seed, micro_batch_size=cfg.train.micro_batch_size,
+                           rank=acc.process_index, world_size=acc.num_processes, lengths=lengths,
+                           pack=cfg.data.max_length if cfg.data.packing else None,
+                           epoch=position["epoch"], index=position["index"])  # a stream's position has more
         cursor = BatchStream(**stream_args)  # advances only as micro-batches are consumed: the resume position
-        loader = _micro_batch_loader(run, stream_args, [t.loss for t in aux])
+        loader = _micro_batch_loader(run, stream_args, aux_losses)
     staged = None
     if cfg.train.stages:
+        from ..sharding import is_sharded
         from ..stages import StagedParams, stage_index
 
         staged = StagedParams(run.unwrapped_model(), run.family, cfg.train.stages)
-    balance = media_balance(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
+    # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
+    drop_stage_grads = staged is not None and is_sharded(run.model)
+    balance = balance_for(run, run.train_set.records)  # fsdp / zero3: every rank runs the same towers
 
     def world_sum(x):
         if acc.num_processes == 1:
@@ -259,7 +264,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     data_wait, padded_tokens, late_bad = 0.0, 0, set()
     last_save = time.monotonic()
     start_step = step
-    last_losses: dict = {}  # the loss and its parts at the last step (with auxiliary losses)
+    res = None  # the last step's StepResult
     from .summary import batch_scale, epoch_time
 
     scale = batch_scale(run)  # effective batch, lr, tokens per step, steps per epoch (summary.py)
@@ -288,7 +293,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
-            **({"train_losses": last_losses} if last_losses else {}),
+            # With auxiliary losses: the loss and its parts at the last step.
+            **({"train_losses": {"loss": res.loss, **res.parts}} if res is not None and res.parts else {}),
             "scale": {**scale, **epoch_time(scale, timed["s"] / max(timed["n"], 1), timed["n"])},
             **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
             **extra,
@@ -307,13 +313,11 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             if balance is not None:
                 micro = balance.balance(micro, run.collator)
             padded = sum(int(mb["input_ids"].numel()) for mb in micro)
-            # Only this stage's parameters learn: by requires_grad, or under FSDP (fixed flags) by dropped gradients.
-            sharded_stages = staged is not None and hasattr(run.model, "set_requires_gradient_sync")
-            with staged.active(step) if staged and not sharded_stages else nullcontext():
+            with staged.active(step) if staged and not drop_stage_grads else nullcontext():
                 res = optimizer_step(run.model, run.optimizer, run.scheduler, micro, accelerator=acc,
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                                      world_tokens=world_sum, aux=aux, step=step,
-                                     inactive=staged.inactive(step) if sharded_stages else (),
+                                     inactive=staged.inactive(step) if drop_stage_grads else (),
                                      loss_impl=cfg.train.loss_impl)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
@@ -341,8 +345,6 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
                    "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
-            if res.parts:
-                last_losses = {"loss": res.loss, **res.parts}
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
                 sinks.log(step, row)
             bar.update(step, loss=res.loss, lr=lr, tokens_per_s=row["tokens_per_s"])
@@ -396,16 +398,6 @@ def aux_terms(run) -> list:
     from ..aux_losses import AuxContext, build_terms
 
     return build_terms(run.cfg.train.aux_losses, AuxContext.of(run.unwrapped_model().config, run.processor))
-
-
-def media_balance(run, records):
-    """A MediaBalance when the run's strategy shards the weights over several ranks and the model has media
-    towers (mmtune/media_balance.py), else None."""
-    from ..media_balance import MediaBalance, needs_balance
-
-    if not needs_balance(run.resolved.strategy, run.accelerator.num_processes, run.encoder.modalities):
-        return None
-    return MediaBalance(run.accelerator, records, run.encoder)
 
 
 def _seed_python_and_numpy(seed: int) -> None:
@@ -463,8 +455,8 @@ def _evaluate(run, step, sinks, bar):
     from ..evaluate.run_eval import evaluate
 
     acc = run.accelerator
-    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
-    metrics, preds = evaluate(run, records)  # every rank evaluates its shard; all get the whole set's metrics
+    # Capped by data.eval_max_samples when loaded. Every rank evaluates its shard; all get the whole set's metrics.
+    metrics, preds = evaluate(run, run.eval_set.records)
     if acc.is_main_process:
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
@@ -516,11 +508,10 @@ def _baseline(run) -> dict:
     from ..evaluate.metrics import best_constant_baseline
     from ..evaluate.run_eval import references
 
-    names = [m for m in run.cfg.eval.metrics]
-    records = run.eval_set.records[: run.cfg.data.eval_max_samples or None]
     train_answers = [run.encoder.answer_text(r) for r in run.train_set.records]
     try:
-        return best_constant_baseline(names, train_answers, [references(run.encoder, r) for r in records])
+        return best_constant_baseline(list(run.cfg.eval.metrics), train_answers,
+                                      [references(run.encoder, r) for r in run.eval_set.records])
     except ValueError as e:  # e.g. mae on non-numeric answers: say so instead of a number
         return {"error": str(e)}
 

@@ -19,10 +19,7 @@ HANDLED = (signal.SIGTERM, signal.SIGINT)
 class StopRequest:
     """Context manager: while inside, the first SIGTERM/SIGINT sets `.signal_name`; a second exits."""
 
-    def __init__(self, enabled: bool = True):
-        # Handlers can only be installed from the main thread (a run started from another thread,
-        # e.g. inside a notebook's worker, keeps the default behaviour).
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+    def __init__(self):
         self.signal_name: str | None = None
         self._old: dict = {}
 
@@ -41,7 +38,9 @@ class StopRequest:
         sys.stderr.flush()
 
     def __enter__(self):
-        if self.enabled:
+        # Handlers can only be installed from the main thread (a run started from another thread,
+        # e.g. inside a notebook's worker, keeps the default behaviour).
+        if threading.current_thread() is threading.main_thread():
             self._old = {s: signal.signal(s, self._handle) for s in HANDLED}
         return self
 

@@ -52,8 +52,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     import torch
 
     device = accelerator.device
-    local_tokens = sum(count_answer_tokens(mb["labels"]) for mb in micro_batches)
-    global_tokens = world_tokens(local_tokens) if world_tokens else local_tokens
+    world_tokens = world_tokens or (lambda n: n)
+    global_tokens = world_tokens(sum(count_answer_tokens(mb["labels"]) for mb in micro_batches))
     if global_tokens == 0:
         raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
     scale = accelerator.num_processes / global_tokens
@@ -66,8 +66,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     # (real even in the planner); a term without any, or at weight 0, is not computed this step.
     terms = []
     for term in aux or []:
-        n = sum(int(mb[term.loss.has_key()].sum()) for mb in micro_batches)
-        n = world_tokens(n) if world_tokens else n
+        n = world_tokens(sum(int(mb[term.loss.has_key()].sum()) for mb in micro_batches))
         terms.append((term, term.weight_at(step), n, torch.zeros((), dtype=torch.float64, device=device)))
     active = [t for t in terms if t[1] > 0 and t[2] > 0]
     forward_kwargs = {k: v for t in active for k, v in t[0].loss.model_kwargs.items()}
@@ -109,8 +108,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     if not skipped:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
-    loss_global = world_tokens(float(loss_acc)) if world_tokens else float(loss_acc)
-    lm_loss = loss_global / global_tokens
+    lm_loss = world_tokens(float(loss_acc)) / global_tokens
     if not terms:
         return StepResult(loss=lm_loss, answer_tokens=int(global_tokens), input_tokens=input_tokens,
                           grad_norm=grad_norm, skipped=skipped)
@@ -118,7 +116,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     for term, weight, n, acc in terms:
         value = None
         if weight > 0 and n > 0:  # computed this step (`active`)
-            value = (world_tokens(float(acc)) if world_tokens else float(acc)) / n
+            value = world_tokens(float(acc)) / n
             loss += weight * value
         parts[f"aux/{term.name}"] = value
         parts[f"aux_weight/{term.name}"] = weight
