@@ -135,9 +135,11 @@ def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
 def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    for n, row in enumerate(table.to_pylist()):
-        yield f"{path}:row {n}", row
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time (streaming)
+        for row in batch.to_pylist():
+            yield f"{path}:row {n}", row
+            n += 1
 
 
 # CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.

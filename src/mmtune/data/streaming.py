@@ -1,7 +1,7 @@
 """data.streaming: training records read as the loop needs them, never all held in memory.
 
 Rows come from a lazy reader (JSONL line by line, CSV row by row, parquet batch by batch, `datasets`'
-`streaming=True` for Hub ids and dataset folders, a save_to_disk folder as an iterable over its
+`streaming=True` for Hub ids and dataset folders, a save_to_disk folder row by row from its
 memory-mapped Arrow files), pass through a seeded shuffle buffer, become records (data.format,
 data.on_bad_record as they come) and are dealt round-robin: each global micro-batch is the next
 micro_batch_size x world_size records, and rank r takes every world_size-th one starting at r (the same
@@ -25,55 +25,29 @@ from ..errors import ConfigError, DataError
 
 def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
     """(base folder for relative media, rows as (where, row-or-BadRecord)), read lazily."""
-    from .hub import cached_snapshot, dataset_rows, is_hub_id
-    from .sources import _rows_csv, _rows_jsonl
+    from .hub import _load, cached_snapshot, dataset_rows, is_hub_id
+    from .sources import _rows_csv, _rows_datasets, _rows_jsonl, _rows_parquet
 
     path_s, _, explicit = spec.partition("::")
     split = explicit or split
     if is_hub_id(path_s):
         snap = cached_snapshot(path_s)
-        return snap or Path.cwd(), dataset_rows(_load_streaming(str(snap or path_s), path_s), split, path_s)
+        ds = _load(str(snap or path_s), None, path_s, streaming=True)
+        return snap or Path.cwd(), dataset_rows(ds, split, path_s)
     path = Path(path_s).expanduser()
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
                         fix="give a JSONL/parquet/CSV file, a dataset folder or a Hub id ORG/NAME")
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
-            import datasets
-
-            ds = datasets.load_from_disk(str(path))  # memory-mapped Arrow: nothing read until iterated
-            if isinstance(ds, datasets.DatasetDict):
-                ds = datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in ds.items()})
-            else:
-                ds = ds.to_iterable_dataset()
-            return path, dataset_rows(ds, split, str(path))
-        return path, dataset_rows(_load_streaming(str(path), str(path)), split, str(path))
-    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet_batches}
+            return path, _rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
+        return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
+    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet}
     if path.suffix not in readers:
         raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
                         where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
                                         "or set data.streaming=false")
     return path.parent, readers[path.suffix](path)
-
-
-def _load_streaming(source: str, where: str):
-    import datasets
-
-    try:
-        return datasets.load_dataset(source, streaming=True)
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-        raise DataError(f"datasets could not stream {where} ({type(e).__name__}: {str(e)[:300]})", where=where,
-                        fix="check the id / folder and its data files") from None
-
-
-def _rows_parquet_batches(path: Path) -> Iterator[tuple[str, object]]:
-    import pyarrow.parquet as pq
-
-    n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time
-        for row in batch.to_pylist():
-            yield f"{path}:row {n}", row
-            n += 1
 
 
 def shuffle_buffer(rows: Iterator, size: int, rng: random.Random) -> Iterator:
