@@ -99,9 +99,7 @@ def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar, encode: bool = T
                 counts["text"] = counts["total"] - sum(counts[m] for m in MEDIA_TYPES)
             encoder._check_length(counts["total"], r)
         except BadRecord as e:
-            if on_bad == "error":
-                raise e.as_error() from None
-            kept.skip(r.source, e.reason, e.what)
+            kept.bad(e, r.source, on_bad)
             continue
         if cache is not None and out is not None:
             cache.put(k, out)

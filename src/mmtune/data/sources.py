@@ -291,6 +291,15 @@ class OpenSource:
     columns: dict
     to_row: object  # a data.dataset_info entry's row mapping, or None
     wanted: str  # the split rows must belong to
+    templates: dict  # data.question_template / answer_template that are set
+
+    def records(self, where: str, row, index: int) -> list:
+        """The row's records (load_source's, the stream's); a bad row raises its BadRecord."""
+        if isinstance(row, BadRecord):
+            raise row
+        if self.to_row is not None:
+            row = self.to_row(row, where)
+        return row_to_records(row, self.fmt, self.columns, where, index, self.resolve, templates=self.templates)
 
 
 def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
@@ -311,7 +320,8 @@ def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         else:
             base, rows = iter_rows(spec, split, parts)
         wanted = spec.partition("::")[2] or split
-    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted)
+    templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
+    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted, templates)
 
 
 def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
@@ -323,28 +333,20 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
 
         return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
     src = open_source(spec, data_cfg, split, parts)
-    rows, resolve, fmt, columns, to_row, wanted = src.rows, src.resolve, src.fmt, src.columns, src.to_row, src.wanted
-    templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
     rs = RecordSet()
     n_rows = other_split = 0
-    for index, (where, row) in enumerate(rows):
-        if not in_split(row, fmt, wanted):
+    for index, (where, row) in enumerate(src.rows):
+        if not in_split(row, src.fmt, src.wanted):
             other_split += 1
             continue
         n_rows += 1
         try:
-            if isinstance(row, BadRecord):
-                raise row
-            if to_row is not None:
-                row = to_row(row, where)
-            rs.records.extend(row_to_records(row, fmt, columns, where, index, resolve, templates=templates))
+            rs.records.extend(src.records(where, row, index))
         except BadRecord as e:
-            if data_cfg.on_bad_record == "error":
-                raise e.as_error() from None
-            rs.skip(where, e.reason, e.what)
+            rs.bad(e, where, data_cfg.on_bad_record)
     if other_split:
-        rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {wanted!r}")
-    if fmt == "ocrvqa":
+        rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {src.wanted!r}")
+    if src.fmt == "ocrvqa":
         rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,

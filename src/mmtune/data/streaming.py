@@ -88,37 +88,29 @@ def sample_records(spec: str, data_cfg, split: str = "train"):
 
 
 class _RecordReader:
-    """One pass over a source's rows, turning a row into its records the way load_source does."""
+    """One pass over a source's rows (sources.open_source, read lazily under data.streaming), turning a row
+    into its records the way load_source does."""
 
     def __init__(self, spec: str, data_cfg, split: str):
-        from .formats import check_format
-        from .sources import make_resolver
+        from .sources import open_source
 
         if getattr(data_cfg, "dataset_info", None):
             raise ConfigError("data.streaming=true with data.dataset_info: registry entries are read whole",
                               where="data.streaming", fix="point data.train at the data file or folder itself")
-        check_format(data_cfg.format, dict(data_cfg.columns))
-        self.cfg, self.spec = data_cfg, spec
-        base, self.rows = stream_rows(spec, split)
-        self.resolve = make_resolver(base, data_cfg.media_root)
-        self.templates = {k: v for k, v in (("question", data_cfg.question_template),
-                                            ("answer", data_cfg.answer_template)) if v}
+        self.cfg = data_cfg
+        self.source = open_source(spec, data_cfg, split)
+        self.rows = self.source.rows
         self.index = 0
 
     def convert(self, where: str, row, skipped) -> list:
         """The row's records; a bad row raises (data.on_bad_record=error) or is counted in `skipped`."""
-        from .formats import BadRecord, row_to_records
+        from .formats import BadRecord
 
         self.index += 1
         try:
-            if isinstance(row, BadRecord):
-                raise row
-            return row_to_records(row, self.cfg.format, dict(self.cfg.columns), where, self.index - 1, self.resolve,
-                                  templates=self.templates)
+            return self.source.records(where, row, self.index - 1)
         except BadRecord as e:
-            if self.cfg.on_bad_record == "error":
-                raise e.as_error() from None
-            skipped.skip(where, e.reason, e.what)
+            skipped.bad(e, where, self.cfg.on_bad_record)
             return []
 
 
@@ -228,9 +220,7 @@ class StreamingBatches:
                 try:
                     encoded = self.run.encoder.encode(r)
                 except BadRecord as e:
-                    if self.run.cfg.data.on_bad_record == "error":
-                        raise e.as_error() from None
-                    self.run.train_set.skip(r.source, e.reason, e.what)
+                    self.run.train_set.bad(e, r.source, self.run.cfg.data.on_bad_record)
                     continue
                 for loss in self.aux:
                     encoded.update(loss.record_inputs(r, encoded))
