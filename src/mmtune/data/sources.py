@@ -362,6 +362,6 @@ def _registry_entry(spec: str, data_cfg):
     from .hub import is_hub_id
 
     name = spec.partition("::")[0]
-    if name not in registry_names(data_cfg.dataset_info) and (Path(name).expanduser().exists() or is_hub_id(name)):
-        return None  # a path or Hub id beside the registry's names
+    if (Path(name).expanduser().exists() or is_hub_id(name)) and name not in registry_names(data_cfg.dataset_info):
+        return None  # a path or Hub id beside the registry's names (the registry is read again only for these)
     return entry(data_cfg.dataset_info, name)  # a name, or an error with the registry's names
