@@ -40,32 +40,61 @@ def make_set(folder: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
+def variant_config(args, out: Path, mbs: int, *extra: str):
+    """The config every variant of this benchmark and benchmarks/packing.py trains under (LoRA r8, fp32,
+    CPU, data.max_length=512, one micro-batch a step), with the variant's own `extra` overrides."""
+    from mmtune.config import load_config
+
+    ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", f"data.train={args.data}",
+          "data.eval=null", "data.max_length=512", *extra,
+          "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
+          f"train.micro_batch_size={mbs}", "train.grad_accum=1", "train.precision=fp32", "train.lr=1e-4",
+          "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null", "train.device=cpu",
+          "logging.tensorboard=false", f"output_dir={out}", "train.resume=false", "eval.every=null"]
+    return load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
+
+
+def train_rows(out: Path) -> list[dict]:
+    """The run's metrics.jsonl rows of its training steps."""
+    return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+
+
 def run_one(args, grouped: bool) -> dict:
     import time
 
     from mmtune.build import build_run
-    from mmtune.config import load_config
     from mmtune.train.loop import train
 
     out = Path(args.out) / ("grouped" if grouped else "plain")
-    ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", f"data.train={args.data}",
-          "data.eval=null", "data.max_length=512", f"data.group_by_length={str(grouped).lower()}",
-          "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
-          f"train.micro_batch_size={args.mbs}", "train.grad_accum=1", "train.precision=fp32", "train.lr=1e-4",
-          "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null", "train.device=cpu",
-          "logging.tensorboard=false", f"output_dir={out}", "train.resume=false", "eval.every=null"]
-    cfg = load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
+    cfg = variant_config(args, out, args.mbs, f"data.group_by_length={str(grouped).lower()}")
     t0 = time.perf_counter()
     run = build_run(cfg)
     lengths = [x["total"] for x in run.train_lengths]
     summary = train(run)
-    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    rows = train_rows(out)
     timed = rows[1:]
     secs = sum(r["step_time_s"] for r in timed)
     return {"tokens_per_s": sum(r["tokens_per_s"] * r["step_time_s"] for r in timed) / secs,
             "step_time_s": secs / len(timed), "padding_fraction": summary["padding_fraction"],
             "data_wait_fraction": summary["data_wait_fraction"], "wall_s": time.perf_counter() - t0,
             "final_loss": rows[-1]["loss"], "length_min": min(lengths), "length_max": max(lengths)}
+
+
+def run_variants(script: str, args, variants: tuple[str, ...], *extra_cli: str) -> dict[str, list[dict]]:
+    """Each variant `args.repeats` times, interleaved, each in its own process (`script --variant V`, one
+    thread) on the same set: {variant: [its RESULT dicts]}."""
+    data = make_set(Path(args.out) / "data", args.records)
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    runs: dict[str, list[dict]] = {v: [] for v in variants}
+    for variant in variants * args.repeats:
+        cmd = [sys.executable, script, "--variant", variant, "--data", str(data), "--steps", str(args.steps),
+               "--mbs", str(args.mbs), *extra_cli, "--model", args.model, "--out", args.out]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+        if out.returncode != 0 or not line:
+            sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
+        runs[variant].append(json.loads(line[0][7:]))
+    return runs
 
 
 def _median(xs):
@@ -88,17 +117,7 @@ def main() -> None:
     if args.variant:
         print("RESULT " + json.dumps(run_one(args, args.variant == "grouped")))
         return
-    data = make_set(Path(args.out) / "data", args.records)
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    runs: dict[str, list[dict]] = {"plain": [], "grouped": []}
-    for variant in ("plain", "grouped") * args.repeats:
-        cmd = [sys.executable, __file__, "--variant", variant, "--data", str(data), "--steps", str(args.steps),
-               "--mbs", str(args.mbs), "--model", args.model, "--out", args.out]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        if out.returncode != 0 or not line:
-            sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-        runs[variant].append(json.loads(line[0][7:]))
+    runs = run_variants(__file__, args, ("plain", "grouped"))
     res = {v: {**{k: _median([r[k] for r in rs]) for k in rs[0]},
                "tokens_per_s_spread": [min(r["tokens_per_s"] for r in rs), max(r["tokens_per_s"] for r in rs)]}
            for v, rs in runs.items()}

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grouping import _median, make_set  # noqa: E402 - the same data set as the grouping benchmark
+from grouping import _median, run_variants, train_rows, variant_config  # noqa: E402 - the same set and config
 
 VARIANTS = ("plain", "grouped", "packed")
 
@@ -32,25 +30,19 @@ def run_one(args, variant: str) -> dict:
     import time
 
     from mmtune.build import build_run
-    from mmtune.config import load_config
     from mmtune.train.loop import train
 
     out = Path(args.out) / variant
     mbs = args.pack_rows if variant == "packed" else args.mbs
-    ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", "model.attn_implementation=sdpa",
-          f"data.train={args.data}", "data.eval=null", "data.max_length=512",
-          f"data.group_by_length={str(variant == 'grouped').lower()}", f"data.packing={str(variant == 'packed').lower()}",
-          "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
-          f"train.micro_batch_size={mbs}", "train.grad_accum=1", "train.precision=fp32", "train.lr=1e-4",
-          "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null", "train.device=cpu",
-          "logging.tensorboard=false", f"output_dir={out}", "train.resume=false", "eval.every=null"]
-    cfg = load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
+    cfg = variant_config(args, out, mbs, "model.attn_implementation=sdpa",
+                         f"data.group_by_length={str(variant == 'grouped').lower()}",
+                         f"data.packing={str(variant == 'packed').lower()}")
     t0 = time.perf_counter()
     run = build_run(cfg)
     lengths = [x["total"] for x in run.train_lengths]
     cpu = _count_cpu_seconds()
     summary = train(run)
-    rows = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
+    rows = train_rows(out)
     timed = rows[1:]
     secs = sum(r["step_time_s"] for r in timed)
     tokens = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed)
@@ -111,17 +103,7 @@ def main() -> None:
     if args.variant:
         print("RESULT " + json.dumps(run_one(args, args.variant)))
         return
-    data = make_set(Path(args.out) / "data", args.records)
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
-    for variant in VARIANTS * args.repeats:
-        cmd = [sys.executable, __file__, "--variant", variant, "--data", str(data), "--steps", str(args.steps),
-               "--mbs", str(args.mbs), "--pack-rows", str(args.pack_rows), "--model", args.model, "--out", args.out]
-        out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        if out.returncode != 0 or not line:
-            sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-        runs[variant].append(json.loads(line[0][7:]))
+    runs = run_variants(__file__, args, VARIANTS, "--pack-rows", str(args.pack_rows))
     res = {v: {**{k: _median([r[k] for r in rs]) for k in rs[0]},
                "tokens_per_s_spread": [min(r["tokens_per_s"] for r in rs), max(r["tokens_per_s"] for r in rs)],
                "tokens_per_cpu_s_spread": [min(r["tokens_per_cpu_s"] for r in rs), max(r["tokens_per_cpu_s"] for r in rs)]}

@@ -97,3 +97,16 @@ def imgs(tmp_path):
     write_png(tmp_path / "a.png")
     write_png(tmp_path / "b.png", (0, 0, 200))
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def encoder(tmp_path_factory):
+    """An Encoder for tiny/qwen2-vl (data.max_length=512): no weights built, one per test module."""
+    from mmtune.config import load_config
+    from mmtune.data.encode import Encoder
+
+    from .malformed import tiny_processor
+
+    cfg_path = tmp_path_factory.mktemp("encoder") / "cfg.yaml"
+    cfg_path.write_text("output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: x, max_length: 512}\n")
+    return Encoder(*tiny_processor("tiny/qwen2-vl"), load_config(cfg_path, []))

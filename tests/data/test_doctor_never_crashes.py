@@ -4,11 +4,9 @@ an over-large image, and a video without an audio track asked for its audio."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from .conftest import write_mp4, write_png, write_wav
+from .conftest import jsonl, write_mp4, write_png, write_wav
 
 DATA_CODES = ["MM014", "MM016", "MM017", "MM018", "MM002", "MM033", "MM031", "MM030"]
 
@@ -57,8 +55,7 @@ CASES = {
 @pytest.mark.parametrize("model", sorted(CASES))
 @pytest.mark.parametrize("policy", ["error", "skip"])
 def test_doctor_reports_findings_not_crashes(doctor, media, model, policy):
-    path = media["dir"] / f"{model.replace('/', '_')}.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in CASES[model](media)) + "\n")
+    path = jsonl(media["dir"] / f"{model.replace('/', '_')}.jsonl", CASES[model](media))
     tree = {"model": {"name": model, "video_frames": 4}, "data": {"train": str(path), "on_bad_record": policy,
                                                                   "max_length": 4096}}
     rep = doctor(tree, *DATA_CODES)

@@ -4,23 +4,12 @@ lengths the loop sees are the lengths `Encoder.measure` reports for the records 
 import pytest
 import torch
 
-from mmtune.config import load_config
 from mmtune.data.collate import Collator
-from mmtune.data.encode import Encoder
 from mmtune.data.encode_cache import EncodeCache, key
 from mmtune.data.inspect import scan_records
 from mmtune.data.records import Record, RecordSet
 
 from .conftest import write_png
-from .malformed import tiny_processor
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("cache")
-    cfg_path = folder / "cfg.yaml"
-    cfg_path.write_text("output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: x, max_length: 512}\n")
-    return Encoder(*tiny_processor("tiny/qwen2-vl"), load_config(cfg_path, []))
 
 
 def _records(folder, n):

@@ -3,23 +3,12 @@ counts and first error as one process, in the same order; processes only where t
 
 import pytest
 
-from mmtune.config import load_config
-from mmtune.data.encode import Encoder
 from mmtune.data.inspect import scan_records
 from mmtune.data.parallel_measure import RECORDS_PER_PROCESS, processes_for
 from mmtune.data.records import Record, RecordSet
 from mmtune.errors import DataError
 
 from .conftest import write_png
-from .malformed import tiny_processor
-
-
-@pytest.fixture(scope="module")
-def encoder(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("par")
-    cfg_path = folder / "cfg.yaml"
-    cfg_path.write_text("output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: x, max_length: 512}\n")
-    return Encoder(*tiny_processor("tiny/qwen2-vl"), load_config(cfg_path, []))
 
 
 def _records(folder, n):

@@ -57,12 +57,11 @@ def num_media_tokens(processor, *, image_sizes=None, video_sizes=None, audio_len
 def _qwen_arithmetic(processor, image_sizes, video_sizes) -> dict[str, list[int]]:
     ip = processor.image_processor
     images = [ip.get_number_of_image_patches(h, w, {}) // ip.merge_size ** 2 for h, w in image_sizes]
-    videos = []
+    if not video_sizes:
+        return {"image": images, "video": [], "audio": []}
     vp = getattr(processor, "video_processor", None)
-    for t, h, w in video_sizes:
-        count = getattr(vp, "get_num_of_video_patches", None) or getattr(vp, "get_number_of_video_patches", None)
-        if count is None:
-            raise CompatError(f"{type(vp).__name__} cannot count video patches without pixels",
-                              fix="nothing to do: mmtune encodes such records in full")
-        videos.append(count(t, h, w, {}) // vp.merge_size ** 2)
-    return {"image": images, "video": videos, "audio": []}
+    count = getattr(vp, "get_num_of_video_patches", None) or getattr(vp, "get_number_of_video_patches", None)
+    if count is None:
+        raise CompatError(f"{type(vp).__name__} cannot count video patches without pixels",
+                          fix="nothing to do: mmtune encodes such records in full")
+    return {"image": images, "video": [count(t, h, w, {}) // vp.merge_size ** 2 for t, h, w in video_sizes], "audio": []}

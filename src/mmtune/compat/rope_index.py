@@ -37,6 +37,8 @@ class RopeIndex:
 
     def __init__(self, owner, config):
         self.owner, self.config = owner, config
+        params = inspect.signature(owner.get_rope_index).parameters  # once, not per record
+        self.args = tuple(k for k in self.ARGS if k in params)
 
     def __call__(self, item: dict):
         import torch
@@ -45,8 +47,7 @@ class RopeIndex:
         types = item.get("mm_token_type_ids")
         if types is None:  # a text-only record: the model's own default is the plain count on all three axes
             return torch.arange(ids.shape[-1]).expand(3, -1).clone()
-        params = inspect.signature(self.owner.get_rope_index).parameters
-        kwargs = {k: item[k] for k in self.ARGS if k in item and k in params}
+        kwargs = {k: item[k] for k in self.args if k in item}
         try:
             pos, _ = self.owner.get_rope_index(_Stand(self.owner, self.config), ids, mm_token_type_ids=types[None],
                                                **kwargs)

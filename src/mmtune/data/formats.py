@@ -98,11 +98,15 @@ def _get(row: dict, fmt: str, name: str, columns: dict[str, str], where: str):
                     f"data.columns.{name}=<field>, or pick another data.format ({', '.join(known_formats())})")
 
 
+def _shown(value, limit: int) -> str:
+    """repr(value) cut to `limit` characters, for an error message."""
+    r = repr(value)
+    return r if len(r) <= limit else r[:limit - 3] + "..."
+
+
 def bad_type(what: str, value, where: str, fix: str) -> BadRecord:
     """A value of the wrong type: an error, never silently turned into text (a dict's repr is no answer)."""
-    shown = repr(value)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    return BadRecord("bad type", f"{what} is a {type(value).__name__} ({shown})", where, fix)
+    return BadRecord("bad type", f"{what} is a {type(value).__name__} ({_shown(value, 60)})", where, fix)
 
 
 def text_value(value, what: str, where: str) -> str:
@@ -238,8 +242,7 @@ def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
             parts = []
             for p in content:
                 if not isinstance(p, dict) or p.get("type") not in ("text",) + MEDIA_TYPES:
-                    shown = repr(p) if len(repr(p)) <= 80 else repr(p)[:77] + "..."
-                    raise BadRecord("missing field", f"message {i} has a content part {shown} that is not "
+                    raise BadRecord("missing field", f"message {i} has a content part {_shown(p, 80)} that is not "
                                     "text/image/video/audio", where,
                                     'parts look like {"type": "text", "text": ...} or {"type": "image", "path": ...}')
                 if p["type"] == "text":

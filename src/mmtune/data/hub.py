@@ -55,13 +55,16 @@ def is_dataset_repo(folder: Path, declared_only: bool = False) -> bool:
     return not declared_only and data.is_dir() and any(p.suffix in DATA_SUFFIXES for p in data.rglob("*") if p.is_file())
 
 
-def _load(source: str, subset: str | None, where: str):
+def _load(source: str, subset: str | None, where: str, streaming: bool = False):
+    """datasets.load_dataset, its failures as DataErrors; `streaming`: an iterable read as it is drawn
+    (data.streaming, data/streaming.py)."""
     import datasets
 
     try:
-        return datasets.load_dataset(source, subset) if subset else datasets.load_dataset(source)
+        return datasets.load_dataset(source, subset, streaming=streaming)
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-        raise DataError(f"datasets could not load {where} ({type(e).__name__}: {str(e)[:300]})", where=where,
+        raise DataError(f"datasets could not {'stream' if streaming else 'load'} {where} "
+                        f"({type(e).__name__}: {str(e)[:300]})", where=where,
                         fix="check the id / folder and its data files; a subset (config) is chosen with "
                             "data.dataset_info's `subset`") from None
     except ConnectionError as e:

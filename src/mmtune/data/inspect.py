@@ -61,22 +61,22 @@ def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, prog
 
             distinct = list({key(r): r for r in rs.records}.values())
             measured = dict(zip(map(key, distinct), measure_records(encoder, distinct, processes, bar.advance)))
-            bar = _NoBar()
-        return _scan(rs, encoder, on_bad, cache, key, bar, encode, measured)
+        # (the progress shown was the measuring's, when it ran up front)
+        return _scan(rs, encoder, on_bad, cache, bar.advance if measured is None else _nothing, encode, measured)
 
 
-class _NoBar:
-    def advance(self, n: int = 1) -> None:
-        pass
+def _nothing() -> None:
+    pass
 
 
-def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar, encode: bool = True, measured=None) -> Scan:
+def _scan(rs: RecordSet, encoder, on_bad: str, cache, advance, encode: bool = True, measured=None) -> Scan:
+    from .encode_cache import key
 
     kept = RecordSet(skipped=dict(rs.skipped), problems=list(rs.problems), notes=list(rs.notes))
     scan = Scan(kept)
     seen: dict[str, dict] = {}  # a mixture repeats records (the same objects): check each once
     for r in rs.records:
-        bar.advance()
+        advance()
         k, out = key(r), None
         try:
             if k in seen:
@@ -99,9 +99,7 @@ def _scan(rs: RecordSet, encoder, on_bad: str, cache, key, bar, encode: bool = T
                 counts["text"] = counts["total"] - sum(counts[m] for m in MEDIA_TYPES)
             encoder._check_length(counts["total"], r)
         except BadRecord as e:
-            if on_bad == "error":
-                raise e.as_error() from None
-            kept.skip(r.source, e.reason, e.what)
+            kept.bad(e, r.source, on_bad)
             continue
         if cache is not None and out is not None:
             cache.put(k, out)

@@ -151,14 +151,14 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate) if stream.average_rate else None
         known = stream.frames or 0
-        if _header_is_consistent(container, stream, known, source_fps):
-            picked = sample_indices(known, n_frames, fps, source_fps)
-            if known >= SEEK_MIN_SPACING * len(picked):
-                seeked = _seek_frames(container, stream, picked, source_fps, max_pixels)
-                if seeked is not None:
-                    return VideoClip([seeked[i] for i in picked], known, source_fps, picked)
-                container.seek(0)  # timestamps did not map to frames: decode every frame below
-        wanted = set(sample_indices(known, n_frames, fps, source_fps)) if known else None
+        picked = sample_indices(known, n_frames, fps, source_fps) if known else None
+        if picked and known >= SEEK_MIN_SPACING * len(picked) and _header_is_consistent(container, stream, known,
+                                                                                         source_fps):
+            seeked = _seek_frames(container, stream, picked, source_fps, max_pixels)
+            if seeked is not None:
+                return VideoClip([seeked[i] for i in picked], known, source_fps, picked)
+            container.seek(0)  # timestamps did not map to frames: decode every frame below
+        wanted = set(picked) if known else None
         kept: dict[int, object] = {}
         n = 0
         try:
@@ -226,13 +226,18 @@ def _keyframe_indices(container, stream, source_fps: float) -> list[int] | None:
     return sorted(keys) or None
 
 
-def _frames_to_decode(keys: list[int], picked: list[int]) -> int:
-    """How many frames the seek path decodes for these targets (the same rule as `_seek_frames`)."""
+def _key_before(keys: list[int], target: int) -> int:
+    """The last keyframe at or before frame `target` (the first one when none is)."""
     import bisect
 
+    return keys[max(0, bisect.bisect_right(keys, target) - 1)]
+
+
+def _frames_to_decode(keys: list[int], picked: list[int]) -> int:
+    """How many frames the seek path decodes for these targets (the same rule as `_seek_frames`)."""
     pos, total = -1, 0
     for target in picked:
-        key = keys[max(0, bisect.bisect_right(keys, target) - 1)]
+        key = _key_before(keys, target)
         total += target - (key - 1 if key > pos or target <= pos else pos)
         pos = target
     return total
@@ -244,8 +249,6 @@ def _seek_frames(container, stream, picked: list[int], source_fps: float, max_pi
     not behave like a constant-rate one (a frame without a timestamp or between indices, a frame
     missing): the caller then decodes every frame, so the frames taken are always the ones a full
     decode would take."""
-    import bisect
-
     import av
 
     tb = stream.time_base
@@ -258,7 +261,7 @@ def _seek_frames(container, stream, picked: list[int], source_fps: float, max_pi
         if keys is None or _frames_to_decode(keys, picked) > 0.75 * (picked[-1] + 1):
             return None  # (long GOPs, many frames: nearly everything is decoded anyway, without seeks)
         for target in picked:
-            key = keys[max(0, bisect.bisect_right(keys, target) - 1)]
+            key = _key_before(keys, target)
             if frames is None or key > pos or target <= pos:
                 container.seek(start + int(target / source_fps / tb), backward=True, any_frame=False, stream=stream)
                 frames = container.decode(stream)

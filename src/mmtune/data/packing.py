@@ -15,7 +15,7 @@ What a row is: `pack_row` concatenates the records' encodings in order --
   FlashAttention-2 under FA2);
 - `position_ids` restart at 0 for every record. For M-RoPE models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)
   they are (4, L): row 0 the per-record text positions transformers reads the record boundaries from,
-  rows 1-3 the model's own `get_rope_index` on each record alone (compat.transformers_internals.RopeIndex);
+  rows 1-3 the model's own `get_rope_index` on each record alone (compat.rope_index.RopeIndex);
 - each record's first label is -100: the last token of the record before must not be trained to
   predict it (an unpacked run never predicts a record's first token either), so the loss is the same
   sum over the same answer tokens;

@@ -54,6 +54,12 @@ class RecordSet:
         if n < self.MAX_PROBLEMS_PER_REASON:
             self.problems.append((source, detail))
 
+    def bad(self, e, source: str, policy: str) -> None:
+        """data.on_bad_record for a BadRecord `e`: "error" raises it as a DataError, "skip" counts it here."""
+        if policy == "error":
+            raise e.as_error() from None
+        self.skip(source, e.reason, e.what)
+
     @property
     def n_skipped(self) -> int:
         return sum(self.skipped.values())

@@ -135,9 +135,11 @@ def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
 def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
-    for n, row in enumerate(table.to_pylist()):
-        yield f"{path}:row {n}", row
+    n = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time (streaming)
+        for row in batch.to_pylist():
+            yield f"{path}:row {n}", row
+            n += 1
 
 
 # CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.
@@ -289,6 +291,15 @@ class OpenSource:
     columns: dict
     to_row: object  # a data.dataset_info entry's row mapping, or None
     wanted: str  # the split rows must belong to
+    templates: dict  # data.question_template / answer_template that are set
+
+    def records(self, where: str, row, index: int) -> list:
+        """The row's records (load_source's, the stream's); a bad row raises its BadRecord."""
+        if isinstance(row, BadRecord):
+            raise row
+        if self.to_row is not None:
+            row = self.to_row(row, where)
+        return row_to_records(row, self.fmt, self.columns, where, index, self.resolve, templates=self.templates)
 
 
 def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
@@ -309,7 +320,8 @@ def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         else:
             base, rows = iter_rows(spec, split, parts)
         wanted = spec.partition("::")[2] or split
-    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted)
+    templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
+    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted, templates)
 
 
 def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:
@@ -321,28 +333,20 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
 
         return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
     src = open_source(spec, data_cfg, split, parts)
-    rows, resolve, fmt, columns, to_row, wanted = src.rows, src.resolve, src.fmt, src.columns, src.to_row, src.wanted
-    templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
     rs = RecordSet()
     n_rows = other_split = 0
-    for index, (where, row) in enumerate(rows):
-        if not in_split(row, fmt, wanted):
+    for index, (where, row) in enumerate(src.rows):
+        if not in_split(row, src.fmt, src.wanted):
             other_split += 1
             continue
         n_rows += 1
         try:
-            if isinstance(row, BadRecord):
-                raise row
-            if to_row is not None:
-                row = to_row(row, where)
-            rs.records.extend(row_to_records(row, fmt, columns, where, index, resolve, templates=templates))
+            rs.records.extend(src.records(where, row, index))
         except BadRecord as e:
-            if data_cfg.on_bad_record == "error":
-                raise e.as_error() from None
-            rs.skip(where, e.reason, e.what)
+            rs.bad(e, where, data_cfg.on_bad_record)
     if other_split:
-        rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {wanted!r}")
-    if fmt == "ocrvqa":
+        rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {src.wanted!r}")
+    if src.fmt == "ocrvqa":
         rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
@@ -358,6 +362,6 @@ def _registry_entry(spec: str, data_cfg):
     from .hub import is_hub_id
 
     name = spec.partition("::")[0]
-    if name not in registry_names(data_cfg.dataset_info) and (Path(name).expanduser().exists() or is_hub_id(name)):
-        return None  # a path or Hub id beside the registry's names
+    if (Path(name).expanduser().exists() or is_hub_id(name)) and name not in registry_names(data_cfg.dataset_info):
+        return None  # a path or Hub id beside the registry's names (the registry is read again only for these)
     return entry(data_cfg.dataset_info, name)  # a name, or an error with the registry's names

@@ -1,7 +1,7 @@
 """data.streaming: training records read as the loop needs them, never all held in memory.
 
 Rows come from a lazy reader (JSONL line by line, CSV row by row, parquet batch by batch, `datasets`'
-`streaming=True` for Hub ids and dataset folders, a save_to_disk folder as an iterable over its
+`streaming=True` for Hub ids and dataset folders, a save_to_disk folder row by row from its
 memory-mapped Arrow files), pass through a seeded shuffle buffer, become records (data.format,
 data.on_bad_record as they come) and are dealt round-robin: each global micro-batch is the next
 micro_batch_size x world_size records, and rank r takes every world_size-th one starting at r (the same
@@ -25,55 +25,29 @@ from ..errors import ConfigError, DataError
 
 def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
     """(base folder for relative media, rows as (where, row-or-BadRecord)), read lazily."""
-    from .hub import cached_snapshot, dataset_rows, is_hub_id
-    from .sources import _rows_csv, _rows_jsonl
+    from .hub import _load, cached_snapshot, dataset_rows, is_hub_id
+    from .sources import _rows_csv, _rows_datasets, _rows_jsonl, _rows_parquet
 
     path_s, _, explicit = spec.partition("::")
     split = explicit or split
     if is_hub_id(path_s):
         snap = cached_snapshot(path_s)
-        return snap or Path.cwd(), dataset_rows(_load_streaming(str(snap or path_s), path_s), split, path_s)
+        ds = _load(str(snap or path_s), None, path_s, streaming=True)
+        return snap or Path.cwd(), dataset_rows(ds, split, path_s)
     path = Path(path_s).expanduser()
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
                         fix="give a JSONL/parquet/CSV file, a dataset folder or a Hub id ORG/NAME")
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
-            import datasets
-
-            ds = datasets.load_from_disk(str(path))  # memory-mapped Arrow: nothing read until iterated
-            if isinstance(ds, datasets.DatasetDict):
-                ds = datasets.IterableDatasetDict({k: v.to_iterable_dataset() for k, v in ds.items()})
-            else:
-                ds = ds.to_iterable_dataset()
-            return path, dataset_rows(ds, split, str(path))
-        return path, dataset_rows(_load_streaming(str(path), str(path)), split, str(path))
-    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet_batches}
+            return path, _rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
+        return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
+    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet}
     if path.suffix not in readers:
         raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
                         where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
                                         "or set data.streaming=false")
     return path.parent, readers[path.suffix](path)
-
-
-def _load_streaming(source: str, where: str):
-    import datasets
-
-    try:
-        return datasets.load_dataset(source, streaming=True)
-    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
-        raise DataError(f"datasets could not stream {where} ({type(e).__name__}: {str(e)[:300]})", where=where,
-                        fix="check the id / folder and its data files") from None
-
-
-def _rows_parquet_batches(path: Path) -> Iterator[tuple[str, object]]:
-    import pyarrow.parquet as pq
-
-    n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time
-        for row in batch.to_pylist():
-            yield f"{path}:row {n}", row
-            n += 1
 
 
 def shuffle_buffer(rows: Iterator, size: int, rng: random.Random) -> Iterator:
@@ -114,37 +88,29 @@ def sample_records(spec: str, data_cfg, split: str = "train"):
 
 
 class _RecordReader:
-    """One pass over a source's rows, turning a row into its records the way load_source does."""
+    """One pass over a source's rows (sources.open_source, read lazily under data.streaming), turning a row
+    into its records the way load_source does."""
 
     def __init__(self, spec: str, data_cfg, split: str):
-        from .formats import check_format
-        from .sources import make_resolver
+        from .sources import open_source
 
         if getattr(data_cfg, "dataset_info", None):
             raise ConfigError("data.streaming=true with data.dataset_info: registry entries are read whole",
                               where="data.streaming", fix="point data.train at the data file or folder itself")
-        check_format(data_cfg.format, dict(data_cfg.columns))
-        self.cfg, self.spec = data_cfg, spec
-        base, self.rows = stream_rows(spec, split)
-        self.resolve = make_resolver(base, data_cfg.media_root)
-        self.templates = {k: v for k, v in (("question", data_cfg.question_template),
-                                            ("answer", data_cfg.answer_template)) if v}
+        self.cfg = data_cfg
+        self.source = open_source(spec, data_cfg, split)
+        self.rows = self.source.rows
         self.index = 0
 
     def convert(self, where: str, row, skipped) -> list:
         """The row's records; a bad row raises (data.on_bad_record=error) or is counted in `skipped`."""
-        from .formats import BadRecord, row_to_records
+        from .formats import BadRecord
 
         self.index += 1
         try:
-            if isinstance(row, BadRecord):
-                raise row
-            return row_to_records(row, self.cfg.format, dict(self.cfg.columns), where, self.index - 1, self.resolve,
-                                  templates=self.templates)
+            return self.source.records(where, row, self.index - 1)
         except BadRecord as e:
-            if self.cfg.on_bad_record == "error":
-                raise e.as_error() from None
-            skipped.skip(where, e.reason, e.what)
+            skipped.bad(e, where, self.cfg.on_bad_record)
             return []
 
 
@@ -254,9 +220,7 @@ class StreamingBatches:
                 try:
                     encoded = self.run.encoder.encode(r)
                 except BadRecord as e:
-                    if self.run.cfg.data.on_bad_record == "error":
-                        raise e.as_error() from None
-                    self.run.train_set.skip(r.source, e.reason, e.what)
+                    self.run.train_set.bad(e, r.source, self.run.cfg.data.on_bad_record)
                     continue
                 for loss in self.aux:
                     encoded.update(loss.record_inputs(r, encoded))
