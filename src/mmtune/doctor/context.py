@@ -2,7 +2,8 @@
 
 Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig as
 written), `resolved` (the one resolved run: every automatic decision, the processor and its media caps,
-on the target GPU), `gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny
+on the target GPU), `gpu` (the target GPU's spec), `model_config` (the model's transformers config, no
+weights, no download; None when none is on disk or embedded), `loaded` (model + processor + family: real for tiny
 twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
 over the dataset through the training encoder's length engine), `plan` (the planner's prediction).
 A piece that cannot be built raises NotAvailable with the reason; the runner reports the checks that
@@ -158,6 +159,13 @@ class DoctorContext:
         from .pieces import build_processor_info
 
         return build_processor_info(self.need("resolved"))
+
+    def _build_model_config(self):
+        """The model's transformers config, read once for every check that compares against it (None
+        when none is on disk or embedded). Tests supply a broken one with put("model_config", ...)."""
+        from .pieces import model_config
+
+        return model_config(self.need("cfg"))
 
     def _build_plan(self):
         from .pieces import build_plan

@@ -47,20 +47,6 @@ def _exact_encoder(ctx):
     return enc
 
 
-def model_config(ctx):
-    """The model's transformers config: the tiny twin's, the downloaded one, or the embedded public one
-    (no download). Tests supply a broken one with ctx.put("model_config", ...)."""
-    if "model_config" in ctx._cache:
-        return ctx._cache["model_config"]
-    from ...models.loading import load_hf_config, meta_config
-    from ...models.tiny import is_tiny
-
-    cfg = ctx.need("cfg")
-    hf = load_hf_config(cfg.model.name) if is_tiny(cfg.model.name) else meta_config(cfg)
-    ctx.put("model_config", hf)
-    return hf
-
-
 def _text_config(hf):
     hf = getattr(hf, "thinker_config", None) or hf  # Qwen2.5-Omni nests its language model in the thinker
     return getattr(hf, "text_config", None) or hf
@@ -145,7 +131,7 @@ def media_token_ids(ctx):
     revision or an added token that shifted the ids gives 'Image features and image tokens do not match'
     at the first step: an error."""
     enc = _exact_encoder(ctx)
-    hf = model_config(ctx)
+    hf = ctx.need("model_config")
     if hf is None:
         return
     for kind, tid in enc.media_token_id.items():
@@ -168,7 +154,7 @@ def tokenizer_fits_embedding(ctx):
     embedding's rows is 'index out of range' on CPU and a device-side assert on GPU. An error when a token
     the run writes (special, media, pad) is out of range; a warning when only other added tokens are."""
     enc = _exact_encoder(ctx)
-    hf = model_config(ctx)
+    hf = ctx.need("model_config")
     vocab = getattr(_text_config(hf), "vocab_size", None) if hf is not None else None
     if not isinstance(vocab, int):
         return

@@ -14,36 +14,6 @@ from ..registry import check
 
 # --------------------------------------------------------------------------- reading the config
 
-def model_config(cfg):
-    """The transformers config of the run's model without a download (None when none is on disk or
-    embedded): tiny twin, a local folder's config.json (weights need not be there), cache, embedded."""
-    from ...errors import ModelLoadError
-    from ...models.loading import meta_config
-    from ...models.tiny import is_tiny
-
-    name = cfg.model.name
-    if is_tiny(name):
-        from ...models.tiny import tiny_config_and_processor
-
-        return tiny_config_and_processor(name)[0]
-    folder = Path(name).expanduser()
-    if (folder / "config.json").is_file():
-        from transformers import AutoConfig
-
-        from ...models.loading import normalize_legacy_rope
-
-        try:
-            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)
-        except (OSError, ValueError, KeyError):
-            return None  # an unknown model type: MM044 says why
-        normalize_legacy_rope(config)
-        return config
-    try:
-        return meta_config(cfg)
-    except (ModelLoadError, OSError, ValueError, KeyError):
-        return None
-
-
 def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
     """(config.json as written, its path) for a local folder or a cached hub model; (None, None) else.
     Read as JSON, so a model type this transformers does not know can still be reported."""
@@ -85,8 +55,7 @@ def family_of(cfg, config):
 def _config_or_skip(ctx):
     from ..context import NotAvailable
 
-    cfg = ctx.need("cfg")
-    config = model_config(cfg)
+    cfg, config = ctx.need("cfg"), ctx.need("model_config")
     if config is None:
         raise NotAvailable(f"no config of {cfg.model.name} on disk or embedded (MM024 says how to get it)")
     return cfg, config
