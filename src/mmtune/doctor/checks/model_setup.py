@@ -14,21 +14,30 @@ from ..registry import check
 
 # --------------------------------------------------------------------------- reading the config
 
+def model_dir(cfg) -> Path | None:
+    """The model's folder on disk: a local folder, or the hub cache's snapshot of an ORG/NAME id; None
+    for a tiny twin or a model not on disk (never a download)."""
+    from ...models.tiny import is_tiny
+
+    if is_tiny(cfg.model.name):
+        return None
+    folder = Path(cfg.model.name).expanduser()
+    if folder.is_dir():
+        return folder
+    if cfg.model.name.count("/") != 1:
+        return None
+    from ...models.loading import _cached_snapshot
+
+    return _cached_snapshot(cfg.model.name, cfg.model.revision)
+
+
 def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
     """(config.json as written, its path) for a local folder or a cached hub model; (None, None) else.
     Read as JSON, so a model type this transformers does not know can still be reported."""
-    folder = Path(cfg.model.name).expanduser()
-    if not (folder / "config.json").is_file():
-        from ...models.loading import _cached_snapshot
-        from ...models.tiny import is_tiny
-
-        if is_tiny(cfg.model.name) or cfg.model.name.count("/") != 1:
-            return None, None
-        snap = _cached_snapshot(cfg.model.name, cfg.model.revision)
-        if snap is None or not (snap / "config.json").is_file():
-            return None, None
-        folder = snap
-    path = folder / "config.json"
+    folder = model_dir(cfg)
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None, None
     try:
         return json.loads(path.read_text()), str(path)
     except (OSError, ValueError):
@@ -245,17 +254,7 @@ def adapter_as_model(ctx):
 
 def weights_folder(cfg) -> Path | None:
     """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
-    from ...models.tiny import is_tiny
-
-    if is_tiny(cfg.model.name):
-        return None
-    folder = Path(cfg.model.name).expanduser()
-    if not folder.is_dir():
-        if cfg.model.name.count("/") != 1:
-            return None
-        from ...models.loading import _cached_snapshot
-
-        folder = _cached_snapshot(cfg.model.name, cfg.model.revision)
+    folder = model_dir(cfg)
     return folder if folder is not None and any(folder.glob("*.safetensors")) else None
 
 
