@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..findings import error, info, warning
 from ..registry import check
+from .model_setup import text_part
 
 
 @check("MM036", "eval.max_new_tokens covers the eval set's reference answers", needs=("cfg", "scan", "resolved"))
@@ -45,11 +46,6 @@ def _exact_encoder(ctx):
         enc = Encoder.for_run(resolved)
         ctx.put("doctor_encoder", enc)
     return enc
-
-
-def _text_config(hf):
-    hf = getattr(hf, "thinker_config", None) or hf  # Qwen2.5-Omni nests its language model in the thinker
-    return getattr(hf, "text_config", None) or hf
 
 
 def probe_record():
@@ -155,7 +151,7 @@ def tokenizer_fits_embedding(ctx):
     the run writes (special, media, pad) is out of range; a warning when only other added tokens are."""
     enc = _exact_encoder(ctx)
     hf = ctx.need("model_config")
-    vocab = getattr(_text_config(hf), "vocab_size", None) if hf is not None else None
+    vocab = getattr(text_part(hf, ctx.need("resolved").family), "vocab_size", None) if hf is not None else None
     if not isinstance(vocab, int):
         return
     tok = enc.tokenizer

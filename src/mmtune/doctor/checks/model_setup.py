@@ -50,6 +50,12 @@ def trained_part(config, family):
     return getattr(config, sub, None) or config if sub else config
 
 
+def text_part(config, family):
+    """The language model's config inside the trained part (where vocab_size, rope and heads live)."""
+    part = trained_part(config, family)
+    return part.get_text_config() if hasattr(part, "get_text_config") else part
+
+
 def family_of(cfg, config):
     """The run's family from model.family or the config's model type (no weights needed), or None."""
     from ...errors import ModelLoadError
@@ -153,8 +159,7 @@ def token_ids_fit_embeddings(ctx):
         return  # the stand-in tokenizer's ids are not the model's: nothing to compare
     cfg, config = _config_or_skip(ctx)
     part = trained_part(config, resolved.family)
-    text = part.get_text_config() if hasattr(part, "get_text_config") else part
-    rows = getattr(text, "vocab_size", None) or getattr(part, "vocab_size", None)
+    rows = getattr(text_part(config, resolved.family), "vocab_size", None) or getattr(part, "vocab_size", None)
     if not rows:
         return
     yield from vocab_findings(resolved.processor, int(rows), resolved.pad_token_id, cfg.model.name)
