@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..findings import error, warning
 from ..registry import check
+from .training_setup import trains_in_full
 
 # --------------------------------------------------------------------------- reading the config
 
@@ -88,7 +89,7 @@ def _units_naming(cfg, comp: str) -> list[str]:
     if comp in a.lr_multipliers:
         keys.append(f"adapter.lr_multipliers.{comp}")
     for i, st in enumerate(cfg.train.stages):
-        if any(u == comp or u.startswith(comp + "_last_") for u in st.train):
+        if trains_in_full(st, comp):
             keys.append(f"train.stages[{i}].train")
     return keys
 
