@@ -166,22 +166,11 @@ def token_ids_fit_embeddings(ctx):
     yield from vocab_findings(resolved.processor, int(rows), resolved.pad_token_id, cfg.model.name)
 
 
-def media_token_ids(processor) -> dict[str, int]:
-    tok = getattr(processor, "tokenizer", processor)
-    out = {}
-    for kind in ("image", "video", "audio"):
-        tid = getattr(processor, f"{kind}_token_id", None)
-        token = getattr(processor, f"{kind}_token", None)
-        if tid is None and isinstance(token, str):
-            tid = tok.convert_tokens_to_ids(token)
-        if isinstance(tid, int):
-            out[f"{kind} token"] = tid
-    return out
-
-
 def vocab_findings(processor, rows: int, pad_id: int | None, name: str):
+    from ...data.encode import media_token_ids
+
     tok = getattr(processor, "tokenizer", processor)
-    used = dict(media_token_ids(processor))
+    used = {f"{k} token": v for k, v in media_token_ids(processor).items()}
     if pad_id is not None:
         used["pad token"] = pad_id
     if tok.eos_token_id is not None:
