@@ -5,7 +5,8 @@ written), `resolved` (the one resolved run: every automatic decision, the proces
 on the target GPU), `gpu` (the target GPU's spec), `model_config` (the model's transformers config, no
 weights, no download; None when none is on disk or embedded), `loaded` (model + processor + family: real for tiny
 twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
-over the dataset through the training encoder's length engine), `plan` (the planner's prediction).
+over the dataset through the training encoder's length engine), `encoder` (the run's training encoder),
+`plan` (the planner's prediction).
 A piece that cannot be built raises NotAvailable with the reason; the runner reports the checks that
 needed it as not run. A piece that fails because of
 the user's setup (a ModelLoadError, a DataError) also becomes a finding once, under `build_errors`.
@@ -159,6 +160,13 @@ class DoctorContext:
         from .pieces import build_processor_info
 
         return build_processor_info(self.need("resolved"))
+
+    def _build_encoder(self):
+        """The run's training encoder, one for every check that renders or encodes a record."""
+        from ..data.encode import Encoder
+
+        self.need("processor_info")  # a processor that cannot be had is its own finding, said once
+        return Encoder.for_run(self.need("resolved"))
 
     def _build_model_config(self):
         """The model's transformers config, read once for every check that compares against it (None

@@ -35,17 +35,11 @@ NEEDS_OWN_TOKENIZER = "needs the model's own tokenizer files (not downloaded; th
 
 
 def _exact_encoder(ctx):
-    from ...data.encode import Encoder
     from ..context import NotAvailable
 
-    resolved = ctx.need("resolved")
-    if not resolved.exact_text_tokens:
+    if not ctx.need("resolved").exact_text_tokens:
         raise NotAvailable(NEEDS_OWN_TOKENIZER)
-    enc = ctx._cache.get("doctor_encoder")
-    if enc is None:
-        enc = Encoder.for_run(resolved)
-        ctx.put("doctor_encoder", enc)
-    return enc
+    return ctx.need("encoder")
 
 
 def probe_record():
