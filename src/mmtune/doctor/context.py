@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+_MODEL = "model checks are not part of the fast pre-train subset"
+# Pieces `mmtune train`'s fast pre-train subset never builds (no model, no data pass): the reason instead.
+NOT_FAST = {"loaded": _MODEL, "adapted": _MODEL, "grad_model": _MODEL,
+            "scan": "the data scan is not part of the fast pre-train subset"}
+
 
 class NotAvailable(Exception):
     """A piece a check needs cannot be built here; the reason is shown instead of a guess."""
@@ -57,6 +62,8 @@ class DoctorContext:
         builder = getattr(self, f"_build_{piece}", None)
         if builder is None:
             raise KeyError(f"unknown doctor piece {piece!r}")
+        if self.fast and piece in NOT_FAST:
+            raise NotAvailable(NOT_FAST[piece])
         from ..errors import MMTuneError
 
         try:
@@ -126,15 +133,11 @@ class DoctorContext:
     def _build_loaded(self):
         from .pieces import build_loaded
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_loaded(self.need("resolved"))
 
     def _build_adapted(self):
         from .pieces import build_adapted
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_adapted(self.need("resolved"))
 
     def _build_grad_model(self):
@@ -143,15 +146,11 @@ class DoctorContext:
         module graph and the adapter placement, which the twin shares, not on the widths)."""
         from .pieces import build_grad_model
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_grad_model(self.need("resolved"))
 
     def _build_scan(self):
         from .datascan import scan_dataset
 
-        if self.fast:
-            raise NotAvailable("the data scan is not part of the fast pre-train subset")
         self.need("processor_info")  # a processor that cannot be had is its own finding, said once
         return scan_dataset(self.need("resolved"), limit=self.max_records,
                             write_clean=Path(self.write_clean) if self.write_clean else None, full=self.full)
