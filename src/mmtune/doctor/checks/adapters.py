@@ -143,7 +143,7 @@ def gradients_reach(ctx):
     if not dead:
         return
     family = g.adapted.loaded.family
-    plain = plain_reach(g.proxy or g.cfg.model.name, family)
+    plain = plain_reach(g.cfg.model.name, family)  # the twin the backward ran on (the proxy, if one)
     unused, elsewhere, cut = classify_dead(dead, {n: plain.get(plain_name(n), {"text"}) for n in dead}, sigs)
     lora_unused = [n for n in unused if "lora_" in n]
     if lora_unused:
