@@ -1,3 +1,32 @@
 """Shared configs for the doctor tests."""
 
 TINY_VL = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": "synthetic:counting", "synthetic_train_size": 8}}
+
+
+def context_for(tmp_path, tree: dict, mutate=None):
+    """A doctor context for `tree` (output_dir under tmp_path); with `mutate`, its resolved run carries a
+    copy of the processor that `mutate(proc)` changed (tests build broken processors this way)."""
+    import copy
+    import dataclasses
+
+    import yaml
+
+    from mmtune.doctor.runner import make_context
+
+    path = tmp_path / "ctx.yaml"
+    path.write_text(yaml.safe_dump(dict(tree, output_dir=str(tmp_path / "run"))))
+    ctx = make_context(path)
+    if mutate is not None:
+        resolved = ctx.need("resolved")
+        proc = copy.deepcopy(resolved.need_processor())
+        mutate(proc)
+        ctx.put("resolved", dataclasses.replace(resolved, processor=proc))
+    return ctx
+
+
+def run_codes(ctx, *codes: str):
+    """Run the checks `codes` on `ctx` -> DoctorReport."""
+    from mmtune.doctor.registry import all_checks
+    from mmtune.doctor.runner import run_checks
+
+    return run_checks(ctx, [c for c in all_checks() if c.code in codes])

@@ -7,35 +7,11 @@ setup and on clean ones beside it.
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import pytest
-import yaml
-from doctor_helpers import TINY_VL
+from doctor_helpers import TINY_VL, context_for, run_codes
 
 VL_FAMILIES = ("tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/llava", "tiny/llava-next", "tiny/llava-onevision")
-
-
-def _ctx(tmp_path, tree, mutate=None):
-    """A context for `tree` whose resolved run carries a modified copy of the tiny twin's processor."""
-    from mmtune.doctor.runner import make_context
-
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(dict(tree, output_dir=str(tmp_path / "run"))))
-    ctx = make_context(path)
-    if mutate is not None:
-        resolved = ctx.need("resolved")
-        proc = copy.deepcopy(resolved.need_processor())
-        mutate(proc)
-        ctx.put("resolved", dataclasses.replace(resolved, processor=proc))
-    return ctx
-
-
-def _run(ctx, *codes):
-    from mmtune.doctor.registry import all_checks
-    from mmtune.doctor.runner import run_checks
-
-    return run_checks(ctx, [c for c in all_checks() if c.code in codes])
 
 
 def _tree(name):
@@ -73,14 +49,14 @@ def test_mm057_premise_llava_processor_with_a_siglip_count():
     ("tiny/qwen2-vl", lambda p: setattr(p.image_processor, "merge_size", 1), "image_processor.merge_size"),
 ])
 def test_mm057_processor_geometry_differs_from_the_model(tmp_path, name, mutate, key):
-    rep = _run(_ctx(tmp_path, _tree(name), mutate), "MM057")
+    rep = run_codes(context_for(tmp_path, _tree(name), mutate), "MM057")
     assert [(f.code, f.severity) for f in rep.findings] == [("MM057", "error")], (rep.findings, rep.not_run)
     assert key in rep.findings[0].message and "do not match" in rep.findings[0].message
 
 
 @pytest.mark.parametrize("name", VL_FAMILIES)
 def test_mm057_clean_on_every_tiny_family(tmp_path, name):
-    rep = _run(_ctx(tmp_path, _tree(name)), "MM057")
+    rep = run_codes(context_for(tmp_path, _tree(name)), "MM057")
     assert rep.findings == [] and rep.not_run == []
 
 

@@ -8,7 +8,7 @@ import copy
 import json
 
 import pytest
-from doctor_helpers import TINY_VL
+from doctor_helpers import TINY_VL, context_for, run_codes
 
 NEW = ("MM060", "MM061", "MM062", "MM063", "MM064", "MM065")
 
@@ -74,32 +74,6 @@ def test_mm061_eval_records_copied_from_train(doctor, images):
     assert "3 of 3" in f.message and "same records as data.train" in f.message
 
 
-def _ctx_with_processor(tmp_path, tree, mutate):
-    """A context whose resolved run carries a modified copy of the tiny twin's processor."""
-    import dataclasses
-
-    import yaml
-
-    from mmtune.doctor.runner import make_context
-
-    tree = dict(tree, output_dir=str(tmp_path / "run"))
-    path = tmp_path / "cfg2.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    ctx = make_context(path)
-    resolved = ctx.need("resolved")
-    proc = copy.deepcopy(resolved.need_processor())
-    mutate(proc)
-    ctx.put("resolved", dataclasses.replace(resolved, processor=proc))
-    return ctx
-
-
-def _run(ctx, *codes):
-    from mmtune.doctor.registry import all_checks
-    from mmtune.doctor.runner import run_checks
-
-    return run_checks(ctx, [c for c in all_checks() if c.code in codes])
-
-
 def test_mm062_template_that_drops_system_messages(tmp_path, images):
     # transformers#28366 / Gemma-style templates: the system role is not rendered (or raises).
     train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi", system="Answer in French.")}])
@@ -110,7 +84,7 @@ def test_mm062_template_that_drops_system_messages(tmp_path, images):
     def set_template(p):
         p.chat_template = drop
 
-    rep = _run(_ctx_with_processor(tmp_path, _tree(train), set_template), "MM062")
+    rep = run_codes(context_for(tmp_path, _tree(train), set_template), "MM062")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM062", "warning") and "1 record(s) with a system message" in f.message
 
@@ -118,7 +92,7 @@ def test_mm062_template_that_drops_system_messages(tmp_path, images):
         p.chat_template = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}" \
                           "{% endif %}" + drop
 
-    rep = _run(_ctx_with_processor(tmp_path, _tree(train), raising), "MM062")
+    rep = run_codes(context_for(tmp_path, _tree(train), raising), "MM062")
     (f,) = rep.findings
     assert f.severity == "error" and "System role not supported" in f.message
 
@@ -133,60 +107,52 @@ def test_mm063_answers_without_a_stop_token_or_a_stop_generation_ignores(tmp_pat
         p.chat_template = plain
 
     # The encoder now writes the eos after such answers (trained), so the template alone is no longer a finding ...
-    rep = _run(_ctx_with_processor(tmp_path, _tree(train), no_eos), "MM063")
+    rep = run_codes(context_for(tmp_path, _tree(train), no_eos), "MM063")
     assert rep.findings == []
 
     def no_eos_at_all(p):  # ... a tokenizer with no eos to write still is
         p.chat_template = plain
         p.tokenizer.eos_token = None
 
-    rep = _run(_ctx_with_processor(tmp_path, _tree(train), no_eos_at_all), "MM063")
+    rep = run_codes(context_for(tmp_path, _tree(train), no_eos_at_all), "MM063")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM063", "warning") and "never learns to stop" in f.message
 
     def base_eos(p):  # Qwen2-VL-7B (base): eos = pad = <|endoftext|>, turns still end with <|im_end|>
         p.tokenizer.eos_token = "<|endoftext|>"
 
-    rep = _run(_ctx_with_processor(tmp_path, _tree(train), base_eos), "MM063")
+    rep = run_codes(context_for(tmp_path, _tree(train), base_eos), "MM063")
     (f,) = rep.findings
     assert "trained to end with '<|im_end|>'" in f.message and "generation stops at" in f.message
 
 
 def test_mm064_media_token_id_differs_from_the_model_config(tmp_path, images):
     # transformers#29836: LLaVA image_token_index 64000 in the config, 64002 in the tokenizer.
-    from mmtune.doctor.runner import make_context
+    from mmtune.models.tiny import tiny_config_and_processor
 
     train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
-    import yaml
-
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(_tree(train), output_dir=str(tmp_path / "run"))))
-    ctx = make_context(tmp_path / "c.yaml")
-    from mmtune.models.tiny import tiny_config_and_processor
+    ctx = context_for(tmp_path, _tree(train))
 
     hf = copy.deepcopy(tiny_config_and_processor("tiny/qwen2-vl")[0])
     hf.image_token_id += 1
     ctx.put("model_config", hf)
-    rep = _run(ctx, "MM064")
+    rep = run_codes(ctx, "MM064")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM064", "error") and f"image_token_id={hf.image_token_id}" in f.message
 
 
 def test_mm065_tokenizer_ids_past_the_embedding(tmp_path, images):
     # transformers#12763 / E5-V#7: added tokens without resize_token_embeddings -> index out of range.
-    from mmtune.doctor.runner import make_context
     from mmtune.models.tiny import tiny_config_and_processor
 
     train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
-    import yaml
-
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(_tree(train), output_dir=str(tmp_path / "run"))))
     base = tiny_config_and_processor("tiny/qwen2-vl")[0]
     for shrink, sev in ((3, "warning"), (len(tiny_config_and_processor("tiny/qwen2-vl")[1].tokenizer) - 4, "error")):
-        ctx = make_context(tmp_path / "c.yaml")
+        ctx = context_for(tmp_path, _tree(train))
         hf = copy.deepcopy(base)
         hf.text_config.vocab_size = len(ctx.need("resolved").need_processor().tokenizer) - shrink
         ctx.put("model_config", hf)
-        rep = _run(ctx, "MM065")
+        rep = run_codes(ctx, "MM065")
         (f,) = rep.findings
         assert (f.code, f.severity) == ("MM065", sev), f
 

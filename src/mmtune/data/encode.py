@@ -52,13 +52,7 @@ class Encoder:
             self.modalities.add("audio")
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
-        self.media_token_id = {}
-        for k in MEDIA_TYPES:
-            tid = getattr(processor, f"{k}_token_id", None)
-            if tid is None and self.placeholder[k]:
-                tid = self.tokenizer.convert_tokens_to_ids(self.placeholder[k])
-            if tid is not None and tid != self.tokenizer.unk_token_id:
-                self.media_token_id[k] = int(tid)
+        self.media_token_id = media_token_ids(processor)
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
         fe = getattr(processor, "feature_extractor", None)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
@@ -471,6 +465,21 @@ class Encoder:
     def rendered(self, record: Record) -> str:
         """The text training tokenizes (the template's rendering plus any stop token the encoder adds)."""
         return self._trained_text(self._template_messages(record.messages), record)[0]
+
+
+def media_token_ids(processor) -> dict[str, int]:
+    """{media kind: the token id its placeholder expands to}: the processor's own id, else the
+    placeholder's id in the tokenizer; a placeholder the tokenizer does not know is left out."""
+    tok = getattr(processor, "tokenizer", processor)
+    out = {}
+    for k in MEDIA_TYPES:
+        tid = getattr(processor, f"{k}_token_id", None)
+        token = getattr(processor, f"{k}_token", None)
+        if tid is None and token:
+            tid = tok.convert_tokens_to_ids(token)
+        if tid is not None and tid != tok.unk_token_id:
+            out[k] = int(tid)
+    return out
 
 
 def whisper_audio_tokens(samples: int, feature_extractor) -> int:

@@ -2,9 +2,11 @@
 
 Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig as
 written), `resolved` (the one resolved run: every automatic decision, the processor and its media caps,
-on the target GPU), `gpu` (the target GPU's spec), `loaded` (model + processor + family: real for tiny
+on the target GPU), `gpu` (the target GPU's spec), `model_config` (the model's transformers config, no
+weights, no download; None when none is on disk or embedded), `loaded` (model + processor + family: real for tiny
 twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
-over the dataset through the training encoder's length engine), `plan` (the planner's prediction).
+over the dataset through the training encoder's length engine), `encoder` (the run's training encoder),
+`plan` (the planner's prediction).
 A piece that cannot be built raises NotAvailable with the reason; the runner reports the checks that
 needed it as not run. A piece that fails because of
 the user's setup (a ModelLoadError, a DataError) also becomes a finding once, under `build_errors`.
@@ -15,6 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+_MODEL = "model checks are not part of the fast pre-train subset"
+# Pieces `mmtune train`'s fast pre-train subset never builds (no model, no data pass): the reason instead.
+NOT_FAST = {"loaded": _MODEL, "adapted": _MODEL, "grad_model": _MODEL,
+            "scan": "the data scan is not part of the fast pre-train subset"}
 
 
 class NotAvailable(Exception):
@@ -55,6 +62,8 @@ class DoctorContext:
         builder = getattr(self, f"_build_{piece}", None)
         if builder is None:
             raise KeyError(f"unknown doctor piece {piece!r}")
+        if self.fast and piece in NOT_FAST:
+            raise NotAvailable(NOT_FAST[piece])
         from ..errors import MMTuneError
 
         try:
@@ -124,15 +133,11 @@ class DoctorContext:
     def _build_loaded(self):
         from .pieces import build_loaded
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_loaded(self.need("resolved"))
 
     def _build_adapted(self):
         from .pieces import build_adapted
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_adapted(self.need("resolved"))
 
     def _build_grad_model(self):
@@ -141,15 +146,11 @@ class DoctorContext:
         module graph and the adapter placement, which the twin shares, not on the widths)."""
         from .pieces import build_grad_model
 
-        if self.fast:
-            raise NotAvailable("model checks are not part of the fast pre-train subset")
         return build_grad_model(self.need("resolved"))
 
     def _build_scan(self):
         from .datascan import scan_dataset
 
-        if self.fast:
-            raise NotAvailable("the data scan is not part of the fast pre-train subset")
         self.need("processor_info")  # a processor that cannot be had is its own finding, said once
         return scan_dataset(self.need("resolved"), limit=self.max_records,
                             write_clean=Path(self.write_clean) if self.write_clean else None, full=self.full)
@@ -158,6 +159,20 @@ class DoctorContext:
         from .pieces import build_processor_info
 
         return build_processor_info(self.need("resolved"))
+
+    def _build_encoder(self):
+        """The run's training encoder, one for every check that renders or encodes a record."""
+        from ..data.encode import Encoder
+
+        self.need("processor_info")  # a processor that cannot be had is its own finding, said once
+        return Encoder.for_run(self.need("resolved"))
+
+    def _build_model_config(self):
+        """The model's transformers config, read once for every check that compares against it (None
+        when none is on disk or embedded). Tests supply a broken one with put("model_config", ...)."""
+        from .pieces import model_config
+
+        return model_config(self.need("cfg"))
 
     def _build_plan(self):
         from .pieces import build_plan

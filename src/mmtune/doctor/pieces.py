@@ -1,4 +1,4 @@
-"""Builders for the heavier context pieces: processor, model (real for tiny twins, `meta` for
+"""Builders for the heavier context pieces: processor, model config, model (real for tiny twins, `meta` for
 full-size models), model with adapters, and the planner's prediction. Each starts from the resolved
 run and uses the builder training uses (build.build_model_and_adapters), so what doctor inspects is
 what `mmtune train` would build."""
@@ -35,6 +35,38 @@ def real_dtype(resolved):
 
 def build_processor_info(resolved) -> ProcessorInfo:
     return ProcessorInfo(resolved.need_processor(), resolved.family)
+
+
+def model_config(cfg):
+    """The transformers config of the run's model without a download (None when none is on disk or
+    embedded): tiny twin, a local folder's config.json (weights need not be there), cache, embedded."""
+    from pathlib import Path
+
+    from ..errors import ModelLoadError
+    from ..models.loading import meta_config
+    from ..models.tiny import is_tiny
+
+    name = cfg.model.name
+    if is_tiny(name):
+        from ..models.tiny import tiny_config_and_processor
+
+        return tiny_config_and_processor(name)[0]
+    folder = Path(name).expanduser()
+    if (folder / "config.json").is_file():
+        from transformers import AutoConfig
+
+        from ..models.loading import normalize_legacy_rope
+
+        try:
+            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError, KeyError):
+            return None  # an unknown model type: MM044 says why
+        normalize_legacy_rope(config)
+        return config
+    try:
+        return meta_config(cfg)
+    except (ModelLoadError, OSError, ValueError, KeyError):
+        return None
 
 
 def build_loaded(resolved):

@@ -56,7 +56,7 @@ def trainable_parts(ctx):
             continue
         if cfg.adapter.method == "full" and comp not in cfg.adapter.freeze_components:
             continue  # full fine-tuning trains everything unless frozen explicitly
-        if lora.get(comp) and _named_in_targets(cfg.adapter.target_modules, comp):
+        if lora.get(comp) and targets_on(cfg.adapter.target_modules, comp):
             yield info(f"LoRA on the {comp} component ({lora[comp]:,} LoRA parameters), as adapter.target_modules "
                        "names it", where="adapter.target_modules")
         elif lora.get(comp):
@@ -74,11 +74,11 @@ def trainable_parts(ctx):
                           fix=f"adapter.freeze_components=[{comp}]")
 
 
-def _named_in_targets(targets, comp: str) -> bool:
-    """Whether target_modules reaches `comp` on purpose: `comp:name` / `comp[-k:]:name` entries."""
+def targets_on(targets, comp: str) -> list[str]:
+    """The adapter.target_modules entries that put LoRA on `comp` on purpose: `comp:name` / `comp[-k:]:name`."""
     import re
 
-    return isinstance(targets, list) and any(re.match(rf"{comp}(\[-\d+:\])?:", t) for t in targets)
+    return [t for t in targets if re.match(rf"{comp}(\[-\d+:\])?:", t)] if isinstance(targets, list) else []
 
 
 def _nested_in_trained(family, comp: str, intended: set) -> bool:
@@ -143,7 +143,7 @@ def gradients_reach(ctx):
     if not dead:
         return
     family = g.adapted.loaded.family
-    plain = plain_reach(g.proxy or g.cfg.model.name, family)
+    plain = plain_reach(g.cfg.model.name, family)  # the twin the backward ran on (the proxy, if one)
     unused, elsewhere, cut = classify_dead(dead, {n: plain.get(plain_name(n), {"text"}) for n in dead}, sigs)
     lora_unused = [n for n in unused if "lora_" in n]
     if lora_unused:

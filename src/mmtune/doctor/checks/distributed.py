@@ -29,11 +29,14 @@ class DeepSpeedLaunch:
     clipping: str | None = None  # DeepSpeed's gradient_clipping: a number, "auto", or None (no clipping)
 
 
-def deepspeed_launch(environ=None) -> DeepSpeedLaunch | None:
-    """The DeepSpeed setup this process was launched with, or None (not under DeepSpeed)."""
-    env = os.environ if environ is None else environ
-    if env.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+def deepspeed_launch() -> DeepSpeedLaunch | None:
+    """The DeepSpeed setup this process was launched with, or None (not under DeepSpeed: the same test
+    build.py makes before handing the run's own DeepSpeed config to accelerate)."""
+    from ...launch_config import user_deepspeed_launch
+
+    if not user_deepspeed_launch():
         return None
+    env = os.environ
     path = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     ds: dict = {}
     if path and Path(path).is_file():
@@ -60,17 +63,13 @@ def _as_str(v) -> str | None:
     return None if v is None else str(v).lower()
 
 
-def _launch(ctx) -> DeepSpeedLaunch | None:
-    return deepspeed_launch()
-
-
 @check("MM045", "DeepSpeed ZeRO-3: mmtune's checkpoints would hold no weights", fast=True)
 def zero3_checkpoints(ctx):
     """ZeRO-3 partitions every parameter across ranks (each rank holds a size-0 placeholder); mmtune
     saves with the model's own save_pretrained, which then writes empty tensors: the adapter file of a
     few hundred bytes of peft#2892, trl#4416, DeepSpeed#7900."""
     ctx.need("cfg")
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or ds.zero_stage != 3:
         return
     yield error("launched with DeepSpeed ZeRO-3: parameters are partitioned across ranks and mmtune saves "
@@ -82,7 +81,7 @@ def zero3_checkpoints(ctx):
 @check("MM046", "QLoRA is not launched under DeepSpeed ZeRO-3", fast=True)
 def zero3_qlora(ctx):
     cfg = ctx.need("cfg")
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or ds.zero_stage != 3 or cfg.adapter.method != "qlora":
         return
     yield error("adapter.method=qlora under DeepSpeed ZeRO-3: the 4-bit decoder is placed whole on each GPU "
@@ -97,7 +96,7 @@ def zero3_modalities(ctx):
     """ZeRO-3 gathers each module's parameters collectively when it runs: a rank whose batch has no
     image skips the vision tower while the others wait in its all-gather, so mixed image and text data
     hangs without an error (DeepSpeed#7170, ms-swift#3213, LLaMA-Factory#5648, Qwen3-VL#126)."""
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or ds.zero_stage != 3:
         return
     family = ctx.need("resolved").family
@@ -124,7 +123,7 @@ def deepspeed_accumulation(ctx):
     its own optimizer step), which is what accelerate#2210 reports. What can still disagree is a user's
     DeepSpeed JSON / accelerate config: its accumulation or micro-batch against the run's."""
     cfg = ctx.need("cfg")
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None:
         return
     ga = cfg.train.grad_accum
@@ -147,7 +146,7 @@ def deepspeed_config_sections(ctx):
     accelerate.prepare; a DeepSpeed JSON that defines them as well is refused by accelerate ("You cannot
     specify an optimizer in the config file and in the code at the same time"), and a precision section
     other than the run's trains in another dtype than planned."""
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or not ds.config:
         return
     for section, what in (("optimizer", "optimizer"), ("scheduler", "LR scheduler")):
@@ -169,7 +168,7 @@ def zero_offload_client_optimizer(ctx):
     `zero_force_ds_cpu_optimizer` is false ("You are using ZeRO-Offload with a client provided
     optimizer"), and mmtune always passes its own (per-component groups; MM049 keeps the config's out)."""
     cfg = ctx.need("cfg")
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or ds.offload_optimizer is None or not ds.force_ds_cpu_optimizer:
         return
     yield error(f"the DeepSpeed launch offloads the optimizer to {ds.offload_optimizer}, and mmtune passes its own "
@@ -186,7 +185,7 @@ def deepspeed_clipping(ctx):
     engine clips by its own `gradient_clipping` (accelerate config or DeepSpeed JSON), so
     train.max_grad_norm silently does nothing when the two differ."""
     cfg = ctx.need("cfg")
-    ds = _launch(ctx)
+    ds = deepspeed_launch()
     if ds is None or ds.clipping == "auto":
         return
     want = cfg.train.max_grad_norm

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..findings import error, info, warning
 from ..registry import check
+from .model_setup import text_part
 
 
 @check("MM036", "eval.max_new_tokens covers the eval set's reference answers", needs=("cfg", "scan", "resolved"))
@@ -34,36 +35,11 @@ NEEDS_OWN_TOKENIZER = "needs the model's own tokenizer files (not downloaded; th
 
 
 def _exact_encoder(ctx):
-    from ...data.encode import Encoder
     from ..context import NotAvailable
 
-    resolved = ctx.need("resolved")
-    if not resolved.exact_text_tokens:
+    if not ctx.need("resolved").exact_text_tokens:
         raise NotAvailable(NEEDS_OWN_TOKENIZER)
-    enc = ctx._cache.get("doctor_encoder")
-    if enc is None:
-        enc = Encoder.for_run(resolved)
-        ctx.put("doctor_encoder", enc)
-    return enc
-
-
-def model_config(ctx):
-    """The model's transformers config: the tiny twin's, the downloaded one, or the embedded public one
-    (no download). Tests supply a broken one with ctx.put("model_config", ...)."""
-    if "model_config" in ctx._cache:
-        return ctx._cache["model_config"]
-    from ...models.loading import load_hf_config, meta_config
-    from ...models.tiny import is_tiny
-
-    cfg = ctx.need("cfg")
-    hf = load_hf_config(cfg.model.name) if is_tiny(cfg.model.name) else meta_config(cfg)
-    ctx.put("model_config", hf)
-    return hf
-
-
-def _text_config(hf):
-    hf = getattr(hf, "thinker_config", None) or hf  # Qwen2.5-Omni nests its language model in the thinker
-    return getattr(hf, "text_config", None) or hf
+    return ctx.need("encoder")
 
 
 def probe_record():
@@ -145,7 +121,7 @@ def media_token_ids(ctx):
     revision or an added token that shifted the ids gives 'Image features and image tokens do not match'
     at the first step: an error."""
     enc = _exact_encoder(ctx)
-    hf = model_config(ctx)
+    hf = ctx.need("model_config")
     if hf is None:
         return
     for kind, tid in enc.media_token_id.items():
@@ -168,8 +144,8 @@ def tokenizer_fits_embedding(ctx):
     embedding's rows is 'index out of range' on CPU and a device-side assert on GPU. An error when a token
     the run writes (special, media, pad) is out of range; a warning when only other added tokens are."""
     enc = _exact_encoder(ctx)
-    hf = model_config(ctx)
-    vocab = getattr(_text_config(hf), "vocab_size", None) if hf is not None else None
+    hf = ctx.need("model_config")
+    vocab = getattr(text_part(hf, ctx.need("resolved").family), "vocab_size", None) if hf is not None else None
     if not isinstance(vocab, int):
         return
     tok = enc.tokenizer

@@ -147,13 +147,8 @@ def meta_findings(names: list[str]):
 
 @check("MM027", "data.max_length fits the model's context", needs=("cfg",), fast=True)
 def context_length(ctx):
-    from ...errors import ModelLoadError
-    from ...models.loading import load_hf_config
-
-    cfg = ctx.need("cfg")
-    try:
-        config = load_hf_config(cfg.model.name, cfg.model.revision)
-    except ModelLoadError:
+    cfg, config = ctx.need("cfg"), ctx.need("model_config")
+    if config is None:
         return  # MM024 reports it
     text = getattr(config, "text_config", None) or config
     limit = getattr(text, "max_position_embeddings", None)

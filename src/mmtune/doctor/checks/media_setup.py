@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..context import NotAvailable
 from ..findings import error, warning
 from ..registry import check
-from .generation import NEEDS_OWN_TOKENIZER, model_config
+from .generation import NEEDS_OWN_TOKENIZER
 
 # CLS-like tokens a vision tower returns before its patch features (LLaVA processors add these to the
 # patch count, then subtract one with vision_feature_select_strategy=default, as the model drops one).
@@ -68,7 +68,7 @@ def processor_geometry(ctx):
     resolved = ctx.need("resolved")
     if not resolved.exact_text_tokens:
         raise NotAvailable(NEEDS_OWN_TOKENIZER)
-    hf = model_config(ctx)
+    hf = ctx.need("model_config")
     if hf is None:
         return
     for pkey, pval, mkey, mval in _geometry_pairs(resolved.need_processor(), hf):

@@ -11,54 +11,34 @@ from pathlib import Path
 
 from ..findings import error, warning
 from ..registry import check
+from .training_setup import trains_in_full
 
 # --------------------------------------------------------------------------- reading the config
 
-def model_config(cfg):
-    """The transformers config of the run's model without a download (None when none is on disk or
-    embedded): tiny twin, a local folder's config.json (weights need not be there), cache, embedded."""
-    from ...errors import ModelLoadError
-    from ...models.loading import meta_config
+def model_dir(cfg) -> Path | None:
+    """The model's folder on disk: a local folder, or the hub cache's snapshot of an ORG/NAME id; None
+    for a tiny twin or a model not on disk (never a download)."""
     from ...models.tiny import is_tiny
 
-    name = cfg.model.name
-    if is_tiny(name):
-        from ...models.tiny import tiny_config_and_processor
-
-        return tiny_config_and_processor(name)[0]
-    folder = Path(name).expanduser()
-    if (folder / "config.json").is_file():
-        from transformers import AutoConfig
-
-        from ...models.loading import normalize_legacy_rope
-
-        try:
-            config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)
-        except (OSError, ValueError, KeyError):
-            return None  # an unknown model type: MM044 says why
-        normalize_legacy_rope(config)
-        return config
-    try:
-        return meta_config(cfg)
-    except (ModelLoadError, OSError, ValueError, KeyError):
+    if is_tiny(cfg.model.name):
         return None
+    folder = Path(cfg.model.name).expanduser()
+    if folder.is_dir():
+        return folder
+    if cfg.model.name.count("/") != 1:
+        return None
+    from ...models.loading import _cached_snapshot
+
+    return _cached_snapshot(cfg.model.name, cfg.model.revision)
 
 
 def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
     """(config.json as written, its path) for a local folder or a cached hub model; (None, None) else.
     Read as JSON, so a model type this transformers does not know can still be reported."""
-    folder = Path(cfg.model.name).expanduser()
-    if not (folder / "config.json").is_file():
-        from ...models.loading import _cached_snapshot
-        from ...models.tiny import is_tiny
-
-        if is_tiny(cfg.model.name) or cfg.model.name.count("/") != 1:
-            return None, None
-        snap = _cached_snapshot(cfg.model.name, cfg.model.revision)
-        if snap is None or not (snap / "config.json").is_file():
-            return None, None
-        folder = snap
-    path = folder / "config.json"
+    folder = model_dir(cfg)
+    path = folder / "config.json" if folder is not None else None
+    if path is None or not path.is_file():
+        return None, None
     try:
         return json.loads(path.read_text()), str(path)
     except (OSError, ValueError):
@@ -69,6 +49,12 @@ def trained_part(config, family):
     """The sub-config of the model mmtune trains (Qwen2.5-Omni: the Thinker), else the config itself."""
     sub = getattr(family, "sub_config", None)
     return getattr(config, sub, None) or config if sub else config
+
+
+def text_part(config, family):
+    """The language model's config inside the trained part (where vocab_size, rope and heads live)."""
+    part = trained_part(config, family)
+    return part.get_text_config() if hasattr(part, "get_text_config") else part
 
 
 def family_of(cfg, config):
@@ -85,8 +71,7 @@ def family_of(cfg, config):
 def _config_or_skip(ctx):
     from ..context import NotAvailable
 
-    cfg = ctx.need("cfg")
-    config = model_config(cfg)
+    cfg, config = ctx.need("cfg"), ctx.need("model_config")
     if config is None:
         raise NotAvailable(f"no config of {cfg.model.name} on disk or embedded (MM024 says how to get it)")
     return cfg, config
@@ -104,7 +89,7 @@ def _units_naming(cfg, comp: str) -> list[str]:
     if comp in a.lr_multipliers:
         keys.append(f"adapter.lr_multipliers.{comp}")
     for i, st in enumerate(cfg.train.stages):
-        if any(u == comp or u.startswith(comp + "_last_") for u in st.train):
+        if trains_in_full(st, comp):
             keys.append(f"train.stages[{i}].train")
     return keys
 
@@ -175,29 +160,17 @@ def token_ids_fit_embeddings(ctx):
         return  # the stand-in tokenizer's ids are not the model's: nothing to compare
     cfg, config = _config_or_skip(ctx)
     part = trained_part(config, resolved.family)
-    text = part.get_text_config() if hasattr(part, "get_text_config") else part
-    rows = getattr(text, "vocab_size", None) or getattr(part, "vocab_size", None)
+    rows = getattr(text_part(config, resolved.family), "vocab_size", None) or getattr(part, "vocab_size", None)
     if not rows:
         return
     yield from vocab_findings(resolved.processor, int(rows), resolved.pad_token_id, cfg.model.name)
 
 
-def media_token_ids(processor) -> dict[str, int]:
-    tok = getattr(processor, "tokenizer", processor)
-    out = {}
-    for kind in ("image", "video", "audio"):
-        tid = getattr(processor, f"{kind}_token_id", None)
-        token = getattr(processor, f"{kind}_token", None)
-        if tid is None and isinstance(token, str):
-            tid = tok.convert_tokens_to_ids(token)
-        if isinstance(tid, int):
-            out[f"{kind} token"] = tid
-    return out
-
-
 def vocab_findings(processor, rows: int, pad_id: int | None, name: str):
+    from ...data.encode import media_token_ids
+
     tok = getattr(processor, "tokenizer", processor)
-    used = dict(media_token_ids(processor))
+    used = {f"{k} token": v for k, v in media_token_ids(processor).items()}
     if pad_id is not None:
         used["pad token"] = pad_id
     if tok.eos_token_id is not None:
@@ -276,17 +249,7 @@ def adapter_as_model(ctx):
 
 def weights_folder(cfg) -> Path | None:
     """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
-    from ...models.tiny import is_tiny
-
-    if is_tiny(cfg.model.name):
-        return None
-    folder = Path(cfg.model.name).expanduser()
-    if not folder.is_dir():
-        if cfg.model.name.count("/") != 1:
-            return None
-        from ...models.loading import _cached_snapshot
-
-        folder = _cached_snapshot(cfg.model.name, cfg.model.revision)
+    folder = model_dir(cfg)
     return folder if folder is not None and any(folder.glob("*.safetensors")) else None
 
 

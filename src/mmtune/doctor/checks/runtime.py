@@ -31,13 +31,9 @@ def cpu_collate(ctx):
     import torch
 
     from ...data.collate import Collator
-    from ...data.encode import Encoder
-
-    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
-    ctx.need("processor_info")
     from ...errors import DataError
 
-    encoder = Encoder.for_run(resolved)
+    cfg, resolved, encoder = ctx.need("cfg"), ctx.need("resolved"), ctx.need("encoder")
     records, encoded = [], []
     for r in _first_records(ctx, n=8):
         try:  # a record whose media fail to decode (outside the decode sample) is the data checks' finding

@@ -9,6 +9,7 @@ import re
 
 from ..findings import error, info, warning
 from ..registry import check
+from .adapters import targets_on
 
 
 @check("MM038", "no component is both trained in full and LoRA's target", fast=True)
@@ -27,15 +28,19 @@ def full_and_lora(ctx):
                     "for adaptation\"", where="adapter.train_components",
                     fix="adapter.method=full with adapter.freeze_components=[...] for what stays frozen; or remove "
                         "decoder from adapter.train_components (LoRA trains it)")
-    targets = a.target_modules if isinstance(a.target_modules, list) else []
     for comp in trained:
-        named = [t for t in targets if re.match(rf"{comp}(\[-\d+:\])?:", t)]
+        named = targets_on(a.target_modules, comp)
         if comp != "decoder" and named:
             yield warning(f"adapter.target_modules names {', '.join(named)} on {comp}, which "
                           f"adapter.train_components trains in full: peft does not put LoRA inside a module it trains "
                           "in full, so these targets are dropped", where="adapter.target_modules",
                           fix=f"remove {', '.join(named)} from adapter.target_modules (or {comp} from "
                               "adapter.train_components to train it with LoRA only)")
+
+
+def trains_in_full(stage, comp: str) -> bool:
+    """Whether a train.stages entry trains `comp`'s own weights: unit `comp` or `comp_last_K`."""
+    return any(u == comp or u.startswith(comp + "_last_") for u in stage.train)
 
 
 _QUANTIZED_UNITS = re.compile(r"decoder(_last_\d+)?$")
@@ -118,7 +123,7 @@ def encoder_learning_rate(ctx):
                               f"{mult:g}): a LoRA-sized rate that moves the pretrained encoder far from its weights",
                               where=key, fix=f"adapter.lr_multipliers.{comp}={_ENCODER_LR_LIMIT / 10 / t.lr:.2g}")
         for i, st in enumerate(t.stages):
-            if any(u == comp or u.startswith(comp + "_last_") for u in st.train):
+            if trains_in_full(st, comp):
                 lr = t.lr * mult * st.lr_multiplier
                 if lr >= _ENCODER_LR_LIMIT:
                     yield warning(f"train.stages[{i}] trains {comp} blocks in full at lr {lr:g}: a LoRA-sized rate "
