@@ -92,9 +92,6 @@ def own_loss(model) -> bool:
     return getattr(getattr(model, "module", model), "mmtune_loss", "logits") == "output"
 
 
-LOSS_IMPLS = ("full", "chunked", "liger")
-
-
 def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
     """Tokens per chunk: Liger's rule, so that one chunk's logits are about the size of all the hidden
     states (rows x hidden): next power of two of rows / ceil(vocab / hidden)."""
