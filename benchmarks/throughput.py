@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import time
+from statistics import median
 
 
 def _config(args):
@@ -223,12 +224,6 @@ def run_sft(args) -> dict:
 VARIANTS = {"ours": run_ours, "plain": run_plain, "trainer": run_trainer, "sft": run_sft}
 
 
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    mid = len(xs) // 2
-    return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
@@ -267,14 +262,14 @@ def main() -> None:
     results = {}
     for v, rs in runs.items():
         tps = [r["tokens_per_s"] for r in rs]
-        results[v] = {**{k: _median([r[k] for r in rs]) for k in rs[0] if isinstance(rs[0][k], (int, float))},
+        results[v] = {**{k: median([r[k] for r in rs]) for k in rs[0] if isinstance(rs[0][k], (int, float))},
                       "tokens_per_s_spread": [min(tps), max(tps)], "tokens_per_s_runs": tps}
     # The ratio of each interleaved pair (ours_i / peer_i ran back to back, under the same load), median'd.
     ratios = {}
     for peer in peers:
         pair = [o["tokens_per_s"] / p["tokens_per_s"] for o, p in zip(runs["ours"], runs[peer])]
         ratios[peer] = {"tokens_per_s": results["ours"]["tokens_per_s"] / results[peer]["tokens_per_s"],
-                        "tokens_per_s_pairwise_median": _median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
+                        "tokens_per_s_pairwise_median": median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
                         "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results[peer]["peak_memory_bytes"]}
     report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
               "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",

@@ -27,12 +27,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from .config.schema import COMPONENTS
 from .errors import ConfigError
 from .models.families import DECODER_LINEARS, Family
 
 log = logging.getLogger("mmtune.adapters")
 
-COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
 # How peft decorates the names of the base model's parameters.
 _PEFT_PREFIX = "base_model.model."
 _PEFT_INFIX = re.compile(r"\.modules_to_save\.[^.]+(?=\.)|\.original_module(?=\.)|\.base_layer(?=\.)")

@@ -105,14 +105,15 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         _model_class,
         as_torch_dtype,
         build_from_config,
+        build_on_meta,
         check_dtypes,
         check_no_meta,
         enable_checkpointing,
-        load_hf_config,
         meta_config,
         model_folder,
         quantize_decoder_4bit,
         remap_token_ids,
+        structure_config,
     )
     from .models.tiny import is_tiny
     from .resolve import local_target, resolve_here, resolve_run
@@ -131,54 +132,22 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     name = cfg.model.name
     processor = run.processor
 
+    quantize_here = qlora  # every build but from_pretrained's (which quantizes while loading)
     if family.custom:  # brought by import path (models/custom.py, docs/byo_model.md)
         from .models.custom import build_custom
 
         model = build_custom(cfg, family, dtype, meta=meta)
         if not meta:
             model.to(device=device, dtype=dtype)
-        else:
-            for p in model.parameters():
-                if p.is_floating_point() and p.dtype != dtype:
-                    p.data = p.data.to(dtype)
         config = getattr(model, "config", None)
         _decide(decisions, f"model: {type(model).__name__} from {cfg.model.factory or cfg.model.class_} "
                            f"({name}{', on meta' if meta else ''})")
-        if qlora and meta:
-            from .models.packed4bit import replace_decoder_linears
-
-            n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
-            _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
-        elif qlora:
-            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                      cfg.adapter.bnb_4bit_double_quant)
-            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
     elif meta:
-        if is_tiny(name):
-            from .models.tiny import tiny_config_and_processor
-
-            config = tiny_config_and_processor(name)[0]
-        else:
-            config = meta_config(cfg)
-        if config is None:
-            config = load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
+        config = structure_config(cfg)
         if processor is not None and not run.exact_text_tokens:
             remap_token_ids(config, processor)
-        from accelerate import init_empty_weights
-
-        # Parameters on meta (never allocated); buffers real, so integer buffers such as CLIP's
-        # `position_ids` keep their values for the planner's fake step (they are small).
-        with init_empty_weights(include_buffers=False):
-            model = build_from_config(family, config, dtype, attn)
-        for p in model.parameters():  # `_keep_in_fp32_modules` aside, one compute dtype (as below)
-            if p.is_floating_point() and p.dtype != dtype:
-                p.data = p.data.to(dtype)
+        model = build_on_meta(family, config, dtype, attn)
         _decide(decisions, f"model: {name} built on meta from its config (no weights)")
-        if qlora:
-            from .models.packed4bit import replace_decoder_linears
-
-            n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
-            _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
     elif random_weights and not is_tiny(name):
         # `mmtune plan --verify`: the real architecture at full size with random weights, from the config
         # the plan uses (folder, cache or embedded), built on the device; nothing is downloaded.
@@ -193,10 +162,6 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         with torch.device(device):
             model = build_from_config(family, config, dtype, attn)
         _decide(decisions, f"model: {name} with random weights from its config (no download)")
-        if qlora:
-            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                      cfg.adapter.bnb_4bit_double_quant)
-            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
     elif is_tiny(name):
         from .models.tiny import build_tiny
 
@@ -204,10 +169,6 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         model.to(device=device, dtype=dtype)
         config = model.config
         _decide(decisions, f"model: {name} (tiny random twin of {family.model_class})")
-        if qlora:
-            n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                      cfg.adapter.bnb_4bit_double_quant)
-            _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
     else:
         src = model_folder(name, cfg.model.revision, family)
         kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
@@ -218,6 +179,7 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
             kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
             _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
                                "vision/audio/projector/lm_head unquantized")
+            quantize_here = False
         try:
             model = _model_class(family).from_pretrained(str(src), **kwargs)
         except OSError as e:
@@ -228,12 +190,22 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         config = model.config
         _decide(decisions, f"model: {name} from {src}")
 
+    # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for every
+    # non-quantized floating parameter is what FlashAttention and the optimizer expect (on meta too: the
+    # planner counts these bytes).
+    for p in model.parameters():
+        if p.is_floating_point() and p.dtype != dtype:
+            p.data = p.data.to(dtype)
+    if quantize_here and meta:
+        from .models.packed4bit import replace_decoder_linears
+
+        n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
+        _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+    elif quantize_here:  # random weights: nothing pretrained to quantize while loading, so quantized here
+        n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
+                                  cfg.adapter.bnb_4bit_double_quant)
+        _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
     if not meta:
-        # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for
-        # every non-quantized floating parameter is what FlashAttention and the optimizer expect.
-        for p in model.parameters():
-            if p.is_floating_point() and p.dtype != dtype:
-                p.data = p.data.to(dtype)
         check_dtypes(model, dtype)
         check_no_meta(model)
     if qlora and cfg.adapter.kbit_upcast:

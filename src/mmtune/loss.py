@@ -92,9 +92,6 @@ def own_loss(model) -> bool:
     return getattr(getattr(model, "module", model), "mmtune_loss", "logits") == "output"
 
 
-LOSS_IMPLS = ("full", "chunked", "liger")
-
-
 def chunk_rows(rows: int, hidden: int, vocab: int) -> int:
     """Tokens per chunk: Liger's rule, so that one chunk's logits are about the size of all the hidden
     states (rows x hidden): next power of two of rows / ceil(vocab / hidden)."""
@@ -112,14 +109,14 @@ def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs
     import torch.nn.functional as F
 
     labels = batch["labels"]
-    if impl != "full" and not own_loss(model):
-        return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs)
-    if own_loss(model):  # (a brought model's own loss: no head of ours to chunk)
+    if own_loss(model):  # (a brought model's own loss: no head of ours to chunk, whatever `impl`)
         # The model's loss is a mean over its answer tokens (labels shifted by one, -100 ignored, as
         # transformers computes it); times those tokens it is the sum the step normalises.
         output = model(**model_inputs(batch), labels=labels, use_cache=False, **forward_kwargs)
         n = (labels[:, 1:] != IGNORE_INDEX).sum()
         return extract_loss(output).float() * n, n, output
+    if impl != "full":
+        return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs)
     output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
     logits = extract_logits(output)
     shift_logits = logits[:, :-1, :].float()

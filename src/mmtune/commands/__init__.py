@@ -9,12 +9,11 @@ themselves from their own cli modules).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
-from ..console import console, user_errors
+from ..console import console, main_process, user_errors
 
 CONFIG_ARG = typer.Argument(..., help="YAML config (a recipe), e.g. recipes/demo_counting.yaml")
 OVERRIDES_ARG = typer.Argument(None, help="dotted key=value overrides, e.g. train.max_steps=50 profile=t4_qlora")
@@ -47,7 +46,7 @@ def train_cmd(
     summary = run_training(find_config(recipe or config), overrides or [], smoke=smoke, skip_checks=skip_checks)
     console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
                                                       "peak_memory_bytes") if k in summary})
-    if os.environ.get("RANK", "0") == "0":  # under torchrun / accelerate launch, the first process reports
+    if main_process():  # under torchrun / accelerate launch, the first process reports
         from ..report import next_steps, write_report_quietly
 
         write_report_quietly(summary["output_dir"])

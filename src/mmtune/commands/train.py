@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from ..console import console
+from ..console import console, main_process
 from ..errors import MMTuneError
 
 # Preflight findings a --smoke run may ignore: it runs the tiny twin, so the real model need not be here.
@@ -73,7 +73,7 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
 
     from ..build import build_run
     from ..resolve import local_target, resolve_run
-    from ..train.lock import is_main_launch, output_dir_lock
+    from ..train.lock import output_dir_lock
     from ..train.loop import train
     from ..train.summary import print_start_summary
 
@@ -95,7 +95,7 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
     same = not smoke and target_run.target.local and target_run.processor is not None and target_run.exact_text_tokens
     here = target_run if same else resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
     # One process per output_dir, checked before minutes of model loading (the loop holds it re-entrantly).
-    with output_dir_lock(here.cfg.output_dir, enabled=is_main_launch()):
+    with output_dir_lock(here.cfg.output_dir, enabled=main_process()):
         t_build = time.perf_counter()
         run = build_run(here)
         # Where start-up time goes (summary.json `startup`; benchmarks/first_step.py prints it).

@@ -237,7 +237,8 @@ class AuxLossConfig(Section):
         return self
 
 
-STAGE_COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
+# The parts of a model every family names (models/families.py), adapters, stages and model.components use.
+COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
 
 
 def check_stage_unit(unit: str) -> None:
@@ -246,9 +247,9 @@ def check_stage_unit(unit: str) -> None:
     import difflib
     import re
 
-    if unit == "lora" or re.fullmatch(rf"({'|'.join(STAGE_COMPONENTS)})(_lora|_last_[1-9]\d*)?", unit):
+    if unit == "lora" or re.fullmatch(rf"({'|'.join(COMPONENTS)})(_lora|_last_[1-9]\d*)?", unit):
         return
-    examples = [*STAGE_COMPONENTS, *(f"{c}_lora" for c in STAGE_COMPONENTS), "lora", "vision_last_2"]
+    examples = [*COMPONENTS, *(f"{c}_lora" for c in COMPONENTS), "lora", "vision_last_2"]
     close = difflib.get_close_matches(unit, examples, n=1)
     raise ValueError(f"unknown stage unit {unit!r}" + (f"; did you mean {close[0]!r}?" if close else "")
                      + " (a component: vision, audio, projector, decoder, lm_head; COMPONENT_last_K for its "
@@ -415,7 +416,7 @@ class RunConfig(Section):
         if not mixture and best not in names:
             raise ValueError(f"eval.best_metric={best!r} is not computed: it must be eval_loss or one of "
                              f"eval.metrics {self.eval.metrics} (add it there, or eval.best_metric=eval_loss)")
-        comps = {"vision", "audio", "projector", "decoder", "lm_head"}
+        comps = set(COMPONENTS)
         for c in self.model.components or {}:
             if c not in comps:
                 raise ValueError(f"model.components: unknown component {c!r}; one of {sorted(comps)}")

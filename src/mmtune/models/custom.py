@@ -15,11 +15,11 @@ import importlib
 import inspect
 from typing import Any
 
+from ..config.schema import COMPONENTS
 from ..errors import ModelLoadError
 from .families import Family
 
 DOC = "docs/byo_model.md"
-COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")
 
 
 def is_custom(cfg) -> bool:

@@ -18,6 +18,8 @@ from ..compat.layouts import QWEN2_5_OMNI_THINKER_5_17, with_layouts
 
 # Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Families with 3-D M-RoPE positions (the model's get_rope_index): a packed row carries them per record.
+MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 
 
 @dataclass(frozen=True)

@@ -74,9 +74,7 @@ def resolve_family(cfg) -> Family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):
         return get_family(tiny_spec(cfg.model.name).family)
-    config = meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision,
-                                                 trust_remote_code=cfg.model.trust_remote_code)
-    return family_for_model_type(config.model_type)
+    return family_for_model_type(structure_config(cfg).model_type)
 
 
 # `mmtune plan --verify --layers N`: the decoder cut to N layers, for the plan and the measured model alike
@@ -106,6 +104,23 @@ def meta_config(cfg):
             text.layer_types = list(text.layer_types)[:layers]
         text.num_hidden_layers = layers
     return config
+
+
+def structure_config(cfg):
+    """The config a build without weights uses (the planner's and doctor's meta model, `train.strategy=auto`'s
+    parameter count): the tiny twin's, else `meta_config`'s, else the hub's (`load_hf_config`)."""
+    if is_tiny(cfg.model.name):
+        return load_hf_config(cfg.model.name)
+    return meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision, cfg.model.trust_remote_code)
+
+
+def build_on_meta(family: Family, config, dtype, attn: str):
+    """The model's structure with parameters on meta (never allocated); buffers real, so integer buffers
+    such as CLIP's `position_ids` keep their values for the planner's fake step (they are small)."""
+    from accelerate import init_empty_weights
+
+    with init_empty_weights(include_buffers=False):
+        return build_from_config(family, config, dtype, attn)
 
 
 def _offline() -> bool:

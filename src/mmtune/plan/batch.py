@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..models.families import MROPE_FAMILIES  # packed positions are (4, tokens) for these
+
 MEDIA = ("image", "video", "audio")
-MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # packed positions are (4, tokens)
 
 
 @dataclass

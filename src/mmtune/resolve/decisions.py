@@ -12,6 +12,7 @@ import importlib.util
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ModelLoadError
+from ..models.families import MROPE_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
     how = {"flash_attention_2": "FlashAttention-2 varlen over the records, found from position_ids",
            "sdpa": "SDPA with a block-diagonal causal mask built from position_ids",
            "eager": "a block-diagonal causal mask built from position_ids"}[attn]
-    rope = " and 3-D M-RoPE positions per record" if family.name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else ""
+    rope = " and 3-D M-RoPE positions per record" if family.name in MROPE_FAMILIES else ""
     return Decision(key, f"rows of up to {cfg.data.max_length} tokens (data.max_length), "
                          f"{cfg.train.micro_batch_size} per micro-batch",
                     f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")

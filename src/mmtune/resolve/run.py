@@ -236,20 +236,11 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 def _model_params(cfg, family, precision: str) -> tuple[int, int]:
     """(parameters, bytes per weight) of the model, counted on a meta build of its config (no weights);
     only `train.strategy=auto` on several GPUs asks."""
-    from ..models.loading import build_from_config, load_hf_config, meta_config
-    from ..models.tiny import is_tiny
-
-    if is_tiny(cfg.model.name):
-        from ..models.tiny import tiny_config_and_processor
-
-        config = tiny_config_and_processor(cfg.model.name)[0]
-    else:
-        config = meta_config(cfg) or load_hf_config(cfg.model.name, cfg.model.revision, cfg.model.trust_remote_code)
     import torch
-    from accelerate import init_empty_weights
 
-    with init_empty_weights(include_buffers=False):
-        model = build_from_config(family, config, torch.float32, "sdpa")
+    from ..models.loading import build_on_meta, structure_config
+
+    model = build_on_meta(family, structure_config(cfg), torch.float32, "sdpa")
     return sum(p.numel() for p in model.parameters()), 4 if precision == "fp32" else 2
 
 

@@ -21,10 +21,6 @@ class Target:
     nodes: int = 1
 
     @property
-    def per_node(self) -> int:
-        return max(1, self.processes // max(1, self.nodes))
-
-    @property
     def sm(self) -> str:
         if self.gpu is None:
             return ""

@@ -113,8 +113,3 @@ def output_dir_lock(output_dir: str | Path, enabled: bool = True):
     finally:
         del _held[key]
         release(path)
-
-
-def is_main_launch() -> bool:
-    """Rank 0 of a torchrun / accelerate launch (or a single process): the one that holds the lock."""
-    return int(os.environ.get("RANK", "0")) == 0
