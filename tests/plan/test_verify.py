@@ -85,3 +85,22 @@ def test_layers_cut_the_decoder_of_the_plan_and_of_the_built_model():
 
     with pytest.raises(MMTuneError, match="--layers"):
         verify(load_config(None, COMMON), gpu=None, device="cpu", layers=0)
+
+
+
+def test_measure_run_runs_the_planned_loss_implementation(tmp_path):
+    """`plan --verify` measures the step the plan traced: with train.loss_impl=chunked the measured step uses the
+    chunked loss too. A 16k vocabulary makes the difference large (each copy of the full loss's fp32 logits of a
+    128-token row is 8 MiB, more than the rest of the step), so measuring the full loss misses the plan by ~80 %."""
+    from mmtune.models.tiny import tiny_config_and_processor
+    from mmtune.plan.verify import verify
+
+    config, processor = tiny_config_and_processor("tiny/qwen2")
+    config.vocab_size = 16384
+    folder = tmp_path / "m"
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")  # the folder check wants a weights file; never read
+    cfg = load_config(None, COMMON[1:] + [f"model.name={folder}", "train.loss_impl=chunked"])
+    v = verify(cfg, gpu=None, device="cpu", warmup=2, steps=1)
+    assert abs(v.error_pct["peak_allocated"]) <= 2.0, v

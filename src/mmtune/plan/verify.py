@@ -51,12 +51,15 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     from ..train.step import optimizer_step
     from .execute import PlanAccelerator
     from .measure import cpu_peak
+    from .planner import with_aux
 
     cfg = resolved.cfg
     dev = torch.device(device)
     torch.manual_seed(cfg.train.seed)
-    _, adapters = build_model_and_adapters(resolved, device=dev, random_weights=True)
+    loaded, adapters = build_model_and_adapters(resolved, device=dev, random_weights=True)
     model = adapters.model.to(dev)
+    # the plan's step: its auxiliary losses at full weight and its loss implementation, run for real here
+    aux, micro_batch = with_aux(cfg, loaded.model.config, loaded.processor, micro_batch)
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     scheduler = make_scheduler(optimizer, warmup=0, total=warmup + steps + 1, kind="constant")
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
@@ -66,7 +69,8 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
 
     def one_step():
         optimizer_step(model, optimizer, scheduler, mbs, accelerator=acc, max_grad_norm=cfg.train.max_grad_norm,
-                       trainable_params=trainable)
+                       trainable_params=trainable, aux=aux, step=max((t.start for t in aux), default=0),
+                       loss_impl=cfg.train.loss_impl)
 
     times: list[float] = []
     if dev.type == "cuda":
