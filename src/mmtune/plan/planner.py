@@ -236,11 +236,14 @@ def resolve_for_plan(cfg, gpu=None):
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
-            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True) -> PlanResult:
+            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True, nodes: int | None = None,
+            node_link_gbs: float | None = None) -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
     eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
-    `dedup=False` traces every layer (the same result, slower; layer_dedup.py)."""
+    `dedup=False` traces every layer (the same result, slower; layer_dedup.py). `gpus` counts all GPUs;
+    `nodes` (default: the resolved target's) splits them into nodes joined by `node_link_gbs` GB/s per node
+    (default gpus.NODE_LINK_GBS): step time only, per-GPU memory does not depend on it (timing.py)."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
@@ -256,6 +259,16 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     prec = resolved.precision
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
+    nodes = max(1, resolved.target.nodes if nodes is None else nodes)
+    if gpus % nodes:
+        raise ConfigError(f"{gpus} GPUs do not split evenly over {nodes} nodes", where="--nodes",
+                          fix="--gpus counts GPUs per node: total = --gpus x --nodes")
+    from ..gpus import NODE_LINK_GBS, NODE_LINK_NAME
+
+    if node_link_gbs is not None and node_link_gbs <= 0:
+        raise ConfigError(f"--node-link must be a positive GB/s figure (got {node_link_gbs})", where="--node-link")
+    node_link, node_link_name = (NODE_LINK_GBS, NODE_LINK_NAME) if node_link_gbs is None else \
+        (float(node_link_gbs), f"{node_link_gbs:g} GB/s per node (--node-link)")
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
     pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval, dedup=dedup)
@@ -317,11 +330,16 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
                    bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,
-                   gathers_params=strategy in ("fsdp", "zero3"))
+                   gathers_params=strategy in ("fsdp", "zero3"), nodes=nodes, node_link_gbs=node_link)
     parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
              "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
              "bandwidth_gbs": bw}
     comm = dict(st.comm, strategy=strategy, gpus=gpus, interconnect=spec.interconnect) if st.comm and spec else {}
+    if comm and nodes > 1:
+        comm["node_link"] = node_link_name
+        decisions.append(f"distributed: {nodes} nodes x {gpus // nodes} GPUs; collectives hierarchical (within the "
+                         f"node over {spec.interconnect}, between nodes over {node_link_name}, {node_link:g} GB/s "
+                         "per node; plan/timing.py)")
     return PlanResult(
         model=cfg.model.name, method=cfg.adapter.method, gpu_id=gid, gpu_name=gname, gpus=gpus,
         strategy=strategy if gpus > 1 else "single", precision=prec,
