@@ -185,3 +185,28 @@ def test_search_over_several_nodes_plans_each_strategy_with_the_node_link():
     assert [c.overrides.get("--strategy") for c in res.tried] == ["ddp", "zero2", "zero3"], [c.error for c in res.tried]
     for c in res.tried:
         assert c.result.comm["nodes"] == 2 and c.result.comm["node_link_gbs"] == 50 and c.result.comm["inter_node_s"] > 0
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_fsdp_per_rank_holds_the_root_whole_two_units_and_gradients_whole_under_accumulation(grad_accum):
+    """What FSDP2 keeps per rank beyond its shards (plan/distributed.py), in the units mmtune wraps
+    (sharding.shard_units): the root whole, two blocks gathered, a block's fp32 gradients as the
+    reduce-scatter buffer; gradients 1/N only when every micro-batch reduces (accumulation 1)."""
+    from mmtune.plan.model import build_planned_model
+    from mmtune.plan.planner import resolve_for_plan
+    from mmtune.sharding import shard_units
+
+    over = ("adapter.method=full", "model.gradient_checkpointing=false", "train.precision=fp32",
+            f"train.grad_accum={grad_accum}")
+    one = _plan(*over)
+    r = _plan(*over, gpus=4, strategy="fsdp")
+    pm = build_planned_model(resolve_for_plan(load_config(None, TEXT + list(over)), "a100-40gb"))
+    units = shard_units(pm.model, pm.family)
+    inside = {id(p) for _, u in units for p in u.parameters()}
+    root = sum(p.numel() * p.element_size() for p in pm.model.parameters() if id(p) not in inside)
+    largest = max(sum(p.numel() * p.element_size() for p in u.parameters()) for _, u in units)
+    b, b1 = r.breakdown, one.breakdown
+    assert root > 0 and b["unsharded_root"] == root and b["gathered_units"] == 2 * largest
+    assert b["reduce_scatter_buffer"] == largest  # full fine-tuning in fp32: every weight trainable, fp32 gradients
+    assert b["gradients"] == (b1["gradients"] if grad_accum > 1 else b1["gradients"] - b1["gradients"] * 3 // 4)
+    assert b["weights"] + b["trainable_parameters"] < b1["weights"] + b1["trainable_parameters"]

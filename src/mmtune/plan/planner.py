@@ -62,16 +62,21 @@ class PlanResult:
         return json.dumps(self.to_dict(), indent=2)
 
 
-def _largest_unit_bytes(model) -> int:
-    """Bytes of the largest decoder layer / encoder block (the unit FSDP and ZeRO-3 gather)."""
+def _gathered_units(model, family, strategy: str, compute_elem: int | None):
+    """What FSDP / ZeRO-3 gather: under fsdp the units mmtune's FSDP2 wraps (sharding.shard_units) and the
+    root; under zero3 the largest child of any ModuleList (decoder layer / encoder block) as stored."""
     from torch import nn
 
+    from .distributed import Units, fsdp_units
+
+    if strategy == "fsdp":
+        return fsdp_units(model, family, compute_elem)
     best = 0
     for m in model.modules():
         if isinstance(m, nn.ModuleList):
             for child in m:
                 best = max(best, sum(p.numel() * p.element_size() for p in child.parameters()))
-    return best
+    return Units(largest=best)
 
 
 def _eval_batch(resolved, declared):
@@ -242,8 +247,9 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
     eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
     `dedup=False` traces every layer (the same result, slower; layer_dedup.py). `gpus` counts all GPUs;
-    `nodes` (default: the resolved target's) splits them into nodes joined by `node_link_gbs` GB/s per node
-    (default gpus.NODE_LINK_GBS): step time only, per-GPU memory does not depend on it (timing.py)."""
+    `nodes` (default: the resolved target's, when `gpus` is its process count) splits them into nodes
+    joined by `node_link_gbs` GB/s per node (default gpus.NODE_LINK_GBS): step time only, per-GPU memory
+    does not depend on it (timing.py)."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
@@ -259,7 +265,9 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     prec = resolved.precision
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
-    nodes = max(1, resolved.target.nodes if nodes is None else nodes)
+    if nodes is None:  # the resolved target's nodes when planning its GPUs (a launch's WORLD_SIZE), else one node
+        nodes = resolved.target.nodes if gpus == resolved.target.processes else 1
+    nodes = max(1, nodes)
     if gpus % nodes:
         raise ConfigError(f"{gpus} GPUs do not split evenly over {nodes} nodes", where="--nodes",
                           fix="--gpus counts GPUs per node: total = --gpus x --nodes")
@@ -281,8 +289,11 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
     else:
         peak_alloc = peak_res = tr.peak_bytes
+    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
+    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
+    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
     sh = shard(breakdown, peak_alloc, strategy=strategy, n=gpus, trainable_numel=trainable_numel,
-               largest_unit_bytes=_largest_unit_bytes(pm.model))
+               units=_gathered_units(pm.model, pm.family, strategy, gather_elem), grad_accum=cfg.train.grad_accum)
     rounding = max(0, peak_alloc - tr.peak_bytes)  # the allocator's rounding of the traced (single-GPU) peak
     if gpus > 1:
         ratio = peak_res / max(1, peak_alloc)
@@ -320,9 +331,6 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
                          f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
                          "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
-    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
-    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
-    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
     volumes = comm_volumes(strategy, gpus, grad_accum=cfg.train.grad_accum,
                            trainable_bytes=trainable_numel * 4,  # fp32 gradients
                            param_bytes=sum(p.numel() * (gather_elem if gather_elem and p.is_floating_point()
