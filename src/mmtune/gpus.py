@@ -99,6 +99,12 @@ GPUS: dict[str, GPUSpec] = {g.id: g for g in (
             fp32_tflops=67, link_gbs=450, **_NV),
 )}
 
+# Between nodes (`mmtune plan --nodes M`): one 200 Gb/s HDR InfiniBand adapter per node (NVIDIA ConnectX-6
+# HDR product brief: 200 Gb/s per port) moves 25 GB/s per direction; collectives that cross nodes share it.
+# `--node-link GBS` states another fabric (e.g. 400 Gb/s NDR = 50, eight NDR rails of a DGX H100 = 400).
+NODE_LINK_GBS = 25.0
+NODE_LINK_NAME = "200 Gb/s InfiniBand (one HDR adapter per node)"
+
 ALIASES = {"h100-80gb": "h100", "rtx6000": "quadro-rtx-6000", "3090": "rtx-3090", "4090": "rtx-4090"}
 # Names sold in more than one memory size: a plan for the wrong one is off by half the card, so the
 # size must be said (`--gpu a100` used to mean the 80 GB card without a word).

@@ -179,4 +179,9 @@ def _chunked_loss_sum_and_output(model, batch: dict, impl: str, forward_kwargs: 
 
 
 def to_device(batch: dict, device) -> dict:
+    """The batch on `device`. A host tensor stays as it is for a CPU run: accelerate names the device of a
+    multi-process CPU run `cpu:0`, and `Tensor.to("cpu:0")` copies a host tensor (whose device reads `cpu`),
+    so every micro-batch's inputs (an image's pixels included) existed twice on each CPU rank."""
+    if getattr(device, "type", str(device).partition(":")[0]) == "cpu":
+        return {k: (v.to("cpu") if hasattr(v, "to") else v) for k, v in batch.items()}
     return {k: (v.to(device, non_blocking=True) if hasattr(v, "to") else v) for k, v in batch.items()}

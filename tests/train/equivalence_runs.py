@@ -5,7 +5,9 @@ ddp, fsdp and one process (tests/train/test_fsdp.py). Also a torchrun worker:
 
 runs each job of JOBS.json (`{"case", "strategy", "tag", "train": {...}, "adapter": {...}, "stop_after"}`)
 in one launch (one process group, many runs, in order) and writes the main rank's per-step losses to
-OUT.json under each job's tag. Runs with the same tag share an output_dir: a later one resumes.
+OUT.json under each job's tag. Runs with the same tag share an output_dir: a later one resumes. A job
+`{"measure": [overrides], "images": [[W, H]]}` measures every rank's peak memory of the planner's two
+steps instead (`mmtune.plan.measure.measure_sharded_step`) and records the list of peaks.
 """
 
 from __future__ import annotations
@@ -105,6 +107,23 @@ def run_case(case: str, strategy: str, folder: Path, world: int, *, tag: str | N
     return losses(Path(cfg.output_dir))
 
 
+def measure_peaks(overrides: list[str], images: list) -> list[int]:
+    """Every rank's peak bytes in the planner's two steps of the run, on the plan's worst-case batch."""
+    import torch.distributed as dist
+
+    from mmtune.config import load_config
+    from mmtune.plan.batch import Declared, worst_case_batch
+    from mmtune.plan.measure import measure_sharded_step
+    from mmtune.plan.planner import resolve_for_plan
+
+    cfg = load_config(None, overrides)
+    batch = worst_case_batch(resolve_for_plan(cfg), declared=Declared(images=[tuple(i) for i in images])).micro_batch
+    peak = measure_sharded_step(cfg, batch).peak_allocated_bytes
+    peaks = [None] * dist.get_world_size()
+    dist.all_gather_object(peaks, peak)
+    return peaks
+
+
 def main(argv: list[str]) -> None:
     import torch.distributed as dist
 
@@ -113,6 +132,9 @@ def main(argv: list[str]) -> None:
     for job in jobs:
         job = dict(job)
         key = job.pop("key")
+        if "measure" in job:
+            results[key] = measure_peaks(job["measure"], job.get("images", []))
+            continue
         results[key] = run_case(job.pop("case"), job.pop("strategy"), folder, 2, **job)
     if not dist.is_initialized() or dist.get_rank() == 0:
         out.write_text(json.dumps(results))

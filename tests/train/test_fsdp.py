@@ -190,3 +190,31 @@ def test_torchrun_smoke_of_a_shipped_recipe_under_fsdp(tmp_path):
     out = CliRunner().invoke(app, ["train", str(root / "recipes" / "llava_next_7b_qlora.yaml"), "--smoke",
                                    "train.strategy=fsdp", f"output_dir={tmp_path / 'q'}"], env={"COLUMNS": "300"})
     assert out.exit_code != 0 and "cannot shard QLoRA" in out.output and "train.strategy=ddp" in out.output
+
+
+# The planner's stated error for fsdp per-rank peaks on CPU ranks (docs/plan.md, "FSDP per rank";
+# benchmarks/fsdp_plan_accuracy.py measures it over more runs).
+FSDP_PLAN_ERROR_PCT = 10.0
+
+
+@pytest.mark.slow  # ~40 s: one 2-rank launch measuring two runs, and their two plans
+@pytest.mark.distributed
+def test_each_ranks_measured_peak_is_within_the_planners_stated_error(tmp_path):
+    """`mmtune plan --gpus 2 --strategy fsdp` on this machine as target vs each rank's peak in a real 2-rank
+    FSDP2 run of the same two steps (text LoRA, image full fine-tuning; accumulation 2)."""
+    from mmtune.config import load_config
+    from mmtune.plan.batch import Declared
+    from mmtune.plan.planner import predict
+
+    common = ["data.max_length=512", "train.precision=fp32", "train.device=cpu", "train.grad_accum=2",
+              "train.strategy=fsdp", "model.gradient_checkpointing=false"]
+    runs = {"text-lora": (["model.name=tiny/qwen2", "adapter.method=lora"], []),
+            "image-full": (["model.name=tiny/qwen2-vl", "adapter.method=full"], [[112, 112]])}
+    measured = two_ranks([{"key": k, "measure": common + ov, "images": im} for k, (ov, im) in runs.items()], tmp_path)
+    for key, (ov, images) in runs.items():
+        plan = predict(load_config(None, common + ov), gpus=2, strategy="fsdp", plan_eval=False,
+                       declared=Declared(images=[tuple(i) for i in images]))
+        assert plan.gpus == 2 and plan.strategy == "fsdp" and plan.breakdown["unsharded_root"] > 0
+        for rank, peak in enumerate(measured[key]):
+            error = 100.0 * (plan.peak_allocated_bytes - peak) / peak
+            assert abs(error) <= FSDP_PLAN_ERROR_PCT, (key, rank, plan.peak_allocated_bytes, measured[key], error)

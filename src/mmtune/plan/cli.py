@@ -66,6 +66,10 @@ def render(result, console) -> None:
         console.print(f"  {c['strategy']} traffic per GPU per step over {c['interconnect']} ({c['link_gbs']:g} GB/s): "
                       f"all-reduce {gib(c['all_reduce_bytes'])}, all-gather {gib(c['all_gather_bytes'])}, "
                       f"reduce-scatter {gib(c['reduce_scatter_bytes'])}: {c['comm_time_s']:.3f} s")
+        if c.get("nodes", 1) > 1:
+            console.print(f"  across {c['nodes']} nodes (hierarchical): within a node {gib(c['intra_node_bytes'])} per GPU "
+                          f"over {c['interconnect']}, {c['intra_node_s']:.3f} s; between nodes {gib(c['inter_node_bytes'])} "
+                          f"per node over {c['node_link']}: {c['inter_node_s']:.3f} s")
     for d in r.decisions:
         console.print(f"[dim]decision: {d}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
@@ -100,6 +104,8 @@ def register(app: typer.Typer) -> None:
         gpu: Optional[str] = typer.Option(None, "--gpu", help="target GPU id, e.g. t4, a100-40gb, h100"),
         gpus: int = typer.Option(1, "--gpus", help="GPUs per node (data parallel)"),
         nodes: int = typer.Option(1, "--nodes", help="nodes (each with --gpus GPUs)"),
+        node_link: Optional[float] = typer.Option(None, "--node-link", help="GB/s per direction per node between "
+                                                  "nodes (default 25: 200 Gb/s InfiniBand)"),
         strategy: Optional[str] = typer.Option(None, "--strategy", help="ddp | fsdp | zero2 | zero3 | auto "
                                                "(default: the config's train.strategy, as the run decides it)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
@@ -146,7 +152,8 @@ def register(app: typer.Typer) -> None:
             if search:
                 from .search import search as run_search
 
-                res = run_search(cfg, gpu=target, gpus=gpus * nodes, declared=declared, margin=margin / 100,
+                res = run_search(cfg, gpu=target, gpus=gpus * nodes, nodes=nodes, node_link_gbs=node_link,
+                                 declared=declared, margin=margin / 100,
                                  strategy="ddp" if cfg.train.strategy == "auto" else cfg.train.strategy)
                 if as_json:
                     typer.echo(res.to_json())
@@ -159,7 +166,8 @@ def register(app: typer.Typer) -> None:
 
             # The strategy is the run's decision (train.strategy, auto weighed on this many GPUs), as train takes it.
             resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes))
-            r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin=margin / 100)
+            r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin=margin / 100,
+                        nodes=nodes, node_link_gbs=node_link)
         except MMTuneError as e:
             if resolved is not None and not as_json:  # what the run decides on that GPU, even if planning failed
                 for line in resolved.summary_lines():

@@ -98,3 +98,31 @@ def cpu_peak(model, batch: dict, run) -> tuple[int, int]:
     state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
     baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
     return baseline, cpu_allocator_peak(run)
+
+
+def measure_sharded_step(cfg, micro_batch: dict, *, steps: int = 2) -> Measured:
+    """This rank's peak in a real multi-rank run (launched by torchrun; `train.strategy` decides the
+    sharding, e.g. fsdp), on the same batch and schedule as measure_step: the run built as `mmtune train`
+    builds it (FSDP2 applied, the optimizer over the shards), the loop's own `optimizer_step`. The
+    baseline is what this rank holds before the step: its parameter shards (the padded local storage),
+    buffers and the batch. CPU only (the planner's accuracy is checked on CPU ranks with gloo)."""
+    from ..build import build_run
+    from ..compat.torch_internals import cpu_allocator_peak
+    from ..loss import to_device
+    from ..train.step import optimizer_step
+
+    run = build_run(cfg, with_data=False)
+    cfg = run.cfg
+    dev = run.accelerator.device
+    batch = to_device(micro_batch, dev)
+    n_mb = min(cfg.train.grad_accum, 2)
+
+    def steps_():
+        for i in range(steps):  # the planner's schedule: 1 micro-batch, then min(grad_accum, 2)
+            optimizer_step(run.model, run.optimizer, run.scheduler, [batch] * (n_mb if i == steps - 1 else 1),
+                           accelerator=run.accelerator, max_grad_norm=cfg.train.max_grad_norm,
+                           trainable_params=run.trainable_params, loss_impl=cfg.train.loss_impl)
+
+    local = [getattr(p, "to_local", lambda p=p: p)() for p in run.model.parameters()]  # DTensor -> this rank's shard
+    baseline = _storage_bytes(local + list(run.model.buffers())) + _storage_bytes(list(batch.values()))
+    return Measured(baseline + cpu_allocator_peak(steps_), None, baseline, dev.type)

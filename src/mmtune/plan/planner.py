@@ -62,16 +62,21 @@ class PlanResult:
         return json.dumps(self.to_dict(), indent=2)
 
 
-def _largest_unit_bytes(model) -> int:
-    """Bytes of the largest decoder layer / encoder block (the unit FSDP and ZeRO-3 gather)."""
+def _gathered_units(model, family, strategy: str, compute_elem: int | None):
+    """What FSDP / ZeRO-3 gather: under fsdp the units mmtune's FSDP2 wraps (sharding.shard_units) and the
+    root; under zero3 the largest child of any ModuleList (decoder layer / encoder block) as stored."""
     from torch import nn
 
+    from .distributed import Units, fsdp_units
+
+    if strategy == "fsdp":
+        return fsdp_units(model, family, compute_elem)
     best = 0
     for m in model.modules():
         if isinstance(m, nn.ModuleList):
             for child in m:
                 best = max(best, sum(p.numel() * p.element_size() for p in child.parameters()))
-    return best
+    return Units(largest=best)
 
 
 def _eval_batch(resolved, declared):
@@ -237,11 +242,15 @@ def resolve_for_plan(cfg, gpu=None):
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
-            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True) -> PlanResult:
+            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True, nodes: int | None = None,
+            node_link_gbs: float | None = None) -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
     eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
-    `dedup=False` traces every layer (the same result, slower; layer_dedup.py)."""
+    `dedup=False` traces every layer (the same result, slower; layer_dedup.py). `gpus` counts all GPUs;
+    `nodes` (default: the resolved target's, when `gpus` is its process count) splits them into nodes
+    joined by `node_link_gbs` GB/s per node (default gpus.NODE_LINK_GBS): step time only, per-GPU memory
+    does not depend on it (timing.py)."""
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
@@ -257,6 +266,18 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     prec = resolved.precision
     if gpus < 1:
         raise ConfigError(f"--gpus must be >= 1 (got {gpus})", where="--gpus")
+    if nodes is None:  # the resolved target's nodes when planning its GPUs (a launch's WORLD_SIZE), else one node
+        nodes = resolved.target.nodes if gpus == resolved.target.processes else 1
+    nodes = max(1, nodes)
+    if gpus % nodes:
+        raise ConfigError(f"{gpus} GPUs do not split evenly over {nodes} nodes", where="--nodes",
+                          fix="--gpus counts GPUs per node: total = --gpus x --nodes")
+    from ..gpus import NODE_LINK_GBS, NODE_LINK_NAME
+
+    if node_link_gbs is not None and node_link_gbs <= 0:
+        raise ConfigError(f"--node-link must be a positive GB/s figure (got {node_link_gbs})", where="--node-link")
+    node_link, node_link_name = (NODE_LINK_GBS, NODE_LINK_NAME) if node_link_gbs is None else \
+        (float(node_link_gbs), f"{node_link_gbs:g} GB/s per node (--node-link)")
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
     pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval, dedup=dedup)
@@ -269,8 +290,11 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
     else:
         peak_alloc = peak_res = tr.peak_bytes
+    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
+    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
+    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
     sh = shard(breakdown, peak_alloc, strategy=strategy, n=gpus, trainable_numel=trainable_numel,
-               largest_unit_bytes=_largest_unit_bytes(pm.model))
+               units=_gathered_units(pm.model, pm.family, strategy, gather_elem), grad_accum=cfg.train.grad_accum)
     rounding = max(0, peak_alloc - tr.peak_bytes)  # the allocator's rounding of the traced (single-GPU) peak
     if gpus > 1:
         ratio = peak_res / max(1, peak_alloc)
@@ -308,9 +332,6 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
                          f"record, an upper bound), eval loss then greedy generation of {eval_info['max_new_tokens']} "
                          "tokens (prompt forward + one decode step traced, KV cache growth added analytically)")
     tokens_step = pb.tokens * cfg.train.micro_batch_size * cfg.train.grad_accum
-    # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
-    # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
-    gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
     volumes = comm_volumes(strategy, gpus, grad_accum=cfg.train.grad_accum,
                            trainable_bytes=trainable_numel * 4,  # fp32 gradients
                            param_bytes=sum(p.numel() * (gather_elem if gather_elem and p.is_floating_point()
@@ -318,11 +339,16 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     st = step_time(tr.costs, steps=1, traced_micro_batches=min(cfg.train.grad_accum, 2),
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
                    bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,
-                   gathers_params=strategy in ("fsdp", "zero3"))
+                   gathers_params=strategy in ("fsdp", "zero3"), nodes=nodes, node_link_gbs=node_link)
     parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
              "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
              "bandwidth_gbs": bw}
     comm = dict(st.comm, strategy=strategy, gpus=gpus, interconnect=spec.interconnect) if st.comm and spec else {}
+    if comm and nodes > 1:
+        comm["node_link"] = node_link_name
+        decisions.append(f"distributed: {nodes} nodes x {gpus // nodes} GPUs; collectives hierarchical (within the "
+                         f"node over {spec.interconnect}, between nodes over {node_link_name}, {node_link:g} GB/s "
+                         "per node; plan/timing.py)")
     return PlanResult(
         model=cfg.model.name, method=cfg.adapter.method, gpu_id=gid, gpu_name=gname, gpus=gpus,
         strategy=strategy if gpus > 1 else "single", precision=prec,

@@ -65,18 +65,20 @@ def _with(cfg, overrides: dict):
 
     tree = cfg.model_dump(mode="json")
     for k, v in overrides.items():
-        set_dotted(tree, k, v)
+        if not k.startswith("_"):  # "_strategy" is predict()'s argument, not a config key
+            set_dotted(tree, k, v)
     return validate(tree)
 
 
-def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True) -> Candidate:
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True, nodes=1, node_link_gbs=None) -> Candidate:
     from ..errors import MMTuneError
 
     try:
         c = _with(cfg, ov)
         st = ov.get("_strategy", strategy)
         ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
-        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup)
+        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup,
+                    nodes=nodes, node_link_gbs=node_link_gbs)
         if "_strategy" in ov:
             ov_clean["--strategy"] = st
         return Candidate(ov_clean, r)
@@ -86,7 +88,8 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True) -> Candida
 
 def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
            micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None,
-           dedup: bool = True) -> SearchResult:
+           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None) -> SearchResult:
+    """`gpus` counts all GPUs, `nodes` the nodes they sit on (joined by `node_link_gbs`; planner.predict)."""
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
     methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
     optimizers = optimizers or ["adamw", "adamw_8bit"]
@@ -101,7 +104,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
             if gpus > 1:
                 ov["_strategy"] = st
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup, nodes, node_link_gbs)
             tried.append(c)
             if c.result is None or not c.result.fits:
                 break
@@ -113,7 +116,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
             if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
                 ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup, nodes, node_link_gbs)
             tried.append(c)
             if c.result is not None and c.result.fits:
                 fitting.append(c)
