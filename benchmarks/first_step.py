@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,8 @@ def main() -> None:
                "eval.every=null", "train.save_every=null", "train.warmup_steps=0",
                "logging.tensorboard=false", f"output_dir={out}",
                "data.max_length=2048", "model.max_pixels=200704", *args.set]
+        load_start = open("/proc/loadavg").read().split()[0]
+        cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.time()
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env={**os.environ, "TRANSFORMERS_VERBOSITY": "error"})
@@ -51,6 +54,8 @@ def main() -> None:
                 first_step = time.time() - start
             time.sleep(0.05)
         wall = time.time() - start
+        cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the train process and every process it waited for
+        cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
         log = proc.stdout.read()
         if proc.returncode != 0:
             sys.exit(f"train failed ({proc.returncode}):\n{log[-4000:]}")
@@ -63,9 +68,11 @@ def main() -> None:
     rest = first_step - known if first_step and startup else None
     print(json.dumps({"records": args.n, "images": args.images, "dataset_made_s": round(made, 1),
                       "first_step_s": first_step and round(first_step, 1), "wall_s": round(wall, 1),
+                      "cpu_s": round(cpu, 1),
                       "overrides": args.set, "startup": startup,
                       "first_step_time_s": step1.get("step_time_s"),
                       "imports_loop_setup_and_step_s": rest and round(rest, 1),
+                      "load_average_start": load_start,
                       "load_average": open("/proc/loadavg").read().split()[0]}, indent=1))
 
 
