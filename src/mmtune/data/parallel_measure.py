@@ -18,6 +18,9 @@ import os
 RECORDS_PER_PROCESS = 40_000
 
 _ENCODER = None  # the worker's own Encoder (set once by _init)
+# Workers of the check beside training run at a lower priority: where cores are short (this shared 2-core
+# machine) the training step, which is the critical path, gets the CPU first; idle cores are used all the same.
+BACKGROUND_NICE = 10
 
 
 def processes_for(n_records: int, cpus: int | None = None) -> int:
@@ -58,10 +61,12 @@ def as_exception(result: tuple):
     return DataError(*result[1:])
 
 
-def _init(encoder_bytes: bytes) -> None:
+def _init(encoder_bytes: bytes, nice: int = 0) -> None:
     import pickle
 
     global _ENCODER
+    if nice and hasattr(os, "nice"):  # the check beside training yields the CPU to the loop on a busy machine
+        os.nice(nice)
     _ENCODER = pickle.loads(encoder_bytes)
 
 
@@ -111,7 +116,7 @@ def _measure_spawned(encoder, records: list, processes: int, advance=None, stop=
     pieces = [records[j:j + 2000] for j in range(0, len(records), 2000)]
     out: list = []
     with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=mp.get_context("spawn"),
-                             initializer=_init, initargs=(pickle.dumps(encoder),)) as pool:
+                             initializer=_init, initargs=(pickle.dumps(encoder), BACKGROUND_NICE)) as pool:
         futures = [pool.submit(_measure_slice, p) for p in pieces]
         for f, p in zip(futures, pieces):
             while stop is not None and not wait([f], timeout=0.2).done:
