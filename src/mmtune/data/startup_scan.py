@@ -70,6 +70,10 @@ class BackgroundScan:
         if self.hold is not None:
             self.hold.set()
 
+    def wait_for(self, seconds: float) -> bool:
+        """Block at most `seconds`; whether the check is done."""
+        return self._done.wait(seconds)
+
     def wait(self) -> CheckReport:
         self._done.wait()
         if self._failure is not None:

@@ -391,7 +391,12 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         if not check.done():
             check.waited_at_step = step
             console.print(f"training done at step {step}; waiting for the start-up check of the training records")
-        check_report.update(_merge_check(run, check, late_bad, sinks, step, scale))
+        while not check.done() and not stop.requested:  # a signal ends the wait (the summary then says so)
+            check.wait_for(1.0)
+        if check.done():
+            check_report.update(_merge_check(run, check, late_bad, sinks, step, scale))
+        else:
+            check.cancel()
     summary = summary_so_far()
     if run.eval_set is not None and main:
         summary["baseline"] = _baseline(run)
