@@ -417,7 +417,13 @@ def _merge_check(run, check, late_bad: set, sinks, step: int, scale: dict) -> di
     from ..data.records import RecordSet
     from ..errors import DataError
 
-    report = check.wait()
+    try:
+        report = check.wait()
+    except Exception as e:  # the check itself broke (a worker killed, out of memory): say so, with the way round
+        raise MMTuneError(f"the start-up check of the training records, running beside training, failed: "
+                          f"{type(e).__name__}: {e}", where=str(run.cfg.data.train),
+                          fix="data.startup_scan=before runs it in this process before step 1; the run resumes "
+                              "from its last checkpoint") from None
     if report.error is not None:
         e = report.error
         raise DataError(f"{e.what} (found by the start-up check running beside training, after step {step})",
