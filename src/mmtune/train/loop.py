@@ -385,6 +385,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                     fix="run the same command again (same output_dir) to resume from this step")
             if stop_after is not None and step >= stop_after and not last:
                 sinks.close()
+                if check is not None:  # as a kill would end it
+                    check.cancel()
                 return None
 
     if check is not None and not check_report:  # the full report belongs in the summary: wait for it now
