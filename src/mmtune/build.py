@@ -34,6 +34,10 @@ class Run:
     train_lengths: list = field(default_factory=list)  # per-record token counts by modality
     encode_cache: Any = None  # encodings the loop keeps as it draws records (data/encode_cache.py)
     startup: dict = field(default_factory=dict)  # seconds of the start-up phases (summary.json `startup`)
+    # data.startup_scan=background: the check of the training records running beside the loop
+    # (data/startup_scan.py); train_set then holds every record loaded and train_lengths fills in when it is done.
+    startup_check: Any = None
+    train_ok: list | None = None  # the records the check found good (set when it finishes beside training)
     decisions: list[str] = field(default_factory=list)
 
     def unwrapped_model(self):
@@ -313,20 +317,28 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
-        procs = 1 if cfg.data.streaming else processes_for(len(records.records))
-        if procs > 1:
-            decisions.append(f"data: the start-up check measures {len(records.records)} records in {procs} processes "
-                             f"(spawned; one per {RECORDS_PER_PROCESS:,} records, at most one per CPU)")
-        scan = scan_records(records, run.encoder, cfg.data.on_bad_record, encode=False, processes=procs,
-                            progress="check train data")
-        run.train_set, run.train_lengths = scan.records, scan.lengths
+        run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
+        from .resolve.decisions import decide_startup_scan
+
+        when, d = decide_startup_scan(cfg.data, len(records.records), accelerator.num_processes)
+        decisions.append(d.line())
+        if when == "background":
+            _start_background_check(run, records, decisions)
+        else:
+            procs = 1 if cfg.data.streaming else processes_for(len(records.records))
+            if procs > 1:
+                decisions.append(f"data: the start-up check measures {len(records.records)} records in {procs} "
+                                 f"processes (spawned; one per {RECORDS_PER_PROCESS:,} records, at most one per CPU)")
+            scan = scan_records(records, run.encoder, cfg.data.on_bad_record, encode=False, processes=procs,
+                                progress="check train data")
+            run.train_set, run.train_lengths = scan.records, scan.lengths
+            run.startup["train_records_measured"] = len(scan.lengths)
+            run.startup["train_scan_processes"] = procs
         if cfg.data.streaming:  # the check read a sample; the stream counts its own bad records as it meets them
             decisions.append(f"data.streaming: start-up check of the first {len(scan.records.records)} records "
                              f"(data.stream_sample={cfg.data.stream_sample}): {scan.records.summary()}")
             run.train_set = type(scan.records)(records=scan.records.records, notes=scan.records.notes)
-        run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)
-        run.startup["train_records_measured"] = len(scan.lengths)
-        run.startup["train_scan_processes"] = procs
+        run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)  # loading included
         if cfg.data.eval:
             t_scan = time.perf_counter()
             run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
@@ -338,7 +350,8 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
         run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
-        decisions.append(f"data: {len(run.train_set.records)} training records checked at start-up by header; each is "
+        checked = "being checked beside training" if run.startup_check is not None else "checked at start-up"
+        decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
                          f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
                          "(encoded once; records past the budget are encoded each time they are drawn)")
     if with_optimizer:
@@ -357,6 +370,22 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
+
+
+def _start_background_check(run: Run, records, decisions: list[str]) -> None:
+    """The check of every training record, started beside training (data/startup_scan.py): the loop trains
+    on the records loaded meanwhile and merges the check's report when it is done."""
+    from .data.parallel_measure import background_processes
+    from .data.startup_scan import BackgroundScan
+
+    n = len(records.records)
+    run.train_set = records  # every record loaded: the batches' indices; load-time skips already counted
+    run.startup_check = BackgroundScan(records.records, run.encoder, run.cfg.data.on_bad_record,
+                                       background_processes(n)).start()
+    procs = run.startup_check.processes
+    decisions.append(f"data: the start-up check of {n:,} records runs beside training "
+                     + (f"in {procs} spawned process(es)" if procs else "in a thread"))
+    run.startup["train_scan_processes"] = procs
 
 
 def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:

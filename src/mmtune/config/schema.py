@@ -97,6 +97,10 @@ class DataConfig(Section):
                                                      "lengths) to cut padding; deterministic and resumable")
     packing: bool = Field(False, description="several records per row of up to max_length tokens, each attending "
                                              "only to itself (per-record positions, M-RoPE included); see docs/data.md")
+    startup_scan: Literal["auto", "before", "background"] = Field(
+        "auto", description="the start-up check of every training record: before step 1, or beside training "
+                            "(step 1 does not wait; its report arrives when done); auto: beside past 10,000 records "
+                            "where nothing needs every length first; see docs/data.md")
     cache_mb: int = Field(1024, ge=0, description="memory for the encodings the loop keeps (ids, labels, pixels; "
                                                   "each record encoded when first drawn); records past it are encoded each draw")
     streaming: bool = Field(False, description="read data.train as it is needed, never all in memory (sets too large "
@@ -114,6 +118,19 @@ class DataConfig(Section):
     synthetic_train_size: int = Field(600, gt=0)
     synthetic_eval_size: int = Field(100, gt=0)
     synthetic_seed: int = 0
+
+    @model_validator(mode="after")
+    def _background_scan_limits(self):
+        """What needs every record's length (or the whole set) before step 1 cannot have its check run beside it."""
+        if self.startup_scan != "background":
+            return self
+        for key, why in (("packing", "packing plans rows from every record's length"),
+                         ("group_by_length", "grouping sorts windows by every record's length"),
+                         ("streaming", "a stream's start-up check reads only its first data.stream_sample records")):
+            if getattr(self, key):
+                raise ValueError(f"data.startup_scan=background and data.{key}=true: {why}, so the check must "
+                                 f"finish before step 1; set data.startup_scan=auto (or before)")
+        return self
 
     @model_validator(mode="after")
     def _streaming_limits(self):

@@ -39,6 +39,8 @@ FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 OPTIONAL = {"id", "images", "videos", "audios"}
 PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
+_PLACEHOLDER_KIND = {p: k for k, p in PLACEHOLDERS.items()}
+_PLACEHOLDER_RE = re.compile("(" + "|".join(re.escape(p) for p in PLACEHOLDERS.values()) + ")")  # once, not per record
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                   "system": "system", "bot": "assistant", "model": "assistant"}
 
@@ -199,10 +201,9 @@ def _qa_record(rid: str, where: str, media: list[dict], question: str, answer: s
 
 def _split_placeholders(text: str, queues: dict[str, list[dict]]) -> list[dict]:
     """'<image>\\nWhat is it?' -> [image part, text part], taking media from the queues in order."""
-    pattern = "(" + "|".join(re.escape(p) for p in PLACEHOLDERS.values()) + ")"
     parts = []
-    for piece in re.split(pattern, text):
-        kind = next((k for k, p in PLACEHOLDERS.items() if p == piece), None)
+    for piece in _PLACEHOLDER_RE.split(text):
+        kind = _PLACEHOLDER_KIND.get(piece)
         if kind is not None:
             parts.append(queues[kind].pop(0) if queues[kind] else {"type": kind, "_missing": True})
         elif piece:

@@ -18,6 +18,9 @@ import os
 RECORDS_PER_PROCESS = 40_000
 
 _ENCODER = None  # the worker's own Encoder (set once by _init)
+# Workers of the check beside training run at a lower priority: where cores are short (this shared 2-core
+# machine) the training step, which is the critical path, gets the CPU first; idle cores are used all the same.
+BACKGROUND_NICE = 10
 
 
 def processes_for(n_records: int, cpus: int | None = None) -> int:
@@ -25,6 +28,15 @@ def processes_for(n_records: int, cpus: int | None = None) -> int:
     if cpus is None:
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cpus, n_records // RECORDS_PER_PROCESS))
+
+
+def background_processes(n_records: int, cpus: int | None = None) -> int:
+    """Spawned processes for a check that runs beside training (data/startup_scan.py): the training process
+    keeps its CPU, so at most one per other CPU, at least one (the check must not take the loop's GIL), and
+    one per RECORDS_PER_PROCESS records beyond that."""
+    if cpus is None:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cpus - 1, n_records // RECORDS_PER_PROCESS))
 
 
 def measure_one(encoder, record) -> tuple:
@@ -49,10 +61,12 @@ def as_exception(result: tuple):
     return DataError(*result[1:])
 
 
-def _init(encoder_bytes: bytes) -> None:
+def _init(encoder_bytes: bytes, nice: int = 0) -> None:
     import pickle
 
     global _ENCODER
+    if nice and hasattr(os, "nice"):  # the check beside training yields the CPU to the loop on a busy machine
+        os.nice(nice)
     _ENCODER = pickle.loads(encoder_bytes)
 
 
@@ -60,8 +74,13 @@ def _measure_slice(records: list) -> list:
     return [measure_one(_ENCODER, r) for r in records]
 
 
-def measure_records(encoder, records: list, processes: int, advance=None) -> list:
-    """measure_one for each record, in order; `processes` - 1 spawned workers plus this process."""
+def measure_records(encoder, records: list, processes: int, advance=None, here: bool = True, stop=None) -> list:
+    """measure_one for each record, in order; `processes` - 1 spawned workers plus this process, or with
+    `here=False` `processes` spawned workers and none of the measuring in this process (the check beside
+    training: the training process's interpreter is the loop's); `stop` (a threading.Event) then ends it
+    early: the pieces not started are cancelled and None is returned."""
+    if not here and records:
+        return _measure_spawned(encoder, records, processes, advance, stop)
     if processes <= 1 or len(records) < 2:
         out = []
         for r in records:
@@ -82,6 +101,28 @@ def measure_records(encoder, records: list, processes: int, advance=None) -> lis
         futures = [pool.submit(_measure_slice, p) for p in pieces]
         out = measure_records(encoder, slices[0], 1, advance)  # this process's slice, meanwhile
         for f, p in zip(futures, pieces):
+            out.extend(f.result())
+            if advance:
+                for _ in p:
+                    advance()
+    return out
+
+
+def _measure_spawned(encoder, records: list, processes: int, advance=None, stop=None) -> list | None:
+    import multiprocessing as mp
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor, wait
+
+    pieces = [records[j:j + 2000] for j in range(0, len(records), 2000)]
+    out: list = []
+    with ProcessPoolExecutor(max_workers=max(1, processes), mp_context=mp.get_context("spawn"),
+                             initializer=_init, initargs=(pickle.dumps(encoder), BACKGROUND_NICE)) as pool:
+        futures = [pool.submit(_measure_slice, p) for p in pieces]
+        for f, p in zip(futures, pieces):
+            while stop is not None and not wait([f], timeout=0.2).done:
+                if stop.is_set():  # the run ended first (an error, a signal): leave at once, workers included
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    return None
             out.extend(f.result())
             if advance:
                 for _ in p:

@@ -23,7 +23,7 @@ import base64
 import binascii
 import json
 
-from .formats import FORMAT_FIELDS, PLACEHOLDERS, BadRecord, _split_placeholders
+from .formats import _PLACEHOLDER_RE, FORMAT_FIELDS, PLACEHOLDERS, BadRecord, _split_placeholders
 from .records import MEDIA_TYPES, Record, content_parts, part_text
 
 MEDIA_LISTS = {"image": "images", "video": "videos", "audio": "audios"}
@@ -135,7 +135,7 @@ def _openai_part(p: dict, where: str) -> dict:
 
 
 def _has_tag(text: str) -> bool:
-    return any(tag in text for tag in PLACEHOLDERS.values())
+    return _PLACEHOLDER_RE.search(text) is not None  # one pass over the text, not one per tag (per record at load)
 
 
 def _normalise_messages(row: dict, columns: dict[str, str], where: str) -> dict:

@@ -118,7 +118,9 @@ def _next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], di
         ids, mb = cursor.next(), next(loader)
         for i, source, reason, what, fix in mb.pop(BAD):
             if run.cfg.data.on_bad_record == "error":
-                raise DataError(f"{what} (found while training: the start-up check reads media headers only)",
+                how = ("the start-up check runs beside training" if getattr(run, "startup_check", None) else
+                       "the start-up check reads media headers only")
+                raise DataError(f"{what} (found while training: {how})",
                                 where=source, fix=(f"{fix}; or " if fix else "") + "data.on_bad_record=skip to count "
                                 "and skip such records; the run resumes from its last checkpoint")
             if i not in late_bad:
@@ -141,7 +143,11 @@ def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> di
     with output_dir_lock(run.cfg.output_dir, enabled=run.accelerator.is_main_process), StopRequest() as stop:
         try:
             return _train(run, plan, stop_after, stop)
-        except OSError as e:
+        except BaseException as e:
+            if getattr(run, "startup_check", None) is not None:  # the run stops here: so does its check (and its processes)
+                run.startup_check.cancel()
+            if not isinstance(e, OSError):
+                raise
             import errno
 
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
@@ -261,7 +267,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     run.model.train()
     t_start = time.perf_counter()
     tokens_seen, train_time = 0, 0.0
-    data_wait, padded_tokens, late_bad = 0.0, 0, set()
+    data_wait, padded_tokens, late_bad = 0.0, 0, set()  # late_bad: indices counted as skipped by this process
+    check = getattr(run, "startup_check", None) if main else None  # data.startup_scan=background: merged once done (_merge_check)
+    check_report: dict = {}
     last_save = time.monotonic()
     start_step = step
     res = None  # the last step's StepResult
@@ -297,12 +305,16 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             **({"train_losses": {"loss": res.loss, **res.parts}} if res is not None and res.parts else {}),
             "scale": {**scale, **epoch_time(scale, timed["s"] / max(timed["n"], 1), timed["n"])},
             **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
+            **({"startup_check": check_report or {"when": "beside training", "finished": False}}
+               if check is not None else {}),
             **extra,
         }
 
     with Progress(total=cfg.train.max_steps, start=step, enabled=main,
                   eval_every=cfg.eval.every if run.eval_set is not None else None) as bar:
         while step < cfg.train.max_steps:
+            if check is not None and not check_report and check.done():
+                check_report.update(_merge_check(run, check, late_bad, sinks, step, scale))
             t0 = time.perf_counter()
             ids, micro = [], []
             for _ in range(cfg.train.grad_accum):
@@ -373,8 +385,20 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                     fix="run the same command again (same output_dir) to resume from this step")
             if stop_after is not None and step >= stop_after and not last:
                 sinks.close()
+                if check is not None:  # as a kill would end it
+                    check.cancel()
                 return None
 
+    if check is not None and not check_report:  # the full report belongs in the summary: wait for it now
+        if not check.done():
+            check.waited_at_step = step
+            console.print(f"training done at step {step}; waiting for the start-up check of the training records")
+        while not check.done() and not stop.requested:  # a signal ends the wait (the summary then says so)
+            check.wait_for(1.0)
+        if check.done():
+            check_report.update(_merge_check(run, check, late_bad, sinks, step, scale))
+        else:
+            check.cancel()
     summary = summary_so_far()
     if run.eval_set is not None and main:
         summary["baseline"] = _baseline(run)
@@ -385,6 +409,52 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
 
 # ---- helpers, in the order the loop uses them ----------------------------------------------------
+
+def _merge_check(run, check, late_bad: set, sinks, step: int, scale: dict) -> dict:
+    """The start-up check that ran beside training is done: its first bad record stops the run under
+    data.on_bad_record=error; else its bad records are counted (each once: a record the loop already found
+    bad when it drew it is not counted again, and is not counted again if drawn later), its lengths become
+    the run's, and the report is logged (console and metrics.jsonl) and kept for summary.json."""
+    from ..data.inspect import Scan
+    from ..data.records import RecordSet
+    from ..errors import DataError
+
+    try:
+        report = check.wait()
+    except Exception as e:  # the check itself broke (a worker killed, out of memory): say so, with the way round
+        raise MMTuneError(f"the start-up check of the training records, running beside training, failed: "
+                          f"{type(e).__name__}: {e}", where=str(run.cfg.data.train),
+                          fix="data.startup_scan=before runs it in this process before step 1; the run resumes "
+                              "from its last checkpoint") from None
+    if report.error is not None:
+        e = report.error
+        raise DataError(f"{e.what} (found by the start-up check running beside training, after step {step})",
+                        where=e.where, fix=(e.fix + "; " if e.fix else "") + "the run resumes from its last checkpoint")
+    found = {}
+    for i, (source, reason, what, _fix) in sorted(report.bad.items()):
+        found[reason] = found.get(reason, 0) + 1
+        if i not in late_bad:
+            late_bad.add(i)
+            run.train_set.skip(source, reason, what)
+    if not report.lengths:
+        raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
+                        where=str(run.cfg.data.train), fix="see `mmtune data inspect CONFIG` for the reasons")
+    run.train_lengths = report.kept_lengths()
+    run.train_ok = [run.train_set.records[i] for i in sorted(report.lengths)]
+    run.startup.update(train_records_measured=len(report.lengths), train_check_s=report.seconds)
+    from .summary import batch_scale
+
+    scale.update(batch_scale(run))  # tokens per step, from the lengths now known
+    out = {"when": "beside training", "finished": True, "records": report.records, "ok": len(report.lengths),
+           "skipped": found, "seconds": report.seconds, "processes": report.processes, "merged_at_step": step,
+           "waited_at_step": check.waited_at_step,
+           "tokens": Scan(RecordSet(), lengths=run.train_lengths).distribution()}
+    sinks.log(step, out, kind="startup_check")
+    console.print(f"start-up check done (beside training, {report.seconds:g} s): {out['ok']:,} of {report.records:,} "
+                  f"records ok" + (f", skipped {found}" if found else "") + f"; tokens max {out['tokens']['total']['max']}, "
+                  f"p95 {out['tokens']['total']['p95']}, mean {out['tokens']['total']['mean']}")
+    return out
+
 
 def _flat(batch: list) -> list[int]:
     """A micro-batch's record indices (a packed micro-batch is a list of rows of indices)."""
@@ -508,7 +578,8 @@ def _baseline(run) -> dict:
     from ..evaluate.metrics import best_constant_baseline
     from ..evaluate.run_eval import references
 
-    train_answers = [run.encoder.answer_text(r) for r in run.train_set.records]
+    kept = getattr(run, "train_ok", None) or run.train_set.records  # the check's good records, when it ran beside
+    train_answers = [run.encoder.answer_text(r) for r in kept]
     try:
         return best_constant_baseline(list(run.cfg.eval.metrics), train_answers,
                                       [references(run.encoder, r) for r in run.eval_set.records])

@@ -19,7 +19,7 @@ MEANING: dict[str, tuple[str, ...] | None] = {
               "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
     "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
-             "group_by_length", "packing", "streaming", "shuffle_buffer"),
+             "group_by_length", "packing", "streaming", "shuffle_buffer", "startup_scan"),
     "adapter": None,  # every adapter key
     # stages: which parameters each step updates, and its LR multiplier; aux_losses: what the step
     # minimises. Either changes the run from the checkpoint on, so both are compared like the LR.
@@ -30,7 +30,7 @@ MEANING: dict[str, tuple[str, ...] | None] = {
 # What a key meant before it existed: a checkpoint saved before train.stages / train.aux_losses /
 # model.loss were settings had none of the first two and mmtune's own loss, the same run as now.
 ABSENT_MEANS = {"train.stages": [], "train.aux_losses": [], "model.loss": "logits", "data.streaming": False,
-                "data.shuffle_buffer": 1000}
+                "data.shuffle_buffer": 1000, "data.startup_scan": "auto"}
 
 
 def differences(saved: dict, now: dict) -> dict[str, tuple]:

@@ -17,11 +17,13 @@ def batch_scale(run) -> dict:
     per_step = world * t.micro_batch_size * t.grad_accum
     n = len(run.train_set.records)
     micro_per_epoch = (n // world) // t.micro_batch_size  # per rank, as data/batches.py cuts an epoch
-    lengths = [x["total"] for x in run.train_lengths] or [0]
-    mean_tokens = sum(lengths) / len(lengths)
+    lengths = [x["total"] for x in run.train_lengths]
+    # No lengths yet: the start-up check runs beside training (data/startup_scan.py); filled in when it is done.
+    mean_tokens = sum(lengths) / len(lengths) if lengths else None
     return {"world_size": world, "micro_batch_size": t.micro_batch_size, "grad_accum": t.grad_accum,
-            "effective_batch": per_step, "lr": t.lr, "tokens_per_step": round(per_step * mean_tokens),
-            "mean_record_tokens": round(mean_tokens, 1), "train_records": n,
+            "effective_batch": per_step, "lr": t.lr,
+            "tokens_per_step": round(per_step * mean_tokens) if lengths else None,
+            "mean_record_tokens": round(mean_tokens, 1) if lengths else None, "train_records": n,
             "steps_per_epoch": round(micro_per_epoch / t.grad_accum, 2),
             "epochs": round(t.max_steps * t.grad_accum / max(micro_per_epoch, 1), 3)}
 
@@ -37,8 +39,9 @@ def epoch_time(scale: dict, step_time_s: float, steps_timed: int) -> dict:
 def scale_line(scale: dict) -> str:
     return (f"{scale['effective_batch']} records per step = {scale['world_size']} rank(s) x micro-batch "
             f"{scale['micro_batch_size']} x accumulation {scale['grad_accum']}; lr {scale['lr']:g}; "
-            f"~{scale['tokens_per_step']:,} tokens per step (mean record {scale['mean_record_tokens']:g} tokens); "
-            f"{scale['steps_per_epoch']:g} steps per epoch of {scale['train_records']:,} records "
+            + (f"~{scale['tokens_per_step']:,} tokens per step (mean record {scale['mean_record_tokens']:g} tokens); "
+               if scale["tokens_per_step"] is not None else "tokens per step once the start-up check is done; ")
+            + f"{scale['steps_per_epoch']:g} steps per epoch of {scale['train_records']:,} records "
             f"({scale['epochs']:g} epochs in train.max_steps)")
 
 
@@ -53,6 +56,7 @@ def print_start_summary(run, notes) -> None:
     t.add_row("precision", f"{run.resolved.precision}{' + GradScaler' if run.resolved.loss_scaling else ''} "
               f"on {run.resolved.target.describe()}")
     t.add_row("data", f"train {len(run.train_set.records)} records"
+              + (" (checked beside training: the report follows when done)" if getattr(run, "startup_check", None) else "")
               + (f", eval {len(run.eval_set.records)}" if run.eval_set is not None else ", no eval set")
               + (f", skipped {dict(run.train_set.skipped)}" if getattr(run.train_set, 'skipped', None) else ""))
     t.add_row("steps", f"{cfg.train.max_steps} x (micro-batch {cfg.train.micro_batch_size} x accumulation "
