@@ -57,7 +57,7 @@ def test_liger_where_it_cannot_run_is_refused_naming_the_key():
         with pytest.raises(ConfigError) as e:
             decide_fused_kernels("liger", target, _family(family), _adapter(), problem)
         assert e.value.where == "train.fused_kernels" and said in str(e.value) and "fused_kernels=none" in e.value.fix
-    # planned for another machine: kept as asked (the doctor's MM034 checks that machine), the gap stated
+    # planned for another machine: kept as asked (the doctor's MM081 checks that machine), the gap stated
     v, d = decide_fused_kernels("liger", gpu_target("a100-80gb"), _family("qwen2"), _adapter(),
                                 "liger_kernel is not installed here")
     assert v == "liger" and d.reason == "requested; here: liger_kernel is not installed here"
@@ -198,23 +198,59 @@ def test_plan_result_names_the_decision():
 
 
 # ------------------------------------------------------------------------------------------ Liger itself
+@pytest.mark.parametrize("name,counts", [
+    ("tiny/qwen2", {"rms_norm": 5, "swiglu": 2}),
+    ("tiny/qwen2-vl", {"rms_norm": 5, "swiglu": 2, "layer_norm": 4}),  # + the vision blocks' LayerNorms
+    ("tiny/qwen2.5-vl", {"rms_norm": 9, "swiglu": 2}),  # + the vision blocks' RMSNorms
+    ("tiny/qwen3-vl", {"rms_norm": 9}),  # + q_norm / k_norm; no SwiGLU (Liger's default for Qwen3-VL)
+    ("tiny/llava", {"rms_norm": 5, "swiglu": 2}),  # the text model only
+])
+def test_liger_module_selection_per_family(name, counts):
+    """The modules the twins replace (Liger's per-instance patch, by family), on the adapted model."""
+    from collections import Counter
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.models.fused_kernels import LIGER_FAMILIES, liger_modules
+
+    r = resolve_run(load_config(None, [f"model.name={name}"]), gpu_target("a100-80gb"))
+    loaded, result = build_model_and_adapters(r, meta=True)
+    found = Counter(k for k, _ in liger_modules(result.model, LIGER_FAMILIES[loaded.family.name]).values())
+    assert dict(found) == counts
+
+
 @pytest.mark.skipif(not LIGER, reason="liger-kernel not installed: checks that Liger's own per-instance patch "
                                       "replaces exactly the modules the planner's twins replace")
-@pytest.mark.parametrize("name", ["tiny/qwen2", "tiny/llava"])
+@pytest.mark.parametrize("name", ["tiny/qwen2", "tiny/llava", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl"])
 def test_liger_patches_the_modules_the_planner_models(name):
     """Liger's patch only rebinds forwards (no kernel runs), so this holds on a CPU: after adapters, the
-    modules Liger patched are the ones plan/fused_kernels.py replaces."""
+    modules Liger patched are the ones plan/fused_kernels.py replaces. Where this liger-kernel's patch does
+    not import with this transformers (0.8.5's VL patches on transformers 5.23), the resolved run's probe
+    says so and the build refuses with the key to change."""
     from mmtune.build import build_model_and_adapters
-    from mmtune.models.fused_kernels import LIGER_FAMILIES, apply_liger, liger_modules, patched_by_liger
+    from mmtune.errors import ModelLoadError
+    from mmtune.models.fused_kernels import (
+        LIGER_FAMILIES,
+        apply_liger,
+        liger_modules,
+        liger_problem,
+        patched_by_liger,
+    )
     from mmtune.resolve.target import local_target
 
     r = resolve_run(load_config(None, [f"model.name={name}"]), local_target("cpu"))
     loaded, result = build_model_and_adapters(r)
+    problem = liger_problem(loaded.family, probe=True)
     # Liger also swaps classes and functions in transformers' modeling modules (for models built later):
     # put them back, so later tests in this process build transformers' own modules.
-    modeling = [importlib.import_module(f"transformers.models.{t}.modeling_{t}") for t in ("qwen2", "llama", "llava")]
+    modeling = [importlib.import_module(f"transformers.models.{t}.modeling_{t}")
+                for t in ("qwen2", "llama", "llava", "qwen2_vl", "qwen2_5_vl", "qwen3_vl")]
     before = [dict(vars(m)) for m in modeling]
     try:
+        if problem:
+            with pytest.raises(ModelLoadError) as e:
+                apply_liger(result.model, loaded.family)
+            assert e.value.where == "train.fused_kernels" and "fused_kernels=none" in e.value.fix
+            return
         lines = apply_liger(result.model, loaded.family)
     finally:
         for m, attrs in zip(modeling, before):
@@ -222,7 +258,7 @@ def test_liger_patches_the_modules_the_planner_models(name):
                 delattr(m, k)
             for k, v in attrs.items():
                 setattr(m, k, v)
-    kinds = {"LigerRMSNorm": "rms_norm", "LigerSwiGLUMLP": "swiglu"}
+    kinds = {"LigerRMSNorm": "rms_norm", "LigerSwiGLUMLP": "swiglu", "LigerLayerNorm": "layer_norm"}
     planned = {p: k for p, (k, _) in liger_modules(result.model, LIGER_FAMILIES[loaded.family.name]).items()}
     assert {p: kinds[c] for p, c in patched_by_liger(result.model).items()} == planned
     assert len(lines) == 1 and "replaced" in lines[0]  # RoPE: the modeling module's function was swapped

@@ -52,7 +52,16 @@ def liger_family(family) -> LigerPatch | None:
 
 
 def describe_patch(patch: LigerPatch) -> str:
-    parts = ["RMSNorm"] + (["SwiGLU"] if patch.swiglu else []) + ["RoPE"]
+    """What the patch fuses, e.g. "RMSNorm + SwiGLU + RoPE (Liger-Kernel)". RoPE only where this transformers
+    still calls the function Liger replaces (transformers 5 recomposes Qwen2-VL's M-RoPE in the rotary
+    embedding and calls the plain `apply_rotary_pos_emb`, which Liger's Qwen2-VL patch leaves alone)."""
+    parts = ["RMSNorm"] + (["SwiGLU"] if patch.swiglu else [])
+    modeling = "llama" if patch.liger_module == "llava" else patch.liger_module  # llava: its usual text model's
+    try:
+        rope = hasattr(_modeling_module(modeling), patch.rope)
+    except ImportError:
+        rope = False
+    parts.append("RoPE" if rope else f"no RoPE (modeling_{modeling} has no {patch.rope})")
     if patch.vision_norm == "layer_norm":
         parts.append("vision LayerNorm")
     return " + ".join(parts) + " (Liger-Kernel)"
