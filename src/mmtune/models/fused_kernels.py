@@ -13,8 +13,10 @@ Other families (qwen2_audio, qwen2_5_omni, llava_next, llava_onevision, brought 
 
 The per-instance patch rebinds `forward` on each module instance; the RoPE patch (and the class swaps
 Liger makes for models built later) are module-level, as Liger does them. Applied after adapters and
-quantization, to peft's base model, as transformers' Trainer does (Liger handles peft's
-ModulesToSaveWrapper itself); the fused cross entropy stays `train.loss_impl=liger` (mmtune.loss), so
+quantization, to peft's base model, as transformers' Trainer does since
+https://github.com/huggingface/transformers/pull/35680 (a PeftModel itself is not patched: transformers
+issue #34016; Liger handles peft's ModulesToSaveWrapper itself, and its MLP forward calls the LoRA / 4-bit
+projections as before); the fused cross entropy stays `train.loss_impl=liger` (mmtune.loss), so
 Liger's own loss forwards are not installed.
 """
 
