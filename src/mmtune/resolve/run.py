@@ -164,7 +164,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     from ..models.fused_kernels import liger_problem
 
     fused, d = decide_fused_kernels(cfg.train.fused_kernels, target, family, cfg.adapter,
-                                    liger_problem(family, probe=target.gpu is not None))
+                                    liger_problem(family, probe=target.gpu is not None
+                                                  and cfg.train.fused_kernels != "none"))
     decisions.append(d)
     d = decide_packing(cfg, family, attn)
     if d:
