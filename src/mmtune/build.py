@@ -269,6 +269,16 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
         for p in model.parameters():
             if p.requires_grad and p.dtype != torch.float32 and p.is_floating_point():
                 p.data = p.data.float()
+    if cfg.train.fused_kernels == "liger":  # decided in the resolved run (CUDA, liger-kernel able to patch)
+        if not meta and torch.device(device).type == "cuda":
+            # After adapters and quantization, on peft's base model (models/fused_kernels.py); the planner
+            # patches its meta model with torch twins of the same kernels (plan/fused_kernels.py).
+            from .models.fused_kernels import apply_liger
+
+            loaded.decisions.extend(apply_liger(model, loaded.family))
+        elif not meta:  # the doctor's tiny CPU run of a GPU plan: Triton kernels cannot run here
+            loaded.decisions.append(f"fused kernels: Liger not applied on {torch.device(device).type} "
+                                    "(planned for the CUDA target)")
     return loaded, result
 
 

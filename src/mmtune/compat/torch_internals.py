@@ -82,10 +82,22 @@ def cpu_allocator_peak(run) -> int:
     by the planner's accuracy measurement (plan/measure.py) and `plan --verify` on a CPU. Checked on
     torch 2.13, 2.14.
     """
+    import gc
+
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run()
+    # The allocator's events are the whole process's: a garbage collection during `run()` frees tensors of
+    # earlier, unrelated objects (cycles from earlier work), which the running sum would count against the
+    # step. Collect first and hold the collector off while measuring, so the figure is the step's alone.
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            run()
+    finally:
+        if enabled:
+            gc.enable()
     results = getattr(prof.profiler, "kineto_results", None)
     if results is None:
         from . import broken

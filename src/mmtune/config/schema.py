@@ -320,6 +320,11 @@ class TrainConfig(Section):
         "full", description="full fp32 logits, or the loss over the hidden states in checkpointed chunks (chunked; "
                             "liger: Liger-Kernel's fused linear cross entropy on CUDA); auto: chunked when a micro-batch's "
                             "fp32 logits would exceed 256 MiB (mmtune.loss)")
+    fused_kernels: Literal["auto", "liger", "none"] = Field(
+        "auto", description="Liger-Kernel's fused RMSNorm / SwiGLU / RoPE patched into the built model (liger), or "
+                            "transformers' own modules (none); auto: liger when the run is on CUDA, liger-kernel is "
+                            "installed and can patch the family (models/fused_kernels.py). The fused cross entropy is "
+                            "train.loss_impl=liger")
     seed: int = 0
     num_workers: int = Field(0, ge=0)
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")

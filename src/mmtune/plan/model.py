@@ -31,9 +31,14 @@ def build_planned_model(resolved) -> PlannedModel:
 
     loaded, result = build_model_and_adapters(resolved, meta=True)
     nq = sum(1 for m in loaded.model.modules() if type(m).__name__ == "PlannedLinear4bit")
+    decisions = list(loaded.decisions)
+    if resolved.cfg.train.fused_kernels == "liger":  # decided in the resolved run: the twins of Liger's kernels
+        from .fused_kernels import apply_twins
+
+        decisions += apply_twins(result.model, loaded.family)
     return PlannedModel(model=result.model, family=loaded.family, hf_config=loaded.config,
                         processor=resolved.need_processor(), param_groups=result.param_groups,
-                        adapter_table=result.table, quantized_layers=nq, decisions=list(loaded.decisions))
+                        adapter_table=result.table, quantized_layers=nq, decisions=decisions)
 
 
 def materialize_fake(model, mode, param_groups: list) -> list:

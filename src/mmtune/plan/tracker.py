@@ -196,6 +196,11 @@ class StorageTracker(TorchDispatchMode):
         if self.cpu_kernel_threads:
             self._scratch(cpu_kernel_workspaces(func, args, self.cpu_kernel_threads), phase, tag, func.__name__)
 
+    def kernel_cost(self, nbytes: int) -> None:
+        """A fused kernel's traffic for the time model (plan/fused_kernels.py): `nbytes` moved, no matmul FLOPs."""
+        if self.record_costs:
+            self.trace.costs.append((0, nbytes, self._current_phase()))
+
     @contextlib.contextmanager
     def held(self, nbytes: int, phase: str, op: str):
         """A storage of `nbytes` counted as allocated for the duration of the block (analytic growth)."""

@@ -128,6 +128,47 @@ def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None) ->
                                "one chunk's fp32 logits at a time", changed=requested != "chunked")
 
 
+# --------------------------------------------------------------------------- fused kernels
+
+def decide_fused_kernels(requested: str, target, family, adapter, liger_problem: str | None) -> tuple[str, Decision]:
+    """train.fused_kernels: Liger-Kernel's RMSNorm / SwiGLU / RoPE patched into the model (liger) or not (none).
+
+    `liger_problem`: why liger-kernel cannot patch `family` here (not installed, or its patch does not import
+    with this transformers: models.fused_kernels.liger_problem), None when it can. `liger` where it cannot
+    run is refused for a run on this machine; a plan for another machine keeps it (like FlashAttention-2),
+    and the doctor's MM081 says what that machine needs."""
+    from ..models.fused_kernels import describe_patch, liger_family
+
+    key = "train.fused_kernels"
+    if requested == "none":
+        return "none", Decision(key, "none", "requested: transformers' own RMSNorm, MLP and RoPE")
+    patch = liger_family(family)
+    if patch is None:
+        why_not = f"Liger-Kernel has no patch for {family.name} (it patches qwen2/llama/mistral/qwen3, qwen2_vl, " \
+                  "qwen2_5_vl, qwen3_vl and llava's text model)"
+    elif target.gpu is None:
+        why_not = f"Liger's kernels are Triton, CUDA only, and the run is on the {target.describe()}"
+    else:
+        why_not = liger_problem
+    # QLoRA: Liger replaces the norms and the SiLU x up product around the 4-bit projections, which stay
+    # bitsandbytes' (LoRA's and bitsandbytes' layers are called by the patched MLP as before).
+    qlora = "; QLoRA: the 4-bit projections stay bitsandbytes', Liger fuses the norms and SiLU x up around them" \
+        if adapter.method == "qlora" else ""
+    if requested == "liger":
+        if why_not and (patch is None or target.gpu is None or target.local):
+            raise ConfigError(f"train.fused_kernels=liger cannot be used: {why_not}", where=key,
+                              fix="train.fused_kernels=none (or auto: Liger where it can run); on a CUDA machine: "
+                                  "pip install liger-kernel")
+        what = describe_patch(patch)
+        if why_not:  # planned for another machine: modelled as asked; MM081 checks that machine
+            return "liger", Decision(key, f"liger: {what}", f"requested; here: {why_not}{qlora}")
+        return "liger", Decision(key, f"liger: {what}", f"requested{qlora}")
+    if why_not:
+        return "none", Decision(key, "none", f"auto: {why_not}", changed=True)
+    return "liger", Decision(key, f"liger: {describe_patch(patch)}", f"auto: CUDA ({target.sm}), liger_kernel "
+                             f"installed and able to patch {family.name}{qlora}", changed=True)
+
+
 # --------------------------------------------------------------------------- quantization
 
 def decide_quantization(adapter) -> tuple[str | None, Decision | None]:

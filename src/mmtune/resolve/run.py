@@ -18,6 +18,7 @@ from .decisions import (
     decide_attention,
     decide_attention_kernels,
     decide_best_metric,
+    decide_fused_kernels,
     decide_kbit_upcast,
     decide_loss_impl,
     decide_packing,
@@ -160,6 +161,12 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     decisions.append(decide_trainable_dtype(cfg.train, precision))
+    from ..models.fused_kernels import liger_problem
+
+    fused, d = decide_fused_kernels(cfg.train.fused_kernels, target, family, cfg.adapter,
+                                    liger_problem(family, probe=target.gpu is not None
+                                                  and cfg.train.fused_kernels != "none"))
+    decisions.append(d)
     d = decide_packing(cfg, family, attn)
     if d:
         decisions.append(d)
@@ -203,7 +210,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         if chosen != spec:
             data_updates[key.split(".")[1]] = chosen
 
-    updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy, **length}),
+    updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy,
+                                                     "fused_kernels": fused, **length}),
                "model": cfg.model.model_copy(update={"attn_implementation": attn})}
     if data_updates:
         updates["data"] = cfg.data.model_copy(update=data_updates)

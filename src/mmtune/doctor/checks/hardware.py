@@ -55,3 +55,20 @@ def fp16_guarded(ctx):
     if not cfg.train.nan_guard:
         yield warning("the run is fp16 with train.nan_guard=false: a NaN/inf loss would train on silently",
                       where="train.nan_guard", fix="train.nan_guard=true")
+
+
+@check("MM081", "Liger's fused kernels (train.fused_kernels=liger) can run where the run executes",
+       needs=("cfg", "resolved"), fast=True)
+def liger_kernels_runnable(ctx):
+    """The resolved run refuses `liger` on this machine when it cannot run; a plan for another GPU keeps it
+    (modelled by the planner) and this says what that machine needs. Liger's per-family patches import
+    transformers' modeling code and break when transformers renames it (Liger-Kernel issue #528)."""
+    resolved = ctx.need("resolved")
+    d = resolved.decision("train.fused_kernels")
+    if d is None or not d.value.startswith("liger"):
+        return
+    if d.reason.startswith("requested; here: "):
+        yield info(f"train.fused_kernels=liger is planned, but {d.reason.removeprefix('requested; here: ')}; the GPU "
+                   f"machine needs liger-kernel able to patch {resolved.family.name} with its transformers",
+                   where="train.fused_kernels", fix="pip install liger-kernel on the GPU machine (or "
+                                                     "train.fused_kernels=none to plan without it)")
