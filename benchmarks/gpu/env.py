@@ -16,6 +16,15 @@ OPTIONAL = {"bitsandbytes": "bitsandbytes", "flash-attn": "flash_attn", "liger-k
             "trl": "trl", "deepspeed": "deepspeed"}
 
 
+# mmtune's own dependencies (pyproject.toml) by import name: a GPU image that lacks one needs its wheel too
+REQUIRED = ("torch", "transformers", "peft", "accelerate", "datasets", "pydantic", "yaml", "typer", "rich", "PIL",
+            "numpy", "safetensors", "tokenizers", "huggingface_hub", "pyarrow", "av", "soundfile")
+
+
+def required_missing() -> list[str]:
+    return [m for m in REQUIRED if importlib.util.find_spec(m) is None]
+
+
 def version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
@@ -54,7 +63,7 @@ def environment(device: str) -> dict:
     env = {"device_type": device, "python": platform.python_version(), "platform": platform.platform(),
            "cpu_count": __import__("os").cpu_count(),
            "versions": {d: version(d) for d in ("torch", "transformers", "peft", "accelerate", "mmtune")},
-           "optional": optional_packages()}
+           "optional": optional_packages(), "required_missing": required_missing()}
     if device == "cuda":
         p = torch.cuda.get_device_properties(0)
         env.update(device=torch.cuda.get_device_name(0), device_count=torch.cuda.device_count(),

@@ -60,7 +60,22 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="throughput: runs per variant (interleaved)")
     ap.add_argument("--throughput-model", help="throughput: the model (default Qwen/Qwen2-VL-7B-Instruct; tiny/qwen2-vl)")
     ap.add_argument("--rerun", action="store_true", help="run the selected rows again even when already measured")
+    ap.add_argument("--wheels", help="install every wheel in this folder first, offline (pip --no-index; README.md: "
+                                     "bitsandbytes, liger-kernel, trl brought from a machine with network)")
     return ap.parse_args(argv)
+
+
+def install_wheels(folder: str) -> None:
+    """pip install the folder's wheels without any index (a GPU machine without network); what fails is said and
+    the rows that need it are then skipped with the reason, never failed."""
+    wheels = sorted(str(p) for p in Path(folder).glob("*.whl"))
+    if not wheels:
+        print(f"--wheels {folder}: no *.whl there; nothing installed", flush=True)
+        return
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--no-index", "--find-links", folder, *wheels],
+                       capture_output=True, text=True)
+    print(f"--wheels {folder}: pip install of {len(wheels)} wheel(s) "
+          + ("done" if p.returncode == 0 else f"FAILED (rc {p.returncode}):\n{p.stderr[-2000:]}"), flush=True)
 
 
 def setup(args) -> tuple[str, str, Path, str]:
@@ -172,8 +187,8 @@ def run_row(sub: str, row: Row, args, device: str, gpu: str, timeout: float) -> 
         if not lines:
             return None, tail
         res = json.loads(lines[0][7:])
-        if sub == "throughput":
-            res = {"status": "pass", **res}
+        if sub == "throughput":  # benchmarks/throughput.py's own variant process: its command is the row's
+            res = {"status": "pass", **res, "variant_command": shlex.join(cmd)}
         return res, tail
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -208,8 +223,9 @@ def summarize(sub: str, rf: ResultsFile, args, device: str) -> dict:
                               "disagree": sum(r.get("planner_agrees") is False for r in rows)}
     if sub == "throughput":
         mod = _throughput_module()
-        runs = {v: [r for r in sorted(rows, key=lambda r: r["repeat"]) if r["variant"] == v and r["status"] == "pass"]
-                for v in ("ours", "plain", "trainer", "sft")}
+        keep = ("tokens_per_s", "peak_memory_bytes", "final_loss", "data_wait_fraction", "build_s")
+        runs = {v: [{k: r[k] for k in keep if k in r} for r in sorted(rows, key=lambda r: r["repeat"])
+                    if r["variant"] == v and r["status"] == "pass"] for v in ("ours", "plain", "trainer", "sft")}
         peers = [v for v in ("plain", "trainer", "sft") if runs[v]]
         if runs["ours"]:
             results, ratios = mod.summarize(runs, peers)
@@ -275,10 +291,15 @@ def run_sub(sub: str, args, env: dict, device: str, prefix: str, out: Path, gpu:
 
 def main(argv=None) -> int:
     args = parse(argv)
+    if args.wheels and not args.dry_run:
+        install_wheels(args.wheels)
     device, prefix, out, gpu = setup(args)
     env = environment(device)
     print(f"device: {env['device']} ({gpu or 'no catalogue id'}); optional packages: "
           + ", ".join(f"{k} {v or 'MISSING'}" for k, v in env["optional"].items()), flush=True)
+    if env["required_missing"]:
+        print(f"WARNING: mmtune's dependencies {', '.join(env['required_missing'])} do not import here: the rows that "
+              "reach them fail naming them (README.md: bring their wheels like the optional ones)", flush=True)
     clock = {"start": time.monotonic(), "rows": args.rows}
     subs = SUBCOMMANDS if args.command == "all" else (args.command,)
     done = [run_sub(sub, args, env, device, prefix, out, gpu, clock) for sub in subs]
