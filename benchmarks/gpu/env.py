@@ -87,3 +87,20 @@ def catalog_gpu(device: str) -> str | None:
     words = name.replace(" ", "-").split("-")
     hits = [g for g in GPUS.values() if g.id.split("-")[0] in words and abs(g.memory_bytes - total) < 8 * 2**30]
     return hits[0].id if hits else None
+
+
+def probe(device: str) -> dict:
+    """environment() and the catalogue id, measured in a child process: touching the GPU here would create a CUDA
+    context in the harness that stays for the whole run, taking memory from every row it measures."""
+    import json
+    import sys
+
+    here = __file__
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); from env import environment, catalog_gpu; "
+            "e = environment(sys.argv[2]); e['gpu_id_detected'] = catalog_gpu(sys.argv[2]); print('ENV ' + json.dumps(e))")
+    p = subprocess.run([sys.executable, "-c", code, str(__import__("pathlib").Path(here).parent), device],
+                       capture_output=True, text=True, timeout=600)
+    line = [ln for ln in p.stdout.splitlines() if ln.startswith("ENV ")]
+    if not line:
+        raise SystemExit(f"could not read this machine's environment:\n{p.stderr[-3000:]}")
+    return json.loads(line[0][4:])

@@ -214,7 +214,7 @@ PLANNER = [
     ("image/qwen3-vl-8b/qlora/s4096/b4/ckpt", _VL3, _p(4096, 4, "qlora"), {"images": [[1024, 768]]}),
     ("image/llava-1.5-7b/lora/s1024/b8/ckpt", _LLAVA, _p(1024, 8), {"images": [[336, 336]]}),
     ("image/llava-1.5-7b/lora/s2048/b4/nockpt", _LLAVA, _p(2048, 4, ckpt=False), {"images": [[336, 336]]}),
-    ("image/llava-onevision-7b/lora/s8192/b1/ckpt", _OV, ["data.train=null", "data.eval=null"] + _p(8192, 1),
+    ("image/llava-onevision-7b/lora/s8192/b1/ckpt", _OV, ["eval.best_metric=eval_loss"] + _p(8192, 1),
      {"images": [[1280, 960]]}),
     # video
     ("video/qwen2-vl-7b/lora/s4096/b1/ckpt", _VL, _p(4096, 1), {"videos": [[16, 448, 448]]}),

@@ -32,14 +32,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path[:0] = [str(HERE), str(ROOT / "src")]  # rows/env/results beside this file; mmtune from this checkout
 
-from env import catalog_gpu, environment  # noqa: E402
+from env import probe  # noqa: E402
 from results import ResultsFile  # noqa: E402
 from rows import Row, paths_rows, planner_rows, throughput_rows  # noqa: E402
 
 SUBCOMMANDS = ("paths", "planner", "throughput")
 THROUGHPUT = {  # benchmarks/throughput.py settings: a realistic model on a GPU, the tiny twin on a CPU
-    "gpu": {"model": "Qwen/Qwen2-VL-7B-Instruct", "steps": 30, "mbs": 8, "accum": 2, "precision": "bf16", "workers": 2},
-    "tiny": {"model": "tiny/qwen2-vl", "steps": 4, "mbs": 2, "accum": 2, "precision": "fp32", "workers": 0},
+    # the counting images (112 px) upscaled by the processor to 448x448: 256 image tokens, 277 a record, ~2.2k tokens
+    # a micro-batch of 8, the same for every variant (the peers use the run's processor, caps set)
+    "gpu": {"model": "Qwen/Qwen2-VL-7B-Instruct", "steps": 30, "mbs": 8, "accum": 2, "precision": "bf16", "workers": 2,
+            "set": ["model.min_pixels=200704", "data.max_length=1024"]},
+    "tiny": {"model": "tiny/qwen2-vl", "steps": 4, "mbs": 2, "accum": 2, "precision": "fp32", "workers": 0, "set": []},
 }
 
 
@@ -78,8 +81,8 @@ def install_wheels(folder: str) -> None:
           + ("done" if p.returncode == 0 else f"FAILED (rc {p.returncode}):\n{p.stderr[-2000:]}"), flush=True)
 
 
-def setup(args) -> tuple[str, str, Path, str]:
-    """(device, file prefix, output folder, GPU catalogue id or '')."""
+def setup(args) -> tuple[str, str, Path, str, dict]:
+    """(device, file prefix, output folder, GPU catalogue id or '', environment)."""
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else None)
@@ -93,13 +96,14 @@ def setup(args) -> tuple[str, str, Path, str]:
     out = Path(args.out) if args.out else (ROOT / "benchmarks" / "results" if real else ROOT / "runs" / "gpu-harness")
     if not real and out.resolve() == (ROOT / "benchmarks" / "results").resolve():
         sys.exit("a CPU or --tiny run does not write into benchmarks/results (those files are a GPU's): pass --out")
+    env = probe(device)
     gpu = ""
     if device == "cuda":
-        gpu = args.gpu or catalog_gpu(device) or ""
+        gpu = args.gpu or env.get("gpu_id_detected") or ""
         if not gpu:
-            sys.exit(f"{torch.cuda.get_device_name(0)} is not in mmtune's GPU catalogue: pass --gpu with the closest "
-                     "id (mmtune plan --help lists them) so the plans are made for it")
-    return device, prefix, out, gpu
+            sys.exit(f"{env['device']} is not in mmtune's GPU catalogue: pass --gpu with the closest id "
+                     "(docs/plan.md lists them) so the plans are made for it")
+    return device, prefix, out, gpu, env
 
 
 def selected(rows: list[Row], only: str | None) -> list[Row]:
@@ -115,7 +119,7 @@ def missing_needs(row: Row, env: dict, device: str) -> str | None:
     for need in row.needs:
         if need == "cuda" and device != "cuda":
             why.append("needs CUDA")
-        elif need == "gpus>=2" and (device != "cuda" or env.get("device_count", 0) < 2):
+        elif need == "gpus>=2" and device == "cuda" and env.get("device_count", 0) < 2:  # a CPU runs 2 gloo ranks
             why.append(f"needs 2+ GPUs (DDP); this machine has {env.get('device_count', 0)}")
         elif need in env["optional"] and env["optional"][need] is None:
             why.append(f"needs {need}, not importable here (benchmarks/gpu/README.md: bring its wheel)")
@@ -158,7 +162,8 @@ def throughput_args(args, device: str, tmp: Path):
         t["model"] = args.throughput_model
     return _throughput_module().parser().parse_args(
         ["--model", t["model"], "--steps", str(t["steps"]), "--mbs", str(t["mbs"]), "--accum", str(t["accum"]),
-         "--precision", t["precision"], "--device", device, "--workers", str(t["workers"]), "--out", str(tmp)])
+         "--precision", t["precision"], "--device", device, "--workers", str(t["workers"]), "--out", str(tmp),
+         *[a for kv in t["set"] for a in ("--set", kv)]])
 
 
 def run_row(sub: str, row: Row, args, device: str, gpu: str, timeout: float) -> tuple[dict | None, str]:
@@ -169,13 +174,13 @@ def run_row(sub: str, row: Row, args, device: str, gpu: str, timeout: float) -> 
         if sub == "throughput":
             cmd, env = _throughput_module().variant_command(throughput_args(args, device, tmp), row.variant)
         else:
-            spec = json.dumps(row.spec())
+            spec = json.dumps({**row.spec(), "out_dir": str(tmp / "run")})  # one folder for every DDP rank
             cmd = [sys.executable, str(HERE / "worker.py"), spec, device, gpu]
-            if "gpus>=2" in row.needs:  # DDP: every GPU of this machine, one process each
+            if "gpus>=2" in row.needs:  # DDP: every GPU of this machine, one process each (a CPU: 2 gloo ranks)
                 import torch
 
-                cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={torch.cuda.device_count()}",
-                       *cmd[1:]]
+                n = torch.cuda.device_count() if device == "cuda" else 2
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={n}", *cmd[1:]]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
         except subprocess.TimeoutExpired as e:
@@ -230,7 +235,8 @@ def summarize(sub: str, rf: ResultsFile, args, device: str) -> dict:
         if runs["ours"]:
             results, ratios = mod.summarize(runs, peers)
             t = throughput_args(args, device, Path("runs/bench_throughput"))
-            s.update(settings={k: getattr(t, k) for k in ("model", "steps", "mbs", "accum", "precision", "device", "workers")},
+            s.update(settings={k: getattr(t, k) for k in ("model", "steps", "mbs", "accum", "precision", "device", "workers",
+                                                          "set")},
                      results=results, ratio_ours_over=ratios)
     return s
 
@@ -267,7 +273,7 @@ def run_sub(sub: str, args, env: dict, device: str, prefix: str, out: Path, gpu:
         if clock["rows"] is not None and clock["rows"] <= 0 or spent + r.est_s > args.budget_s:
             left += 1
             continue
-        timeout = min(args.row_timeout_s, args.budget_s - spent + 60)
+        timeout = min(args.row_timeout_s, max(30.0, args.budget_s - spent))
         print(f"run   {r.id} (~{r.est_s:.0f} s) ...", flush=True)
         res, tail = run_row(sub, r, args, device, gpu, timeout)
         if clock["rows"] is not None:
@@ -293,8 +299,7 @@ def main(argv=None) -> int:
     args = parse(argv)
     if args.wheels and not args.dry_run:
         install_wheels(args.wheels)
-    device, prefix, out, gpu = setup(args)
-    env = environment(device)
+    device, prefix, out, gpu, env = setup(args)
     print(f"device: {env['device']} ({gpu or 'no catalogue id'}); optional packages: "
           + ", ".join(f"{k} {v or 'MISSING'}" for k, v in env["optional"].items()), flush=True)
     if env["required_missing"]:

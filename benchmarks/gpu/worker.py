@@ -33,7 +33,8 @@ def error_fields(e: BaseException) -> dict:
     inner = f"{tb[-1].filename}:{tb[-1].lineno} in {tb[-1].name}" if tb else None
     ours = next((f"{f.filename.split('/src/')[-1]}:{f.lineno} in {f.name}" for f in reversed(tb)
                  if "/mmtune/" in f.filename), None)
-    first = (str(e).strip().splitlines() or [""])[0]
+    lines = str(e).strip().splitlines() or [""]
+    first = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]  # "the config has 1 problem(s):" + the problem
     return {"error": f"{type(e).__name__}: {first}"[:500], "where": getattr(e, "where", None) or inner,
             "where_frame": inner, "where_mmtune": ours}
 
@@ -65,7 +66,9 @@ def run_paths(row: dict, device: str, gpu: str | None) -> dict:
     from mmtune.train.summary import print_start_summary
 
     steps = row["steps"]
-    out = Path(tempfile.mkdtemp(prefix="mmtune-gpu-paths-"))
+    # the harness's folder (the same for every DDP rank; it removes it), else one of our own
+    own = not row.get("out_dir")
+    out = Path(tempfile.mkdtemp(prefix="mmtune-gpu-paths-")) if own else Path(row["out_dir"]).parent
     token = DECODER_LAYERS.set(row.get("layers"))
     t0 = time.perf_counter()
     res: dict = {}
@@ -96,7 +99,8 @@ def run_paths(row: dict, device: str, gpu: str | None) -> dict:
         traceback.print_exc()
     finally:
         DECODER_LAYERS.reset(token)
-        shutil.rmtree(out, ignore_errors=True)
+        if own:
+            shutil.rmtree(out, ignore_errors=True)
     res["seconds"] = round(time.perf_counter() - t0, 2)
     return res
 
@@ -155,7 +159,8 @@ def main() -> None:
     fn = {"paths": run_paths, "planner": run_planner}[row["kind"]]
     res = fn(row, device, gpu)
     sys.stdout.flush()
-    print("RESULT " + json.dumps(res, default=str), flush=True)
+    if os.environ.get("RANK", "0") == "0":  # under DDP, the main rank's metrics and result
+        print("RESULT " + json.dumps(res, default=str), flush=True)
 
 
 if __name__ == "__main__":
