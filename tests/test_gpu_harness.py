@@ -78,9 +78,10 @@ def test_results_file_is_resumable_and_rows_merge_their_overrides(tmp_path):
         from rows import merged
     finally:
         sys.path.remove(str(ROOT / "benchmarks" / "gpu"))
-    f = ResultsFile(tmp_path / "r.json", {"device": "X"})
+    f = ResultsFile(tmp_path / "r.json", {"device": "X"}, mirror=tmp_path / "out")
     f.put({"id": "a", "status": "pass"})
     f.put({"id": "b", "status": "skipped"})
+    assert (tmp_path / "out" / "r.json").read_text() == (tmp_path / "r.json").read_text()  # --mirror: the same file
     g = ResultsFile(tmp_path / "r.json", {"device": "X"})
     assert g.done("a") and not g.done("b") and not g.done("c")  # a skip is checked again next time
     assert not list(tmp_path.glob("*.tmp"))

@@ -17,8 +17,9 @@ FINAL = ("pass", "fail", "oom", "timeout")  # measured (or failed for real): not
 
 
 class ResultsFile:
-    def __init__(self, path: Path, environment: dict):
+    def __init__(self, path: Path, environment: dict, mirror: Path | None = None):
         self.path = Path(path)
+        self.mirror = Path(mirror) / self.path.name if mirror else None  # a second copy, written the same way
         self.data = {"environment": environment, "rows": []}
         if self.path.is_file():
             old = json.loads(self.path.read_text())
@@ -48,15 +49,20 @@ class ResultsFile:
         self.write()
 
     def write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
+        for path in (self.path, self.mirror):
+            if path is not None:
+                self._write(path)
+
+    def _write(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(self.data, f, indent=2, default=str)
                 f.write("\n")
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -63,6 +63,8 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=3, help="throughput: runs per variant (interleaved)")
     ap.add_argument("--throughput-model", help="throughput: the model (default Qwen/Qwen2-VL-7B-Instruct; tiny/qwen2-vl)")
     ap.add_argument("--rerun", action="store_true", help="run the selected rows again even when already measured")
+    ap.add_argument("--mirror", help="also write each results file into this folder after every row (a lent machine's "
+                                     "$OUT, whose files come back even when the call is cut off)")
     ap.add_argument("--wheels", help="install every wheel in this folder first, offline (pip --no-index; README.md: "
                                      "bitsandbytes, liger-kernel, trl brought from a machine with network)")
     return ap.parse_args(argv)
@@ -245,7 +247,7 @@ def run_sub(sub: str, args, env: dict, device: str, prefix: str, out: Path, gpu:
     """Run (or list) the subcommand's rows; True when none is left to measure."""
     rows = selected(rows_of(sub, args, device), args.only)
     path = out / f"{prefix}_{sub}.json"
-    rf = ResultsFile(path, {**env, "gpu_id": gpu or None, "harness": "benchmarks/gpu/run.py"})
+    rf = ResultsFile(path, {**env, "gpu_id": gpu or None, "harness": "benchmarks/gpu/run.py"}, mirror=args.mirror)
     todo = [r for r in rows if args.rerun or not rf.done(r.id)]
     if args.dry_run:
         print(f"== {sub}: {len(rows)} rows, {len(rows) - len(todo)} measured, {len(todo)} to run -> {path}")
