@@ -4,6 +4,9 @@
     python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json]
         [--src OTHER/src]   # run "ours" from another checkout's code (a before/after comparison)
         [--peers plain,trainer,sft] [--peer-python VENV/bin/python]   # where trl is installed
+        [--device auto|cpu|cuda] [--precision fp32|bf16|fp16]
+    python benchmarks/throughput.py --device cuda --precision bf16 --model Qwen/Qwen2-VL-7B-Instruct
+        # a full-size model (an embedded config) with random weights, for every variant: benchmarks/gpu/run.py
 
 Peers: "plain" is the loop the seeds wrote (processor on the raw batch, the model's own loss);
 "trainer" is `transformers.Trainer` fed by the same processor call in its collator; "sft" is TRL's
@@ -12,7 +15,12 @@ as a `datasets.Dataset` of `messages` + `images`. All three train on every non-p
 answer tokens; tokens/s counts non-pad input tokens for every variant (the work done per step).
 
 Each variant runs in its own process so peak memory is its own: CUDA max_memory_allocated on a GPU,
-peak RSS on a CPU. Both process the same synthetic counting records in the same order with the same
+peak RSS on a CPU. A `--model` that is not a tiny twin is built at full size from its config with random
+weights (mmtune's `model.weights=random`; the peers get the same model from mmtune's builder, then peft's
+LoRA as before) and the stand-in processor where the real one is not on disk: nothing is downloaded.
+`--precision bf16|fp16`: 16-bit frozen weights and autocast for every variant (fp32 LoRA weights), mmtune's
+mixed precision and the Trainers' bf16/fp16 flags.
+Both process the same synthetic counting records in the same order with the same
 micro-batch and accumulation; tokens/s counts non-pad input tokens over the timed steps (the first
 step of each is a warm-up and is not timed). Variants run interleaved (ours, plain, ours, plain, ...)
 with one thread each; the median of the repeats is reported with the spread (min-max), not the best.
@@ -31,27 +39,63 @@ from statistics import median
 
 def _config(args):
     from mmtune.config import load_config
+    from mmtune.models.tiny import is_tiny
 
     ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", "data.train=synthetic:counting",
           "data.eval=null", f"data.synthetic_train_size={args.steps * args.mbs * args.accum + 8}",
           "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
-          f"train.micro_batch_size={args.mbs}", f"train.grad_accum={args.accum}", "train.precision=fp32",
+          f"train.device={device_of(args)}", f"train.precision={args.precision}", "train.gpu=null",
+          f"train.micro_batch_size={args.mbs}", f"train.grad_accum={args.accum}",
           "train.lr=1e-4", "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null",
           "logging.tensorboard=false", f"output_dir={args.out}/ours", "train.resume=false",
-          f"train.num_workers={args.workers}"] + list(args.set or [])
+          f"train.num_workers={args.workers}"] + ([] if is_tiny(args.model) else ["model.weights=random"]) \
+        + list(args.set or [])
     from pathlib import Path
 
     return load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
 
 
-def _peak() -> int:
+def device_of(args) -> str:
+    if args.device != "auto":
+        return args.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _peak(args) -> int:
     import resource
 
     import torch
 
-    if torch.cuda.is_available():
+    if device_of(args) == "cuda":
         return int(torch.cuda.max_memory_allocated())
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _autocast(args):
+    import contextlib
+
+    import torch
+
+    if args.precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_of(args), dtype=torch.bfloat16 if args.precision == "bf16" else torch.float16)
+
+
+def _base_model(args):
+    """(model, processor) without adapters: the tiny twin as before; a full-size model from its config with
+    random weights through mmtune's builder (the one model code path; the loop is what is compared)."""
+    from mmtune.models.tiny import build_tiny, is_tiny
+
+    if is_tiny(args.model):
+        return build_tiny(args.model)
+    from mmtune.build import load_model
+    from mmtune.resolve import local_target, resolve_run
+
+    resolved = resolve_run(_config(args), local_target(device_of(args)))
+    loaded = load_model(resolved, device=device_of(args), random_weights=True)
+    return loaded.model, loaded.processor
 
 
 def run_ours(args) -> dict:
@@ -66,7 +110,7 @@ def run_ours(args) -> dict:
     timed = [r for r in rows if r["kind"] == "train"][1:]
     tokens = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed)
     secs = sum(r["step_time_s"] for r in timed)
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": summary and rows[-1]["loss"],
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": summary and rows[-1]["loss"],
             "data_wait_fraction": sum(r.get("data_wait_s", 0.0) for r in timed) / secs,
             "build_s": build_s}
 
@@ -78,12 +122,11 @@ def run_plain(args) -> dict:
 
     from mmtune.data.batches import BatchStream
     from mmtune.data.sources import load_records
-    from mmtune.models.tiny import build_tiny
 
     cfg = _config(args)
     torch.manual_seed(0)
-    model, processor = build_tiny(args.model)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, processor = _base_model(args)
+    device = device_of(args)
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"])).to(device)
@@ -107,7 +150,8 @@ def run_plain(args) -> dict:
             batch = processor(text=texts, images=images, padding=True, return_tensors="pt").to(device)
             labels = batch["input_ids"].clone()
             labels[labels == tok.pad_token_id] = -100
-            loss = model(**batch, labels=labels).loss / args.accum
+            with _autocast(args):
+                loss = model(**batch, labels=labels).loss / args.accum
             loss.backward()
             n_tok += int(batch["attention_mask"].sum())
         opt.step()
@@ -115,7 +159,7 @@ def run_plain(args) -> dict:
         if step > 0:
             secs += time.perf_counter() - t0
             tokens += n_tok
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": float(loss) * args.accum}
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": float(loss) * args.accum}
 
 
 def _peer_setup(args):
@@ -124,11 +168,10 @@ def _peer_setup(args):
     from peft import LoraConfig, get_peft_model
 
     from mmtune.data.sources import load_records
-    from mmtune.models.tiny import build_tiny
 
     cfg = _config(args)
     torch.manual_seed(0)
-    model, processor = build_tiny(args.model)
+    model, processor = _base_model(args)
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
                                                              "gate_proj", "up_proj", "down_proj"]))
@@ -157,17 +200,16 @@ def _timed_trainer(trainer, counts: list[int], args) -> dict:
     out = trainer.train()
     secs = marks[-1] - marks[0]
     tokens = sum(counts[args.accum: args.steps * args.accum])
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(), "final_loss": float(out.training_loss)}
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": float(out.training_loss)}
 
 
 def _trainer_args(cls, args, **extra):
-    import torch
-
+    extra = {"bf16": args.precision == "bf16", "fp16": args.precision == "fp16", **extra}
     return cls(output_dir=f"{args.out}/{extra.pop('name')}", per_device_train_batch_size=args.mbs,
                gradient_accumulation_steps=args.accum, max_steps=args.steps, learning_rate=1e-4,
                lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=0.0, weight_decay=0.0,
                logging_steps=10**6, save_strategy="no", report_to=[], dataloader_num_workers=0,
-               remove_unused_columns=False, use_cpu=not torch.cuda.is_available(), seed=0,
+               remove_unused_columns=False, use_cpu=device_of(args) == "cpu", seed=0,
                disable_tqdm=True, **extra)
 
 
@@ -213,9 +255,9 @@ def run_sft(args) -> dict:
         return batch
 
     # SFTConfig's own defaults differ from the other variants' settings: checkpointing on, bf16 where
-    # supported, truncation at 1,024 tokens. Set to match (no checkpointing, fp32, no truncation).
+    # supported, truncation at 1,024 tokens. Set to match (no checkpointing, --precision, no truncation).
     config = _trainer_args(SFTConfig, args, name="sft", max_length=None, gradient_checkpointing=False,
-                           bf16=False, fp16=False, dataset_kwargs={"skip_prepare_dataset": True})
+                           dataset_kwargs={"skip_prepare_dataset": True})
     trainer = SFTTrainer(model=model, args=config, train_dataset=ds, processing_class=processor,
                          data_collator=collate)
     return _timed_trainer(trainer, counts, args)
@@ -224,7 +266,7 @@ def run_sft(args) -> dict:
 VARIANTS = {"ours": run_ours, "plain": run_plain, "trainer": run_trainer, "sft": run_sft}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--mbs", type=int, default=4)
@@ -238,41 +280,65 @@ def main() -> None:
     ap.add_argument("--set", action="append", help="extra config override for mmtune, e.g. --set data.cache_mb=0")
     ap.add_argument("--peers", default="plain,trainer,sft", help="comma-separated: plain, trainer, sft")
     ap.add_argument("--peer-python", help="python of an environment with trl (for the sft peer)")
+    ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: cuda where available")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     ap.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.variant:
-        print("RESULT " + json.dumps(VARIANTS[args.variant](args)))
-        return
-    peers = [p for p in args.peers.split(",") if p]
-    runs: dict[str, list[dict]] = {v: [] for v in ["ours", *peers]}
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return ap
+
+
+def variant_command(args, variant: str) -> tuple[list[str], dict]:
+    """The command (and environment) that runs one variant once in a fresh process; it prints `RESULT {json}`."""
+    python = args.peer_python if (variant == "sft" and args.peer_python) else sys.executable
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
-    for _ in range(args.repeats):
-        for variant in runs:  # interleaved: ours, plain, trainer, sft, ours, ...
-            python = args.peer_python if (variant == "sft" and args.peer_python) else sys.executable
-            src = args.src if variant == "ours" and args.src else here
-            cmd = [python, __file__, "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-                   "--accum", str(args.accum), "--model", args.model, "--out", args.out,
-                   "--workers", str(args.workers)] + [a for kv in args.set or [] for a in ("--set", kv)]
-            out = subprocess.run(cmd, capture_output=True, text=True, env={**env, "PYTHONPATH": os.path.abspath(src)})
-            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-            if out.returncode != 0 or not line:
-                sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
-            runs[variant].append(json.loads(line[0][7:]))
+    src = args.src if variant == "ours" and args.src else here
+    cmd = [python, os.path.abspath(__file__), "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
+           "--accum", str(args.accum), "--model", args.model, "--out", args.out, "--workers", str(args.workers),
+           "--device", args.device, "--precision", args.precision] + [a for kv in args.set or [] for a in ("--set", kv)]
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.path.abspath(src)}
+    return cmd, env
+
+
+def summarize(runs: dict[str, list[dict]], peers: list[str]) -> tuple[dict, dict]:
+    """(per-variant medians and spreads, ours-over-peer ratios) of interleaved runs: runs[v][i] is repeat i."""
     results = {}
     for v, rs in runs.items():
+        if not rs:
+            continue
         tps = [r["tokens_per_s"] for r in rs]
         results[v] = {**{k: median([r[k] for r in rs]) for k in rs[0] if isinstance(rs[0][k], (int, float))},
                       "tokens_per_s_spread": [min(tps), max(tps)], "tokens_per_s_runs": tps}
     # The ratio of each interleaved pair (ours_i / peer_i ran back to back, under the same load), median'd.
     ratios = {}
     for peer in peers:
+        if not runs.get(peer) or not runs.get("ours"):
+            continue
         pair = [o["tokens_per_s"] / p["tokens_per_s"] for o, p in zip(runs["ours"], runs[peer])]
         ratios[peer] = {"tokens_per_s": results["ours"]["tokens_per_s"] / results[peer]["tokens_per_s"],
                         "tokens_per_s_pairwise_median": median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
                         "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results[peer]["peak_memory_bytes"]}
+    return results, ratios
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.variant:
+        print("RESULT " + json.dumps(VARIANTS[args.variant](args)))
+        return
+    peers = [p for p in args.peers.split(",") if p]
+    runs: dict[str, list[dict]] = {v: [] for v in ["ours", *peers]}
+    for _ in range(args.repeats):
+        for variant in runs:  # interleaved: ours, plain, trainer, sft, ours, ...
+            cmd, env = variant_command(args, variant)
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+            if out.returncode != 0 or not line:
+                sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
+            runs[variant].append(json.loads(line[0][7:]))
+    results, ratios = summarize(runs, peers)
     report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
               "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",
+              "device": device_of(args), "precision": args.precision,
               "overrides": args.set or [], "results": results, "ratio_ours_over": ratios}
     if args.json:
         print(json.dumps(report, indent=2))
@@ -284,6 +350,7 @@ def main() -> None:
         tail = f"{r['tokens_per_s_pairwise_median']:16.2f} {r['peak_memory_bytes']:14.2f}" if r else ""
         mib = results[v]["peak_memory_bytes"] / 2**20
         print(f"{v:8} {results[v]['tokens_per_s']:18.0f} {lo:7.0f}-{hi:<8.0f} {mib:10.0f} {tail}")
+
 
 if __name__ == "__main__":
     main()

@@ -299,7 +299,8 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)
-    loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device)
+    loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device,
+                                                random_weights=cfg.model.weights == "random")
     model_s = round(time.perf_counter() - t_model, 2)
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 

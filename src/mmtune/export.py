@@ -30,6 +30,7 @@ def run_config_of(ckpt: Path):
 
 def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) -> Path:
     ckpt = resolve_checkpoint(Path(checkpoint))
+    _refuse_random_weights(ckpt)
     out = Path(out) if out else ckpt / ("export-merged" if merge else "export")
     if out.exists():
         shutil.rmtree(out)
@@ -67,6 +68,19 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
             loaded.processor.save_pretrained(str(out))
         bar.advance()
     return out
+
+
+def _refuse_random_weights(ckpt: Path) -> None:
+    """A run trained on random weights (model.weights=random: a memory/speed measurement) exported would read as
+    a fine-tuned model; refused, whatever the checkpoint holds."""
+    try:
+        cfg = run_config_of(ckpt)
+    except MMTuneError:
+        return  # no resolved config beside it: nothing says how it was trained (the paths below need none)
+    if cfg.model.weights == "random":
+        raise MMTuneError(f"{ckpt} was trained from random weights (model.weights=random): a measurement of memory "
+                          "and speed, not a model to export", where=f"{ckpt}: model.weights",
+                          fix="train with the pretrained weights (model.weights=pretrained, the default) to export")
 
 
 def _gather_full_model(ckpt: Path, out: Path) -> Path:

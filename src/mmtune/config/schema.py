@@ -36,6 +36,10 @@ class ModelConfig(Section):
                               "the model's own loss (forward called with labels; a mean over answer tokens)")
     family: str | None = Field(None, description="family name; inferred from the model's config when unset")
     revision: str | None = None
+    weights: Literal["pretrained", "random"] = Field(
+        "pretrained", description="random: the architecture from its config (model folder, hub cache or embedded "
+                                  "public config) with random weights, nothing downloaded; for measuring a run's "
+                                  "memory and speed (benchmarks/gpu): the trained model is not useful, export refuses it")
     attn_implementation: Literal["auto", "sdpa", "eager", "flash_attention_2"] = "auto"
     gradient_checkpointing: bool = True
     # Media caps. None keeps the processor's own default (read from the processor actually built).

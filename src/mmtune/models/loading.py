@@ -239,7 +239,7 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
         return tiny_config_and_processor(name)[0]
     from transformers import AutoConfig
 
-    src = model_folder(name, revision)
+    src = model_folder(name, revision, weights=False)  # a config is read without the weights (model.weights=random)
     try:
         config = AutoConfig.from_pretrained(str(src), revision=revision, trust_remote_code=trust_remote_code)
         normalize_legacy_rope(config)

@@ -115,10 +115,12 @@ def _pct(pred, meas) -> float | None:
 
 
 def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int = 3, device: str | None = None,
-           layers: int | None = None) -> Verification:
+           layers: int | None = None, plan=None) -> Verification:
     """Plan the run for `gpu` (else train.gpu), then measure it on `device` (default: cuda; a CPU device is
     refused unless given explicitly, which the tests do with a tiny twin). `layers`: the decoder cut to
-    that many layers in the plan and the measured model alike (a card that cannot hold the full model)."""
+    that many layers in the plan and the measured model alike (a card that cannot hold the full model).
+    `plan`: the plan of this same run (cfg, gpu, declared, layers), made already by the caller: the GPU harness
+    (benchmarks/gpu) records the prediction before measuring, so a run that runs out of memory keeps it."""
     import torch
 
     from ..models.loading import DECODER_LAYERS
@@ -129,7 +131,7 @@ def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int =
         raise needs_cuda_error()
     token = DECODER_LAYERS.set(layers)
     try:
-        v = _verify(cfg, gpu=gpu, declared=declared, warmup=warmup, steps=steps, device=device)
+        v = _verify(cfg, gpu=gpu, declared=declared, warmup=warmup, steps=steps, device=device, plan=plan)
     finally:
         DECODER_LAYERS.reset(token)
     if layers is not None:
@@ -137,7 +139,7 @@ def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int =
     return v
 
 
-def _verify(cfg, *, gpu, declared, warmup, steps, device) -> Verification:
+def _verify(cfg, *, gpu, declared, warmup, steps, device, plan=None) -> Verification:
     import torch
 
     from ..resolve import local_target, resolve_run
@@ -149,7 +151,8 @@ def _verify(cfg, *, gpu, declared, warmup, steps, device) -> Verification:
     if device.startswith("cuda") and not target:
         raise MMTuneError("--verify compares with the plan for a catalogued GPU: name it", where="--gpu",
                           fix="e.g. --gpu a100-80gb (see docs/plan.md for the names)")
-    plan = predict(cfg, gpu=target, declared=declared, plan_eval=False)
+    if plan is None:
+        plan = predict(cfg, gpu=target, declared=declared, plan_eval=False)
     run = resolve_run(cfg, local_target(device), for_training=False)
     batch = worst_case_batch(resolve_for_plan(cfg, target), declared=declared).micro_batch
     m = measure_run(run, batch, device=device, warmup=warmup, steps=steps)

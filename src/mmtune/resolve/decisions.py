@@ -26,6 +26,17 @@ class Decision:
         return f"{self.key}: {self.value} ({self.reason})"
 
 
+# --------------------------------------------------------------------------- weights
+
+def decide_random_weights(cfg) -> Decision:
+    """model.weights=random: said once, where every command prints its decisions (the start-up summary,
+    config.resolved.yaml, plan), so no reader of a run mistakes it for a fine-tune of the pretrained model."""
+    return Decision("model.weights", "random",
+                    f"model.weights=random: {cfg.model.name} built from its config with random weights (nothing "
+                    "downloaded; processor: the model's own if on disk, else the stand-in); measures memory and "
+                    "speed, the trained model is not useful and `mmtune export` refuses it")
+
+
 # --------------------------------------------------------------------------- precision
 
 def decide_precision(requested: str, target) -> tuple[str, bool, Decision]:

@@ -25,6 +25,7 @@ from .decisions import (
     decide_pad_id,
     decide_precision,
     decide_quantization,
+    decide_random_weights,
     decide_strategy,
     decide_trainable_dtype,
     trainable_components,
@@ -146,6 +147,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("model.loss", "the model's own loss from its output x answer tokens"
                                   if cfg.model.loss == "output" else "mmtune's cross entropy from the output's logits",
                                   f"model.loss={cfg.model.loss}"))
+    if cfg.model.weights == "random":
+        decisions.append(decide_random_weights(cfg))
     precision, scaled, d = decide_precision(cfg.train.precision, target)
     decisions.append(d)
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
@@ -224,7 +227,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     from .processor import load_run_processor
 
     try:
-        src = load_run_processor(cfg, family, for_training=for_training)
+        # Random weights need no weights files, and so no downloaded processor either: the stand-in serves.
+        src = load_run_processor(cfg, family, for_training=for_training and cfg.model.weights != "random")
     except MMTuneError as e:
         if require_processor or for_training:
             raise

@@ -20,6 +20,13 @@ def model_available(ctx):
     cfg = ctx.need("cfg")
     if is_tiny(cfg.model.name) or cfg.model.class_ or cfg.model.factory:
         return  # a brought model (model.class / model.factory) is built by its own code, not fetched
+    if cfg.model.weights == "random":  # built from its config alone: no weights to fetch, the config must be here
+        from ...models.loading import meta_config
+
+        if meta_config(cfg) is None:
+            yield error(f"model.weights=random builds {cfg.model.name} from its config, and no config of it is on "
+                        "disk or embedded", "model.name", f"mmtune download {cfg.model.name}   (or an embedded model)")
+        return
     try:
         model_folder(cfg.model.name, cfg.model.revision)
     except ModelLoadError as e:
