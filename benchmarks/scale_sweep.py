@@ -5,8 +5,9 @@ plain transformers + peft loop side by side, with the planner's prediction for e
         [--steps 4] [--repeats 2] [--out runs/bench_scale] [--json FILE]
 
 Each cell trains on text-only records that fill the sequence exactly (no padding), LoRA r8 on every
-projection, fp32, no gradient checkpointing, one micro-batch per step, one thread per process. Per cell
-and variant, in a fresh process each (interleaved: ours, plain / plain, ours on the next repeat):
+projection, fp32, no gradient checkpointing, one micro-batch per step, one thread per process. One
+process per (variant, sequence length) runs that length's batch sizes in turn, each cell on a fresh model
+and optimizer (interleaved: ours, plain / plain, ours on the next repeat). Per cell and variant:
   - step time: the median wall time of steps 2..N (step 1 warms up) of an unprofiled run, and the
     process CPU seconds per step over all N steps (the machine is shared: CPU seconds say how much work
     was done, wall time how long it took);
@@ -159,7 +160,7 @@ def main() -> None:
     ap.add_argument("--json", help="write the results to this file")
     ap.add_argument("--variant", choices=["ours", "plain"], help=argparse.SUPPRESS)
     ap.add_argument("--seq", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, help=argparse.SUPPRESS)  # set per cell in the variant's process
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--predict", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -167,31 +168,37 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(1)
-        print("RESULT " + json.dumps((run_ours if args.variant == "ours" else run_plain)(args)))
+        results = []
+        for b in [int(b) for b in args.batches.split(",")]:
+            args.batch = b
+            results.append((run_ours if args.variant == "ours" else run_plain)(args))
+        print("RESULT " + json.dumps(results))
         return
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     seqs, batches = [int(s) for s in args.seqs.split(",")], [int(b) for b in args.batches.split(",")]
     cells = []
     print(f"{'seq':>5} {'batch':>5} {'ours step s':>11} {'plain step s':>12} {'ratio':>6} {'ours MiB':>9} "
-          f"{'plain MiB':>9} {'ratio':>6} {'pred MiB':>9} {'pred/ours':>9} {'ours cpu s':>10} {'load':>5}", flush=True)
+          f"{'plain MiB':>9} {'ratio':>6} {'pred MiB':>9} {'pred/ours':>9} {'ours cpu s':>10} {'plain cpu s':>11} {'load':>5}",
+          flush=True)
+    mib = 2**20
     for seq in seqs:
         data, tokens = make_records(Path(args.out) / "data", args.model, seq, (args.steps + 1) * max(batches))
-        for batch in batches:
-            runs: dict[str, list[dict]] = {"ours": [], "plain": []}
-            load = []
-            for rep in range(args.repeats):
-                for variant in (["ours", "plain"] if rep % 2 == 0 else ["plain", "ours"]):
-                    cmd = [sys.executable, __file__, "--variant", variant, "--seq", str(seq), "--batch", str(batch),
-                           "--data", str(data), "--model", args.model, "--steps", str(args.steps), 
-                           "--out", args.out] + (["--predict"] if variant == "ours" and rep == 0 else [])
-                    load.append(os.getloadavg()[0])
-                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                    line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-                    if out.returncode != 0 or not line:
-                        sys.exit(f"{variant} seq={seq} batch={batch} failed:\n{out.stderr[-3000:]}")
-                    runs[variant].append(json.loads(line[0][7:]))
-            o, p = runs["ours"], runs["plain"]
+        runs: dict[str, list[list[dict]]] = {"ours": [], "plain": []}  # [repeat][batch index]
+        load = []
+        for rep in range(args.repeats):
+            for variant in (["ours", "plain"] if rep % 2 == 0 else ["plain", "ours"]):
+                cmd = [sys.executable, __file__, "--variant", variant, "--seq", str(seq), "--batches", args.batches,
+                       "--data", str(data), "--model", args.model, "--steps", str(args.steps),
+                       "--out", args.out] + (["--predict"] if variant == "ours" and rep == 0 else [])
+                load.append(os.getloadavg()[0])
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+                if out.returncode != 0 or not line:
+                    sys.exit(f"{variant} seq={seq} failed:\n{out.stderr[-3000:]}")
+                runs[variant].append(json.loads(line[0][7:]))
+        for j, batch in enumerate(batches):
+            o, p = [r[j] for r in runs["ours"]], [r[j] for r in runs["plain"]]
             cell = {"seq": seq, "batch": batch, "tokens_per_record_plain": tokens,
                     "tokens_per_record_ours": o[0]["tokens_per_record"],
                     "ours_step_s": median(r["step_s"] for r in o), "plain_step_s": median(r["step_s"] for r in p),
@@ -202,17 +209,18 @@ def main() -> None:
                     "predicted_peak_phase": o[0]["predicted_peak_phase"],
                     # each repeat's ours/plain pair ran back to back, under the same load
                     "step_ratio_pairwise": [a["step_s"] / b["step_s"] for a, b in zip(o, p)],
-                    "loadavg_1min": load, "runs": runs}
+                    "loadavg_1min_at_process_starts": load, "runs": {"ours": o, "plain": p}}
             cell["step_ratio"] = cell["ours_step_s"] / cell["plain_step_s"]
+            cell["cpu_ratio"] = cell["ours_cpu_s_per_step"] / cell["plain_cpu_s_per_step"]
             cell["peak_ratio"] = cell["ours_peak_bytes"] / cell["plain_peak_bytes"]
             cell["predicted_over_ours_peak"] = cell["predicted_peak_bytes"] / cell["ours_peak_bytes"]
             cells.append(cell)
-            mib = 2**20
             print(f"{seq:5d} {batch:5d} {cell['ours_step_s']:11.4f} {cell['plain_step_s']:12.4f} {cell['step_ratio']:6.2f} "
                   f"{cell['ours_peak_bytes'] / mib:9.1f} {cell['plain_peak_bytes'] / mib:9.1f} {cell['peak_ratio']:6.2f} "
                   f"{cell['predicted_peak_bytes'] / mib:9.1f} {cell['predicted_over_ours_peak']:9.2f} "
-                  f"{cell['ours_cpu_s_per_step']:10.4f} {median(load):5.2f}", flush=True)
-    fits = {f"{v}_{k}": _fit(cells, f"{v}_{k}") for v in ("ours", "plain") for k in ("step_s", "peak_bytes")}
+                  f"{cell['ours_cpu_s_per_step']:10.4f} {cell['plain_cpu_s_per_step']:11.4f} {median(load):5.2f}", flush=True)
+    fits = {f"{v}_{k}": _fit(cells, f"{v}_{k}") for v in ("ours", "plain")
+            for k in ("step_s", "cpu_s_per_step", "peak_bytes")}
     fits["predicted_peak_bytes"] = _fit(cells, "predicted_peak_bytes")
     print("least-squares fits y = const + per_token*tokens + per_batch_seq2*batch*seq^2:")
     for k, f in fits.items():
