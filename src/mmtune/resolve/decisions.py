@@ -292,3 +292,28 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
     return Decision(key, f"rows of up to {cfg.data.max_length} tokens (data.max_length), "
                          f"{cfg.train.micro_batch_size} per micro-batch",
                     f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")
+
+
+# --------------------------------------------------------------------------- data loader workers
+
+def decide_loader(cfg, target):
+    """(LoaderPlan, Decision or None): how train.num_workers DataLoader workers start and feed the loop.
+    None with 0 workers, or under data.streaming (records are read in the training process)."""
+    from ..data.workers import LoaderPlan, has_forkserver
+
+    n = cfg.train.num_workers
+    if n == 0 or cfg.data.streaming:
+        return LoaderPlan(), None
+    method = "forkserver" if has_forkserver() else "spawn"
+    cuda = target.device == "cuda"
+    plan = LoaderPlan(num_workers=n, start_method=method, persistent=True, prefetch_factor=2, pin_memory=cuda)
+    start = ("forked from a fork server started before the model loads, which imports torch, transformers and "
+             "the processor's classes once while the model builds (spawned workers each imported them "
+             "before their first micro-batch: ~20 s of step 1 on a loaded 2-core CPU, benchmarks/data_wait.py)"
+             if method == "forkserver" else "spawned (this platform has no fork server): each imports torch and "
+                                             "transformers before its first micro-batch")
+    return plan, Decision("train.num_workers",
+                          f"{n} worker(s), {method}, persistent across epochs, {plan.prefetch_factor} micro-batches "
+                          f"prefetched each, pinned memory {'on' if cuda else 'off (no CUDA device)'}",
+                          f"train.num_workers={n}: {start}; never forked from the training process (a forked child "
+                          "cannot use CUDA); persistent so each worker's encode cache lasts across epochs")
