@@ -8,9 +8,9 @@ Each cell trains on text-only records that fill the sequence exactly (no padding
 projection, fp32, no gradient checkpointing, one micro-batch per step, one thread per process. One
 process per (variant, sequence length) runs that length's batch sizes in turn, each cell on a fresh model
 and optimizer (interleaved: ours, plain / plain, ours on the next repeat). Per cell and variant:
-  - step time: the median wall time of steps 2..N (step 1 warms up) of an unprofiled run, and the
-    process CPU seconds per step over all N steps (the machine is shared: CPU seconds say how much work
-    was done, wall time how long it took);
+  - step time: the median wall time of steps 2..N (step 1 warms up) of an unprofiled run, and the median
+    process CPU seconds of the same steps (mmtune's from metrics.jsonl `cpu_s`; the machine is shared: CPU
+    seconds say how much work a step did, wall time also counts the waits for a core);
   - peak memory: the storage of the weights plus the CPU allocator's peak above it over a separate
     2-step run under torch.profiler's memory events (plan/measure.py's `cpu_peak`, the figure the planner
     is checked against): batch, activations, logits, gradients and the optimizer state;
@@ -95,10 +95,12 @@ def run_ours(args) -> dict:
     cpu_s = (time.process_time() - c0) / args.steps
     rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
     times = [r["step_time_s"] for r in rows if r["kind"] == "train"][1:]
+    cpu = [r["cpu_s"] for r in rows if r["kind"] == "train"][1:]
     run = build_run(_config(args, data, out, 2, args.seq + 64))
     weights = _weights_bytes(run.model)
     peak = cpu_allocator_peak(lambda: train(run))
-    res = {"tokens_per_record": tokens, "step_s": median(times), "step_s_runs": times, "cpu_s_per_step": cpu_s,
+    res = {"tokens_per_record": tokens, "step_s": median(times), "step_s_runs": times, "cpu_s": median(cpu),
+           "cpu_s_per_step_whole_run": cpu_s,
            "peak_bytes": weights + peak}
     if args.predict:
         from mmtune.plan.batch import Declared
@@ -117,24 +119,26 @@ def run_plain(args) -> dict:
     cfg = _config(args, Path(args.data), Path(args.out) / "plain", args.steps, args.seq + 64)
     records = load_records(str(args.data), cfg.data, split="train").records
 
-    def steps(model, processor, opt, n: int, times: list):
+    def steps(model, processor, opt, n: int, times: list, cpu: list):
         for i in range(n):  # records are identical: which ones a step takes does not matter
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             batch, n_tok = plain_micro_batch(processor, records[i * args.batch:(i + 1) * args.batch], "cpu")
             plain_step(model, opt, [batch])
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
         return n_tok
 
     model, processor, opt = plain_model(args.model, "cpu")
     times: list[float] = []
+    cpu: list[float] = []
     c0 = time.process_time()
-    n_tok = steps(model, processor, opt, args.steps, times)
+    n_tok = steps(model, processor, opt, args.steps, times, cpu)
     cpu_s = (time.process_time() - c0) / args.steps
     model, processor, opt = plain_model(args.model, "cpu")
     weights = _weights_bytes(model)
-    peak = cpu_allocator_peak(lambda: steps(model, processor, opt, 2, []))
+    peak = cpu_allocator_peak(lambda: steps(model, processor, opt, 2, [], []))
     return {"tokens_per_record": n_tok // args.batch, "step_s": median(times[1:]), "step_s_runs": times[1:],
-            "cpu_s_per_step": cpu_s, "peak_bytes": weights + peak}
+            "cpu_s": median(cpu[1:]), "cpu_s_per_step_whole_run": cpu_s, "peak_bytes": weights + peak}
 
 
 def _fit(cells: list[dict], key: str) -> dict:
@@ -179,7 +183,8 @@ def main() -> None:
     seqs, batches = [int(s) for s in args.seqs.split(",")], [int(b) for b in args.batches.split(",")]
     cells = []
     print(f"{'seq':>5} {'batch':>5} {'ours step s':>11} {'plain step s':>12} {'ratio':>6} {'ours MiB':>9} "
-          f"{'plain MiB':>9} {'ratio':>6} {'pred MiB':>9} {'pred/ours':>9} {'ours cpu s':>10} {'plain cpu s':>11} {'load':>5}",
+          f"{'plain MiB':>9} {'ratio':>6} {'pred MiB':>9} {'pred/ours':>9} {'ours cpu s':>10} {'plain cpu s':>11} {'ratio':>6} "
+          f"{'load':>5}",
           flush=True)
     mib = 2**20
     for seq in seqs:
@@ -202,8 +207,7 @@ def main() -> None:
             cell = {"seq": seq, "batch": batch, "tokens_per_record_plain": tokens,
                     "tokens_per_record_ours": o[0]["tokens_per_record"],
                     "ours_step_s": median(r["step_s"] for r in o), "plain_step_s": median(r["step_s"] for r in p),
-                    "ours_cpu_s_per_step": median(r["cpu_s_per_step"] for r in o),
-                    "plain_cpu_s_per_step": median(r["cpu_s_per_step"] for r in p),
+                    "ours_cpu_s": median(r["cpu_s"] for r in o), "plain_cpu_s": median(r["cpu_s"] for r in p),
                     "ours_peak_bytes": median(r["peak_bytes"] for r in o), "plain_peak_bytes": median(r["peak_bytes"] for r in p),
                     "predicted_peak_bytes": o[0]["predicted_peak_bytes"], "predicted_step_s": o[0]["predicted_step_s"],
                     "predicted_peak_phase": o[0]["predicted_peak_phase"],
@@ -211,16 +215,18 @@ def main() -> None:
                     "step_ratio_pairwise": [a["step_s"] / b["step_s"] for a, b in zip(o, p)],
                     "loadavg_1min_at_process_starts": load, "runs": {"ours": o, "plain": p}}
             cell["step_ratio"] = cell["ours_step_s"] / cell["plain_step_s"]
-            cell["cpu_ratio"] = cell["ours_cpu_s_per_step"] / cell["plain_cpu_s_per_step"]
+            cell["cpu_ratio"] = cell["ours_cpu_s"] / cell["plain_cpu_s"]
+            cell["cpu_ratio_pairwise"] = [a["cpu_s"] / b["cpu_s"] for a, b in zip(o, p)]
             cell["peak_ratio"] = cell["ours_peak_bytes"] / cell["plain_peak_bytes"]
             cell["predicted_over_ours_peak"] = cell["predicted_peak_bytes"] / cell["ours_peak_bytes"]
             cells.append(cell)
             print(f"{seq:5d} {batch:5d} {cell['ours_step_s']:11.4f} {cell['plain_step_s']:12.4f} {cell['step_ratio']:6.2f} "
                   f"{cell['ours_peak_bytes'] / mib:9.1f} {cell['plain_peak_bytes'] / mib:9.1f} {cell['peak_ratio']:6.2f} "
                   f"{cell['predicted_peak_bytes'] / mib:9.1f} {cell['predicted_over_ours_peak']:9.2f} "
-                  f"{cell['ours_cpu_s_per_step']:10.4f} {cell['plain_cpu_s_per_step']:11.4f} {median(load):5.2f}", flush=True)
+                  f"{cell['ours_cpu_s']:10.4f} {cell['plain_cpu_s']:11.4f} {cell['cpu_ratio']:6.2f} {median(load):5.2f}",
+                  flush=True)
     fits = {f"{v}_{k}": _fit(cells, f"{v}_{k}") for v in ("ours", "plain")
-            for k in ("step_s", "cpu_s_per_step", "peak_bytes")}
+            for k in ("step_s", "cpu_s", "peak_bytes")}
     fits["predicted_peak_bytes"] = _fit(cells, "predicted_peak_bytes")
     print("least-squares fits y = const + per_token*tokens + per_batch_seq2*batch*seq^2:")
     for k, f in fits.items():

@@ -308,7 +308,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     with Progress(total=cfg.train.max_steps, start=step, enabled=main,
                   eval_every=cfg.eval.every if run.eval_set is not None else None) as bar:
         while step < cfg.train.max_steps:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             ids, micro = [], []
             for _ in range(cfg.train.grad_accum):
                 b, mb = cursor.next_micro_batch() if loader is None else _next_micro_batch(run, cursor, loader, late_bad)
@@ -350,6 +350,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                    **({"stage": stage_index(cfg.train.stages, step - 1)} if staged else {}),
                    "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
+                   # this process's CPU seconds for the step (workers' not included): on a shared machine
+                   # the work done, where wall time also counts the waits for a core
+                   "cpu_s": time.process_time() - c0,
                    "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
