@@ -2,6 +2,7 @@
 
     python benchmarks/data_wait.py [--workers 0,1,2] [--steps 40] [--mbs 2] [--repeats 2]
         [--model tiny/qwen2-vl] [--max-pixels 1003520] [--out runs/bench_data_wait] [--json FILE]
+        [--src OTHER/src]   # run mmtune from another checkout's code (a before/after comparison)
 
 The set: photos-like images at real sizes (half 1280x960 JPEG, half 640x480 PNG: smooth colour fields
 plus sensor-like noise, so they compress and decode like photos, not like flat test images), one per
@@ -111,6 +112,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_data_wait")
     ap.add_argument("--set", action="append", help="extra config override, e.g. --set data.cache_mb=0")
     ap.add_argument("--json", help="write the results to this file")
+    ap.add_argument("--src", help="run mmtune from this src folder (e.g. an export of an earlier commit)")
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--run-workers", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -122,7 +124,7 @@ def main() -> None:
         return
     data = make_set(Path(args.out) / "data", args.steps * args.mbs)
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+           "PYTHONPATH": os.path.abspath(args.src) if args.src else str(Path(__file__).resolve().parents[1] / "src")}
     workers = [int(w) for w in args.workers.split(",")]
     runs: dict[int, list[dict]] = {w: [] for w in workers}
     for rep in range(args.repeats):
@@ -151,7 +153,8 @@ def main() -> None:
         ratio = zero["encode_s_per_record"] * args.mbs / zero["compute_s_median"]
         print(f"data : compute per step at 0 workers = {zero['encode_s_per_record'] * args.mbs:.3f} s : "
               f"{zero['compute_s_median']:.3f} s = {ratio:.2f}")
-    report = {"model": args.model, "max_pixels": args.max_pixels, "steps": args.steps, "micro_batch_size": args.mbs,
+    report = {"model": args.model, "src": args.src or "this checkout", "max_pixels": args.max_pixels,
+              "steps": args.steps, "micro_batch_size": args.mbs,
               "sizes": [f"{w}x{h} {ext}" for (w, h), ext in SIZES], "overrides": args.set or [],
               "command": " ".join(sys.argv), "results": results}
     if args.json:
