@@ -29,6 +29,7 @@ with one thread each; the median of the repeats is reported with the spread (min
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -74,8 +75,6 @@ def _peak(args) -> int:
 
 
 def _autocast(args):
-    import contextlib
-
     import torch
 
     if args.precision == "fp32":
@@ -115,51 +114,71 @@ def run_ours(args) -> dict:
             "build_s": build_s}
 
 
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def plain_model(model_name: str, device: str, base=None):
+    """The plain loop's model (peft LoRA r8 on every projection) and its AdamW: on `base`, a (model,
+    processor) pair from _base_model, or else the tiny twin `model_name`."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from mmtune.models.tiny import build_tiny
+
+    torch.manual_seed(0)
+    model, processor = base or build_tiny(model_name)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_TARGETS)).to(device)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    return model, processor, opt
+
+
+def plain_micro_batch(processor, recs, device: str) -> tuple[dict, int]:
+    """The seeds' collate: chat template + one processor call on the raw records (a text model's
+    "processor" is its tokenizer), every non-pad token a label. Returns (batch with labels, non-pad tokens)."""
+    texts, images = [], []
+    for r in recs:
+        texts.append(processor.apply_chat_template(_text_only(r.messages), tokenize=False))
+        images.extend(p["image"] for m in r.messages for p in m["content"] if p["type"] == "image")
+    batch = processor(text=texts, **({"images": images} if images else {}), padding=True, return_tensors="pt").to(device)
+    pad = getattr(processor, "tokenizer", processor).pad_token_id
+    batch["labels"] = batch["input_ids"].masked_fill(batch["input_ids"] == pad, -100)
+    return batch, int(batch["attention_mask"].sum())
+
+
+def plain_step(model, opt, batches: list[dict], autocast=contextlib.nullcontext) -> float:
+    """One optimizer step of the plain loop over its micro-batches: the model's own loss / accum
+    (under `autocast()`: --precision bf16/fp16)."""
+    for batch in batches:
+        with autocast():
+            loss = model(**batch).loss / len(batches)
+        loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return float(loss) * len(batches)
+
+
 def run_plain(args) -> dict:
     """What the seeds wrote: processor on the raw batch, model's own loss, loss/accum, backward, step."""
     import torch
-    from peft import LoraConfig, get_peft_model
 
     from mmtune.data.batches import BatchStream
     from mmtune.data.sources import load_records
 
     cfg = _config(args)
-    torch.manual_seed(0)
-    model, processor = _base_model(args)
     device = device_of(args)
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
-                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"])).to(device)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    torch.manual_seed(0)
+    model, processor, opt = plain_model(args.model, device, base=_base_model(args))
     records = load_records("synthetic:counting", cfg.data, split="train").records
     stream = BatchStream(len(records), seed=0, micro_batch_size=args.mbs)
-    tok = processor.tokenizer
     tokens, secs = 0, 0.0
     for step in range(args.steps):
         t0 = time.perf_counter()
-        n_tok = 0
-        for _ in range(args.accum):
-            recs = [records[i] for i in stream.next()]
-            texts, images = [], []
-            for r in recs:
-                msgs = [{"role": m["role"],
-                         "content": [{"type": p["type"], **({"text": p["text"]} if p["type"] == "text" else {})}
-                                     for p in m["content"]]} for m in r.messages]
-                texts.append(processor.apply_chat_template(msgs, tokenize=False))
-                images.extend(p["image"] for m in r.messages for p in m["content"] if p["type"] == "image")
-            batch = processor(text=texts, images=images, padding=True, return_tensors="pt").to(device)
-            labels = batch["input_ids"].clone()
-            labels[labels == tok.pad_token_id] = -100
-            with _autocast(args):
-                loss = model(**batch, labels=labels).loss / args.accum
-            loss.backward()
-            n_tok += int(batch["attention_mask"].sum())
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        made = [plain_micro_batch(processor, [records[i] for i in stream.next()], device) for _ in range(args.accum)]
+        loss = plain_step(model, opt, [b for b, _ in made], autocast=lambda: _autocast(args))
         if step > 0:
             secs += time.perf_counter() - t0
-            tokens += n_tok
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": float(loss) * args.accum}
+            tokens += sum(n for _, n in made)
+    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": loss}
 
 
 def _peer_setup(args):
@@ -172,9 +191,7 @@ def _peer_setup(args):
     cfg = _config(args)
     torch.manual_seed(0)
     model, processor = _base_model(args)
-    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
-                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                                             "gate_proj", "up_proj", "down_proj"]))
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_TARGETS))
     records = load_records("synthetic:counting", cfg.data, split="train").records
     return model, processor, records
 

@@ -296,6 +296,11 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
     resolved = resolve_here(resolved)
     cfg = resolved.cfg
+    if with_data and resolved.loader is not None and resolved.loader.num_workers:
+        from .data.workers import start_server
+
+        # Workers' imports overlap the model build and the start-up scan (data/workers.py).
+        start_server(resolved.loader, resolved.processor)
     t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)

@@ -63,8 +63,14 @@ def test_dataloader_order_and_resume_skip():
     assert next(resumed)["input_ids"][:, 0].tolist() == full[2]
     stream = BatchStream(**args)
     assert [[i + 1 for i in stream.next()] for _ in range(3)] == full
-    loader = make_dataloader(_DS(), col, [[0, 1, 2]], num_workers=1)
-    assert loader.multiprocessing_context.get_start_method() == "spawn"
+    from mmtune.data.workers import LoaderPlan
+
+    for method in ("spawn", "forkserver"):  # never fork (failure mode 20): what the plan says, applied
+        plan = LoaderPlan(num_workers=1, start_method=method, persistent=True, prefetch_factor=3)
+        loader = make_dataloader(_DS(), col, [[0, 1, 2]], plan=plan)
+        assert loader.multiprocessing_context.get_start_method() == method
+        assert loader.persistent_workers and loader.prefetch_factor == 3 and not loader.pin_memory
+    assert make_dataloader(_DS(), col, [[0, 1, 2]]).num_workers == 0
 
 
 def test_left_padding_for_generation():

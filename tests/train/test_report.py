@@ -42,6 +42,9 @@ def test_a_run_ends_with_its_report_and_the_next_commands(tiny_vl_config, tmp_pa
     summary = json.loads((run / "summary.json").read_text())
     assert summary["decisions"] and all(d.split(":")[0] in html for d in summary["decisions"])
     assert "config.resolved.yaml" in html
+    # The data wait, with the first step apart from the steady state.
+    assert (f"<th>data wait</th><td>{100 * summary['data_wait_fraction']:.1f} % of step time (first step "
+            f"{summary['data_wait_first_step_s']:.2f} s; after it") in html
 
 
 def test_report_compares_runs_and_shows_skips_and_memory(tiny_vl_config, tmp_path):

@@ -44,8 +44,8 @@ def train_cmd(
 
         raise ConfigError("no config given", fix="mmtune train CONFIG.yaml, or mmtune train --recipe demo_counting")
     summary = run_training(find_config(recipe or config), overrides or [], smoke=smoke, skip_checks=skip_checks)
-    console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "wall_s",
-                                                      "peak_memory_bytes") if k in summary})
+    console.print_json(data={k: summary[k] for k in ("eval", "baseline", "tokens_per_s", "data_wait_fraction",
+                                                      "wall_s", "peak_memory_bytes") if k in summary})
     if main_process():  # under torchrun / accelerate launch, the first process reports
         from ..report import next_steps, write_report_quietly
 

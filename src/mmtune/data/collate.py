@@ -80,16 +80,18 @@ def _pad_views(vals: list) -> list:
     return [v if v.shape[1] == most else F.pad(v, [0, 0] * (v.dim() - 2) + [0, most - v.shape[1]]) for v in vals]
 
 
-def make_dataloader(dataset, collator, batch_sampler, *, num_workers: int = 0, seed: int = 0):
+def make_dataloader(dataset, collator, batch_sampler, *, plan=None, seed: int = 0):
     """The training DataLoader: `batch_sampler` decides the order (the loop's resumable stream), the
-    collator runs in the workers. Workers are spawned, never forked: a forked worker cannot touch CUDA
-    (failure mode 20). The loader has its own generator: creating its iterator draws a seed, which must
-    not consume the global RNG that resume restores (dropout would then differ after a resume)."""
+    collator runs in the workers. `plan` is the resolved run's LoaderPlan (data/workers.py: fork server
+    or spawn, never fork from this process -- a forked worker cannot touch CUDA, failure mode 20;
+    persistent, prefetch, pinned memory); None: no workers. The loader has its own generator: creating its
+    iterator draws a seed, which must not consume the global RNG that resume restores (dropout would then
+    differ after a resume)."""
     import torch
 
+    from .workers import LoaderPlan
+
     return torch.utils.data.DataLoader(
-        dataset, batch_sampler=batch_sampler, collate_fn=collator, num_workers=num_workers,
-        multiprocessing_context="spawn" if num_workers > 0 else None,
-        persistent_workers=num_workers > 0,
+        dataset, batch_sampler=batch_sampler, collate_fn=collator, **(plan or LoaderPlan()).loader_kwargs(),
         generator=torch.Generator().manual_seed(seed),
     )

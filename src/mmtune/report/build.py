@@ -96,6 +96,7 @@ def _summary_table(runs: list[RunData]) -> str:
             ("steps", lambda r: r.summary.get("steps", "(not finished)")),
             ("wall time", lambda r: f"{r.summary['wall_s']:.0f} s" if "wall_s" in r.summary else ""),
             ("tokens / s", lambda r: f"{r.summary['tokens_per_s']:,.0f}" if "tokens_per_s" in r.summary else ""),
+            ("data wait", _data_wait),
             ("final eval", lambda r: ", ".join(f"{k}={v:.4g}" for k, v in (r.summary.get("eval") or {}).items()
                                                if isinstance(v, (int, float)))),
             ("best-constant baseline", lambda r: ", ".join(f"{k}={v:.4g}" for k, v in (r.summary.get("baseline") or {}).items()
@@ -105,6 +106,19 @@ def _summary_table(runs: list[RunData]) -> str:
     body = "".join(f"<tr><th>{k}</th>" + "".join(f"<td>{escape(str(f(r)))}</td>" for r in runs) + "</tr>"
                    for k, f in rows)
     return f"<table><tr><th></th>{head}</tr>{body}</table>"
+
+
+def _data_wait(r: RunData) -> str:
+    """The share of step time spent waiting for micro-batches, with the first step (workers starting, the
+    first encodes) apart from the steady state after it (summaries of older runs lack the split)."""
+    s = r.summary
+    if "data_wait_fraction" not in s:
+        return ""
+    text = f"{100 * s['data_wait_fraction']:.1f} % of step time"
+    if "data_wait_first_step_s" in s:
+        text += (f" (first step {s['data_wait_first_step_s']:.2f} s; after it "
+                 f"{100 * s['data_wait_fraction_after_first_step']:.1f} %)")
+    return text
 
 
 def _slug(text: str) -> str:

@@ -381,3 +381,28 @@ def decide_startup_scan(data_cfg, n_records: int, processes: int) -> tuple[str, 
         "loaded, a bad one is dropped from its micro-batch when drawn; the check's report (lengths, skip counts) "
         "is logged and goes to summary.json when it completes, and under data.on_bad_record=error its first bad "
         "record stops the run at the next step")
+
+
+# --------------------------------------------------------------------------- data loader workers
+
+def decide_loader(cfg, target):
+    """(LoaderPlan, Decision or None): how train.num_workers DataLoader workers start and feed the loop.
+    None with 0 workers, or under data.streaming (records are read in the training process)."""
+    from ..data.workers import LoaderPlan, has_forkserver
+
+    n = cfg.train.num_workers
+    if n == 0 or cfg.data.streaming:
+        return LoaderPlan(), None
+    method = "forkserver" if has_forkserver() else "spawn"
+    cuda = target.device == "cuda"
+    plan = LoaderPlan(num_workers=n, start_method=method, persistent=True, prefetch_factor=2, pin_memory=cuda)
+    start = ("forked from a fork server started before the model loads, which imports torch, transformers and "
+             "the processor's classes once while the model builds (spawned workers each imported them "
+             "before their first micro-batch: ~20 s of step 1 on a loaded 2-core CPU, benchmarks/data_wait.py)"
+             if method == "forkserver" else "spawned (this platform has no fork server): each imports torch and "
+                                             "transformers before its first micro-batch")
+    return plan, Decision("train.num_workers",
+                          f"{n} worker(s), {method}, persistent across epochs, {plan.prefetch_factor} micro-batches "
+                          f"prefetched each, pinned memory {'on' if cuda else 'off (no CUDA device)'}",
+                          f"train.num_workers={n}: {start}; never forked from the training process (a forked child "
+                          "cannot use CUDA); persistent so each worker's encode cache lasts across epochs")

@@ -20,6 +20,7 @@ from .decisions import (
     decide_best_metric,
     decide_fused_kernels,
     decide_kbit_upcast,
+    decide_loader,
     decide_loss_impl,
     decide_packing,
     decide_pad_id,
@@ -77,6 +78,7 @@ class ResolvedRun:
     exact_text_tokens: bool = True
     pad_token_id: int | None = None
     media: MediaCaps = MediaCaps()
+    loader: Any = None  # data.workers.LoaderPlan: the training DataLoader's workers (decide_loader)
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
@@ -193,6 +195,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
             "(rows read) is checkpointed and resumed exactly; no start-up encodings kept (data.cache_mb unused), "
             "records encoded in the training process" + (f" (train.num_workers={cfg.train.num_workers} unused)"
                                                          if cfg.train.num_workers else "")))
+    loader, d = decide_loader(cfg, target)
+    if d:
+        decisions.append(d)
     _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)
@@ -221,7 +226,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  trainable=trainable,
+                  trainable=trainable, loader=loader,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor

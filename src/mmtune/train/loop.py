@@ -105,7 +105,7 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
     return iter(make_dataloader(dataset, SkippingCollator(run.collator), _FromStream(stream_args),
-                                num_workers=run.cfg.train.num_workers, seed=run.cfg.train.seed))
+                                plan=run.resolved.loader, seed=run.cfg.train.seed))
 
 
 def _next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], dict]:
@@ -277,6 +277,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
 
     scale = batch_scale(run)  # effective batch, lr, tokens per step, steps per epoch (summary.py)
     timed = {"s": 0.0, "n": 0}  # step times after the first (warm-up) step of this process
+    first = {"wait": 0.0, "time": 0.0}  # this process's first step: its data wait and its step time
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
 
@@ -292,8 +293,12 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "predicted_peak_bytes": (plan or {}).get("predicted_peak_bytes"),
             "predicted_peak_reserved_bytes": (plan or {}).get("predicted_peak_reserved_bytes"),
             "tokens_per_s": tokens_seen * acc.num_processes / train_time if train_time else 0.0,
-            # Time the loop waited for micro-batches (encoding, collating, workers), of the step time.
+            # Time the loop waited for micro-batches (encoding, collating, workers), of the step time; the
+            # process's first step (workers starting, the first micro-batches) apart from the steady state.
             "data_wait_fraction": data_wait / train_time if train_time else 0.0,
+            "data_wait_first_step_s": first["wait"],
+            "data_wait_fraction_after_first_step": ((data_wait - first["wait"]) / (train_time - first["time"])
+                                                    if train_time > first["time"] else 0.0),
             "padding_fraction": 1 - tokens_seen / padded_tokens if padded_tokens else 0.0,
             "wall_s": time.perf_counter() - t_start,
             "train_records": getattr(cursor, "records_read", len(run.train_set.records)),  # a stream: read so far
@@ -315,7 +320,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         while step < cfg.train.max_steps:
             if check is not None and not check_report and check.done():
                 check_report.update(_merge_check(run, check, late_bad, sinks, step, scale))
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             ids, micro = [], []
             for _ in range(cfg.train.grad_accum):
                 b, mb = cursor.next_micro_batch() if loader is None else _next_micro_batch(run, cursor, loader, late_bad)
@@ -347,6 +352,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                     est = epoch_time(scale, timed["s"] / timed["n"], timed["n"])
                     bar.note(f"time per epoch ~{est['epoch_time_s'] / 60:.1f} min ({scale['steps_per_epoch']:g} steps x "
                              f"{est['step_time_s']:.3g} s, measured over 3 steps)")
+            if step == start_step + 1:
+                first["wait"], first["time"] = wait, dt
             tokens_seen += res.input_tokens
             data_wait += wait
             padded_tokens += padded
@@ -355,6 +362,9 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                    **({"stage": stage_index(cfg.train.stages, step - 1)} if staged else {}),
                    "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,
                    "tokens_per_s": res.input_tokens * acc.num_processes / dt, "step_time_s": dt,
+                   # this process's CPU seconds for the step (workers' not included): on a shared machine
+                   # the work done, where wall time also counts the waits for a core
+                   "cpu_s": time.process_time() - c0,
                    "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
                    "epoch": cursor.epoch, "skipped_update": res.skipped}
             if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:

@@ -51,14 +51,15 @@ def cpu_collate(ctx):
     batch = collator(encoded)
     yield from batch_device_findings(batch)
     if cfg.train.num_workers > 0:
-        # Spawned workers receive the dataset and collator by pickling (fork is never used).
+        # Workers (fork server or spawn: data/workers.py) receive the dataset and collator by pickling;
+        # the training process is never forked.
         from ...train.loop import EncodedDataset
 
         try:
             pickle.dumps((EncodedDataset(records, encoder), collator))
         except (pickle.PicklingError, TypeError, AttributeError) as e:
             yield error(f"train.num_workers={cfg.train.num_workers} needs the dataset and collator to pickle "
-                        f"into spawned workers, and they do not: {type(e).__name__}: {e}",
+                        f"into the DataLoader workers, and they do not: {type(e).__name__}: {e}",
                         where="train.num_workers", fix="train.num_workers=0")
     assert_no_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     if assert_no_cuda:
