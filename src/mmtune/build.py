@@ -391,6 +391,12 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             _configure_ddp(run)
             run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
             run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+            if accelerator.distributed_type == "DEEPSPEED":  # what ran, for the summary (not what was asked)
+                import torch.distributed as dist
+
+                run.decisions.append(f"DeepSpeed ZeRO-{run.model.zero_optimization_stage()} engine: "
+                                     f"{accelerator.num_processes} ranks over {dist.get_backend()}, optimizer "
+                                     f"{type(run.model.optimizer).__name__} around torch {cfg.train.optimizer}")
         from .stages import lr_scale
 
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,

@@ -294,11 +294,14 @@ def load_checkpoint(run, ckpt: Path) -> dict:
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
     if has_deepspeed(ckpt) != writes_deepspeed(run):  # the optimizer state of one cannot go into the other
-        wrote = state_strategy(ckpt)
-        raise MMTuneError(f"{ckpt.name} was written under train.strategy={wrote} and this run trains under "
-                          f"train.strategy={run.resolved.strategy}: DeepSpeed's optimizer partitions and "
-                          "PyTorch's optimizer state do not convert into each other", where=str(ckpt),
-                          fix=f"resume with train.strategy={wrote}, or start over with train.resume=false")
+        wrote, n = state_strategy(ckpt), state.get("world_size")
+        engines = ("a DeepSpeed engine", "PyTorch's optimizer")
+        was, now = engines if has_deepspeed(ckpt) else engines[::-1]
+        raise MMTuneError(f"{ckpt.name} holds the optimizer state of {was} (train.strategy={wrote} on {n} "
+                          f"process(es)); this run steps with {now} (train.strategy={run.resolved.strategy} on "
+                          f"{run.accelerator.num_processes}): the two do not convert into each other", where=str(ckpt),
+                          fix=f"resume with train.strategy={wrote} on {n} process(es), or start over with "
+                              "train.resume=false (its weights alone: mmtune eval / export read trainable.safetensors)")
     if has_deepspeed(ckpt):
         load_deepspeed(run, ckpt, state.get("world_size"))  # weights, master weights, optimizer: exact
     elif has_sharded(ckpt):
