@@ -84,7 +84,7 @@ def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
 
     if importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
-                          where="train.strategy", fix="pip install deepspeed (docs/distributed.md), or "
+                          where="train.strategy", fix="pip install 'mmtune[deepspeed]' after torch (docs/distributed.md), or "
                           "train.strategy=fsdp: PyTorch's own sharding, nothing to install")
     from deepspeed.accelerator import get_accelerator
 
