@@ -82,8 +82,9 @@ def deepspeed_accelerator(cpu: bool, **kwargs):
     if cpu:
         PartialState(cpu=True)
     before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
-    if PartialState().initialized:
-        _BEFORE_DEEPSPEED[:] = [PartialState().distributed_type]
+    shared = need_attr(PartialState, "_shared_state", "accelerate", _FEATURE)  # read only: PartialState() would start it
+    if shared:
+        _BEFORE_DEEPSPEED[:] = [shared["distributed_type"]]
     try:
         accelerator = Accelerator(cpu=False, **kwargs)
     finally:
