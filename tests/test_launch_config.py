@@ -65,4 +65,4 @@ def test_zero_without_deepspeed_is_refused_before_anything_is_built(tmp_path):
     two = replace(local_target("cpu"), processes=2)  # as under torchrun with 2 processes
     with pytest.raises(ConfigError) as e:
         make_accelerator(resolve_run(cfg, two))
-    assert "pip install deepspeed" in e.value.fix and "train.strategy=fsdp" in e.value.fix
+    assert "mmtune[deepspeed]" in e.value.fix and "train.strategy=fsdp" in e.value.fix

@@ -15,7 +15,7 @@ SRC = ROOT / "src" / "mmtune"
 # import name -> distribution name, where they differ
 DIST = {"PIL": "pillow", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "av": "av", "liger_kernel": "liger-kernel"}
 # Imported only when the matching feature is asked for, each declared in the extra named here.
-OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "gpu",
+OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "deepspeed",
             "liger_kernel": "gpu"}
 
 

@@ -61,11 +61,15 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
-    extra = {}
+    cpu = resolved.device == "cpu"
     if resolved.strategy in ("zero2", "zero3") and resolved.target.processes > 1:
-        extra = _deepspeed_kwargs(resolved)
-    accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=resolved.device == "cpu",
-                              **extra)
+        from .compat.accelerate_state import deepspeed_accelerator
+
+        # Not Accelerator(cpu=True, ...): accelerate would drop DeepSpeed there and run DDP (compat docstring).
+        accelerator = deepspeed_accelerator(cpu, mixed_precision=resolved.accelerate_mixed_precision,
+                                            **_deepspeed_kwargs(resolved))
+    else:
+        accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=cpu)
     if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
         from .compat.accelerate_state import enable_cpu_fp16
 
@@ -84,14 +88,49 @@ def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
 
     if importlib.util.find_spec("deepspeed") is None:
         raise ConfigError(f"train.strategy={resolved.strategy} needs DeepSpeed, which is not installed here",
-                          where="train.strategy", fix="pip install deepspeed (docs/distributed.md), or "
+                          where="train.strategy", fix="pip install 'mmtune[deepspeed]' after torch (docs/distributed.md), or "
                           "train.strategy=fsdp: PyTorch's own sharding, nothing to install")
+    from deepspeed.accelerator import get_accelerator
+
+    picked = get_accelerator().device_name()  # DeepSpeed picks its device itself (DS_ACCELERATOR, else detected)
+    if picked != resolved.device:
+        raise ConfigError(f"train.strategy={resolved.strategy}: the run trains on {resolved.device} but DeepSpeed "
+                          f"picked its {picked!r} accelerator", where="train.device",
+                          fix=f"DS_ACCELERATOR={resolved.device} in the launch environment, or "
+                              f"train.device={picked}")
     kwargs = {"gradient_accumulation_steps": resolved.cfg.train.grad_accum}
     if not user_deepspeed_launch():
         from accelerate.utils import DeepSpeedPlugin
 
-        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=deepspeed_config(resolved))
+        # zero3_init_flag off, as in the generated accelerate_config.yaml: the model is built whole (the tiny
+        # twins from the seed, the same weights as under ddp; load_model's dtype casts need whole tensors)
+        # and partitioned at prepare. accelerate's default for stage 3 (on) would build it under
+        # deepspeed.zero.Init, with other random weights and partitioned tensors from the start.
+        kwargs["deepspeed_plugin"] = DeepSpeedPlugin(hf_ds_config=deepspeed_config(resolved), zero3_init_flag=False)
     return kwargs
+
+
+class _built_whole:
+    """The model built whole on every rank, also under DeepSpeed ZeRO-3 (partitioned later, at prepare).
+
+    accelerate's ZeRO-3 plugin registers its config with transformers, which then builds every model
+    under `deepspeed.zero.Init`, whatever zero3_init_flag says: a tiny twin would get other random weights
+    than under ddp, and load_model's dtype casts would meet partitioned tensors. The registration is lifted
+    for the build and put back after it (`generate` reads it to run in step on every rank)."""
+
+    def __init__(self, accelerator):
+        state = getattr(accelerator, "state", None)
+        self.plugin = getattr(state, "deepspeed_plugin", None) if state is not None else None
+
+    def __enter__(self):
+        if self.plugin is not None:
+            from transformers.integrations import unset_hf_deepspeed_config
+
+            unset_hf_deepspeed_config()
+
+    def __exit__(self, *exc):
+        if self.plugin is not None:
+            self.plugin.set_deepspeed_weakref()
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weights: bool = False):
@@ -304,8 +343,9 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
     torch.manual_seed(cfg.train.seed)
-    loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device,
-                                                random_weights=cfg.model.weights == "random")
+    with _built_whole(accelerator):
+        loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device,
+                                                    random_weights=cfg.model.weights == "random")
     model_s = round(time.perf_counter() - t_model, 2)
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 
@@ -380,6 +420,12 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             _configure_ddp(run)
             run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
             run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+            if accelerator.distributed_type == "DEEPSPEED":  # what ran, for the summary (not what was asked)
+                import torch.distributed as dist
+
+                run.decisions.append(f"DeepSpeed ZeRO-{run.model.zero_optimization_stage()} engine: "
+                                     f"{accelerator.num_processes} ranks over {dist.get_backend()}, optimizer "
+                                     f"{type(run.model.optimizer).__name__} around torch {cfg.train.optimizer}")
         from .stages import lr_scale
 
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,

@@ -36,9 +36,18 @@ def balance_for(run, records) -> MediaBalance | None:
     """A MediaBalance over `records` when the run's strategy shards the weights over several ranks and the
     model has media towers, else None (training and evaluation ask the same question)."""
     acc, towers = run.accelerator, set(run.encoder.modalities) & set(KINDS)
-    if run.resolved.strategy not in ("fsdp", "zero3") or acc.num_processes < 2 or not towers:
+    if not shards_weights(run) or acc.num_processes < 2 or not towers:
         return None
     return MediaBalance(acc, records, run.encoder)
+
+
+def shards_weights(run) -> bool:
+    """fsdp / zero3 by train.strategy, or a ZeRO-3 engine from the user's own `accelerate launch --config_file`
+    (the DeepSpeed config it carries says stage 3 whatever train.strategy says)."""
+    if run.resolved.strategy in ("fsdp", "zero3"):
+        return True
+    plugin = getattr(getattr(run.accelerator, "state", None), "deepspeed_plugin", None)
+    return plugin is not None and (plugin.deepspeed_config.get("zero_optimization") or {}).get("stage") == 3
 
 
 class MediaBalance:

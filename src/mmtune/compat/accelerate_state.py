@@ -22,6 +22,14 @@ def reset_accelerate_state() -> None:
     gradient_state = need("accelerate.state", "GradientState", "accelerate", _FEATURE)
     need_attr(accelerator_state, "_reset_state", "accelerate", _FEATURE)(reset_partial_state=False)
     need_attr(gradient_state, "_reset_state", "accelerate", _FEATURE)()
+    if _BEFORE_DEEPSPEED:  # a DeepSpeed run wrote its type into the process state: the next run starts without
+        partial = need("accelerate.state", "PartialState", "accelerate", _FEATURE)
+        need_attr(partial, "_shared_state", "accelerate", _FEATURE)["distributed_type"] = _BEFORE_DEEPSPEED.pop()
+
+
+# The process state's distributed type before a DeepSpeed Accelerator overwrote it (accelerate 1.15 copies
+# AcceleratorState's DEEPSPEED into PartialState at the end of AcceleratorState.__init__); put back at reset.
+_BEFORE_DEEPSPEED: list = []
 
 
 def enable_cpu_fp16(accelerator) -> None:
@@ -49,4 +57,47 @@ def enable_cpu_fp16(accelerator) -> None:
     accelerator.scaler = torch.amp.GradScaler("cpu")
 
 
-__all__ = ["enable_cpu_fp16", "reset_accelerate_state"]
+def deepspeed_accelerator(cpu: bool, **kwargs):
+    """An Accelerator running DeepSpeed (`deepspeed_plugin` in kwargs), also on CPU ranks.
+
+    accelerate 1.15 turns DeepSpeed on only for `cpu=False`: with `cpu=True` it silently drops the plugin
+    and runs plain DDP (MULTI_CPU). With `cpu=False` on a machine without a GPU it finds no device backend,
+    lets DeepSpeed start the process group itself and then records 1 process and rank 0 on every rank
+    (state.py: `backend is None` -> num_processes = 1), so every rank would act as the main one. Starting
+    the process state first as the CPU one (`PartialState(cpu=True)`: gloo, the real world size and rank)
+    and then asking for DeepSpeed gives the state DeepSpeed needs: AcceleratorState copies that
+    process state and switches its type to DEEPSPEED (state.py, AcceleratorState.__init__); DeepSpeed
+    adopts the existing gloo group (its CPU accelerator's backend without oneCCL).
+
+    accelerate also leaves `ACCELERATE_USE_DEEPSPEED=true` in the environment once a plugin was given,
+    which a later Accelerator in the same process (the next run of a test, `eval` after `train`) reads as
+    "launched by accelerate with DeepSpeed" and turns DeepSpeed on from environment defaults; the
+    variable is put back as it was. Checked on accelerate 1.15 with DeepSpeed 0.19.8 (CPU, gloo).
+    """
+    import os
+
+    from accelerate import Accelerator, PartialState
+    from accelerate.utils import DistributedType
+
+    if cpu:
+        PartialState(cpu=True)
+    before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
+    shared = need_attr(PartialState, "_shared_state", "accelerate", _FEATURE)  # read only: PartialState() would start it
+    if shared:
+        _BEFORE_DEEPSPEED[:] = [shared["distributed_type"]]
+    try:
+        accelerator = Accelerator(cpu=False, **kwargs)
+    finally:
+        if before is None:
+            os.environ.pop("ACCELERATE_USE_DEEPSPEED", None)
+        else:
+            os.environ["ACCELERATE_USE_DEEPSPEED"] = before
+    if accelerator.distributed_type != DistributedType.DEEPSPEED:
+        from . import CompatError
+
+        raise CompatError(f"accelerate did not turn DeepSpeed on (distributed type {accelerator.distributed_type})",
+                          fix="pip install 'accelerate>=1.15', or train.strategy=ddp / fsdp")
+    return accelerator
+
+
+__all__ = ["deepspeed_accelerator", "enable_cpu_fp16", "reset_accelerate_state"]

@@ -175,6 +175,7 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     from safetensors.torch import save_file
 
     from ..sharding import full_state_dict
+    from .deepspeed_checkpoint import gathered_state, save_deepspeed, writes_deepspeed
     from .sharded_checkpoint import save_rank_rng, save_sharded, writes_sharded
 
     acc = run.accelerator
@@ -189,7 +190,11 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     save_rank_rng(tmp, acc.process_index, acc.num_processes, rng_state())
     model = run.unwrapped_model()
     sharded = writes_sharded(run)
-    if sharded:
+    zero = writes_deepspeed(run)  # DeepSpeed ZeRO: each rank writes its optimizer partition (deepspeed_checkpoint.py)
+    if zero:
+        save_deepspeed(run, tmp)
+        whole, trainable = gathered_state(run)  # on the main rank (ZeRO-3: gathered, a collective)
+    elif sharded:
         save_sharded(run, tmp)
         # The loadable adapter is small: gathered onto the main rank. A full model is gathered by `mmtune
         # export` from the shards, not at every save.
@@ -198,7 +203,10 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     if not main:
         return final
     # ---- the main rank: loadable weights, state.pt, meta, config; then manifest and rename
-    if not sharded:
+    if zero:
+        export_weights(model, run, tmp, state_dict=trainable if run.cfg.adapter.method != "full" else whole)
+        save_file(trainable, str(tmp / "trainable.safetensors"))
+    elif not sharded:
         export_weights(model, run, tmp)
         save_file(trainable_state(model), str(tmp / "trainable.safetensors"))
     elif gathered is not None:
@@ -206,7 +214,7 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     elif run.processor is not None and hasattr(run.processor, "save_pretrained"):
         run.processor.save_pretrained(str(tmp / "processor"))
     torch.save({
-        "optimizer": None if sharded else run.optimizer.state_dict(),  # sharded: in sharded/
+        "optimizer": None if sharded or zero else run.optimizer.state_dict(),  # in sharded/ or deepspeed/
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler_state(),
         "rng": rng_state(),
@@ -280,11 +288,23 @@ def load_checkpoint(run, ckpt: Path) -> dict:
 
     from ..console import console
     from ..errors import MMTuneError
+    from .deepspeed_checkpoint import has_deepspeed, load_deepspeed, writes_deepspeed
     from .sharded_checkpoint import has_sharded, load_sharded, rank_rng, writes_sharded
 
     state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
-    if has_sharded(ckpt):
+    if has_deepspeed(ckpt) != writes_deepspeed(run):  # the optimizer state of one cannot go into the other
+        wrote, n = state_strategy(ckpt), state.get("world_size")
+        engines = ("a DeepSpeed engine", "PyTorch's optimizer")
+        was, now = engines if has_deepspeed(ckpt) else engines[::-1]
+        raise MMTuneError(f"{ckpt.name} holds the optimizer state of {was} (train.strategy={wrote} on {n} "
+                          f"process(es)); this run steps with {now} (train.strategy={run.resolved.strategy} on "
+                          f"{run.accelerator.num_processes}): the two do not convert into each other", where=str(ckpt),
+                          fix=f"resume with train.strategy={wrote} on {n} process(es), or start over with "
+                              "train.resume=false (its weights alone: mmtune eval / export read trainable.safetensors)")
+    if has_deepspeed(ckpt):
+        load_deepspeed(run, ckpt, state.get("world_size"))  # weights, master weights, optimizer: exact
+    elif has_sharded(ckpt):
         load_sharded(run, ckpt)  # weights and optimizer, resharded onto this world size
     elif writes_sharded(run) and run.accelerator.num_processes > 1:
         raise MMTuneError(f"{ckpt.name} was written without sharding (train.strategy={state_strategy(ckpt)}); "

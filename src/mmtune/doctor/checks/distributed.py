@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..findings import error, warning
+from ..findings import error, info, warning
 from ..registry import check
 
 
@@ -63,19 +63,28 @@ def _as_str(v) -> str | None:
     return None if v is None else str(v).lower()
 
 
-@check("MM045", "DeepSpeed ZeRO-3: mmtune's checkpoints would hold no weights", fast=True)
+@check("MM045", "DeepSpeed ZeRO-3: the launch lets mmtune gather the weights at each save", fast=True)
 def zero3_checkpoints(ctx):
-    """ZeRO-3 partitions every parameter across ranks (each rank holds a size-0 placeholder); mmtune
-    saves with the model's own save_pretrained, which then writes empty tensors: the adapter file of a
-    few hundred bytes of peft#2892, trl#4416, DeepSpeed#7900."""
+    """ZeRO-3 partitions every parameter across ranks (each rank holds a size-0 placeholder). mmtune's
+    checkpoints gather the weights onto the main rank through accelerate's `get_state_dict`, which DeepSpeed
+    allows only with `stage3_gather_16bit_weights_on_model_save` (else accelerate stops the save with
+    "Cannot get 16bit model weights"); written from the placeholders instead, the adapter is the few
+    hundred bytes of peft#2892, trl#4416, DeepSpeed#7900. `train.strategy=zero3` under torchrun generates
+    a config with it on; a user's own file or `accelerate launch` flags must say so."""
     ctx.need("cfg")
     ds = deepspeed_launch()
     if ds is None or ds.zero_stage != 3:
         return
-    yield error("launched with DeepSpeed ZeRO-3: parameters are partitioned across ranks and mmtune saves "
-                "checkpoints with save_pretrained, which writes the size-0 placeholders (an empty adapter / model) "
-                "and resumes from nothing", where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE",
-                fix="ZeRO-2 (accelerate launch --config_file recipes/accelerate/zero2.yaml) or plain DDP (torchrun)")
+    gather = ((ds.config.get("zero_optimization") or {}).get("stage3_gather_16bit_weights_on_model_save")
+              if ds.config else os.environ.get("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL"))
+    if str(gather).lower() == "true":
+        return
+    yield error("launched with DeepSpeed ZeRO-3 without stage3_gather_16bit_weights_on_model_save: the partitioned "
+                "weights cannot be gathered when mmtune saves a checkpoint, so the first save stops the run "
+                "(\"Cannot get 16bit model weights\")", where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE",
+                fix='"stage3_gather_16bit_weights_on_model_save": true under zero_optimization in the DeepSpeed '
+                    "config (accelerate launch --zero3_save_16bit_model true), or launch with torchrun and "
+                    "train.strategy=zero3: mmtune generates the config")
 
 
 @check("MM046", "QLoRA is not launched under DeepSpeed ZeRO-3", fast=True)
@@ -94,8 +103,10 @@ def zero3_qlora(ctx):
        needs=("cfg", "resolved"), fast=True)
 def zero3_modalities(ctx):
     """ZeRO-3 gathers each module's parameters collectively when it runs: a rank whose batch has no
-    image skips the vision tower while the others wait in its all-gather, so mixed image and text data
-    hangs without an error (DeepSpeed#7170, ms-swift#3213, LLaMA-Factory#5648, Qwen3-VL#126)."""
+    image skips the vision tower while the others wait in its all-gather (DeepSpeed#7170, ms-swift#3213,
+    LLaMA-Factory#5648, Qwen3-VL#126; on 2 CPU gloo ranks: "Received data size doesn't match expected size"
+    at the first such step, docs/distributed.md). mmtune's loop prevents it under any ZeRO-3 engine
+    (media_balance.py: a masked row of a one-medium record); MM080 says whether the data allows it."""
     ds = deepspeed_launch()
     if ds is None or ds.zero_stage != 3:
         return
@@ -108,10 +119,11 @@ def zero3_modalities(ctx):
     if kinds and len(kinds) == 1:
         return  # one batch kind throughout: every rank runs the same modules
     said = f" (batch kinds in the data: {', '.join(kinds)})" if kinds else ""
-    yield warning(f"DeepSpeed ZeRO-3 with {family.name} ({', '.join(media)} encoders): a step where one rank's "
-                  f"micro-batch has no {media[0]} and another's has skips the encoder on one rank only and hangs in "
-                  f"ZeRO-3's parameter gather{said}", where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE",
-                  fix="ZeRO-2 (recipes/accelerate/zero2.yaml) or DDP; or one modality per dataset")
+    yield info(f"DeepSpeed ZeRO-3 with {family.name} ({', '.join(media)} encoders): a step where one rank's "
+               f"micro-batch has no {media[0]} and another's has would leave one rank waiting in the encoder's "
+               f"parameter gather{said}; the loop adds a masked {media[0]} row to such batches (tower_rows_added "
+               "in summary.json); MM080 checks that the data has a record to take it from",
+               where=ds.config_file or "ACCELERATE_DEEPSPEED_ZERO_STAGE")
 
 
 @check("MM048", "under DeepSpeed, gradient accumulation is the run's own", fast=True)

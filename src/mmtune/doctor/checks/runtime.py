@@ -208,10 +208,15 @@ def towers_in_step(ctx):
     added to a batch that lacks a kind another rank has); this check says when that happens and whether
     the data allows it."""
     from ...media_balance import KINDS
+    from .distributed import deepspeed_launch
 
     cfg, resolved, scan = ctx.need("cfg"), ctx.need("resolved"), ctx.need("scan")
-    if resolved.strategy not in ("fsdp", "zero3"):
+    launch = deepspeed_launch()
+    user_zero3 = launch is not None and launch.zero_stage == 3  # `accelerate launch` with the user's ZeRO-3 file
+    if resolved.strategy not in ("fsdp", "zero3") and not user_zero3:
         return
+    how = f"train.strategy={resolved.strategy}" if resolved.strategy in ("fsdp", "zero3") else \
+        "DeepSpeed ZeRO-3 (accelerate launch)"
     for split in scan.splits:
         sigs = {s for s, n in split.signatures.items() if n}
         if len(sigs) < 2:
@@ -222,17 +227,17 @@ def towers_in_step(ctx):
         mix = ", ".join(f"{n} {s}" for s, n in sorted(split.signatures.items()) if n)
         if len(alone) < len(kinds):
             missing = [k for k in kinds if k not in alone]
-            yield error(f"{split.split}: records mix media kinds ({mix}) under train.strategy={resolved.strategy}, "
+            yield error(f"{split.split}: records mix media kinds ({mix}) under {how}, "
                         f"and no record holds {', '.join(missing)} alone: the loop cannot keep every rank's towers in "
                         "step (a rank without that kind would wait in another's all-gather)", where=where,
                         fix="train.strategy=ddp (no collective in the forward), or add one record with only "
                             + " / ".join(missing))
         elif cfg.train.aux_losses:
-            yield error(f"{split.split}: records mix media kinds ({mix}) under train.strategy={resolved.strategy} "
+            yield error(f"{split.split}: records mix media kinds ({mix}) under {how} "
                         "with train.aux_losses: the masked tower rows that keep ranks in step carry no auxiliary "
                         "targets", where=where, fix="train.strategy=ddp with auxiliary losses")
         else:
-            yield info(f"{split.split}: records mix media kinds ({mix}); under train.strategy={resolved.strategy} "
+            yield info(f"{split.split}: records mix media kinds ({mix}); under {how} "
                        "every rank must run the same towers in each step (ZeRO-3 / FSDP hang otherwise): the loop "
                        "adds a masked row of a one-medium record to a batch lacking a kind another rank has "
                        "(counted as tower_rows_added in summary.json)", where=where)
