@@ -136,7 +136,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
                                kind=cfg.train.scheduler)
     trainable = [p for g in groups for p in g["params"] if p.requires_grad]
-    aux, batch = with_aux(cfg, pm.model.config, pm.processor, pb.micro_batch)
+    aux, batch = with_aux(cfg, pm.model, pm.processor, pb.micro_batch)
     loss_impl = cfg.train.loss_impl  # decided in the resolved run
     if loss_impl == "liger":  # a Triton kernel cannot run on fake tensors: its chunked torch twin is traced
         loss_impl = "chunked"
@@ -174,14 +174,15 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     return pm, pb, ex, dtype
 
 
-def with_aux(cfg, model_config, processor, batch: dict):
+def with_aux(cfg, model, processor, batch: dict):
     """train.aux_losses and the worst-case batch with their inputs (every record with a target); shared by the
-    plan and `plan --verify`, so both run the same step."""
+    plan and `plan --verify`, so both run the same step. `model.config` is read only when there are terms (a
+    brought model may have none)."""
     if not cfg.train.aux_losses:
         return [], batch
     from ..aux_losses import AuxContext, build_terms
 
-    aux = build_terms(cfg.train.aux_losses, AuxContext.of(model_config, processor))
+    aux = build_terms(cfg.train.aux_losses, AuxContext.of(model.config, processor))
     for t in aux:
         batch = {**batch, **t.loss.placeholder_inputs(batch)}
     return aux, batch

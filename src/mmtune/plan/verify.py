@@ -59,7 +59,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     loaded, adapters = build_model_and_adapters(resolved, device=dev, random_weights=True)
     model = adapters.model.to(dev)
     # the plan's step: its auxiliary losses at full weight and its loss implementation, run for real here
-    aux, micro_batch = with_aux(cfg, loaded.model.config, loaded.processor, micro_batch)
+    aux, micro_batch = with_aux(cfg, loaded.model, loaded.processor, micro_batch)
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     scheduler = make_scheduler(optimizer, warmup=0, total=warmup + steps + 1, kind="constant")
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
