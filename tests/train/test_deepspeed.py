@@ -20,7 +20,7 @@ from test_fsdp import close, two_ranks  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                       reason="DeepSpeed is not installed here: pip install --no-build-isolation 'mmtune[deepspeed]' "
+                       reason="DeepSpeed is not installed here: pip install 'mmtune[deepspeed]' "
                               "after a CPU torch (docs/distributed.md)"),
     pytest.mark.slow,
     pytest.mark.distributed,
