@@ -2,8 +2,9 @@
 same losses as ddp and as one process, checkpoints that resume bit-identical, evaluation on every rank,
 and the mixed text-only / image batches that hang ZeRO-3 kept in step by the loop.
 
-DeepSpeed is not among mmtune's test dependencies (docs/distributed.md says why; .ci/run installs it with
-MMTUNE_CI_DEEPSPEED=1): without it these tests skip, and tests/test_launch_config.py checks the refusal."""
+DeepSpeed is an optional dependency (the [deepspeed] extra); .ci/run installs it (unless MMTUNE_CI_DEEPSPEED=0,
+or without g++, which it says), so these run in CI. Without it they skip, and tests/test_launch_config.py
+checks the refusal."""
 
 from __future__ import annotations
 
