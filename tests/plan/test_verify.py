@@ -51,16 +51,10 @@ def test_random_weights_build_from_the_config_without_weights_files(tmp_path):
     """A model known only by its config (here a folder with config.json and tokenizer, no weights) is built at
     its real architecture with random weights on the device."""
     from mmtune.build import build_model_and_adapters
-    from mmtune.models.tiny import tiny_config_and_processor
     from mmtune.resolve import local_target, resolve_run
+    from tests.train.conftest import config_only_folder
 
-    config, processor = tiny_config_and_processor("tiny/qwen2")
-    config.num_hidden_layers = 3
-    config.layer_types = [config.layer_types[0]] * 3
-    folder = tmp_path / "m"
-    config.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    (folder / "model.safetensors").write_bytes(b"")  # the folder check wants a weights file; never read
+    folder = config_only_folder(tmp_path / "m", layers=3, weights_stub=True)
     cfg = load_config(None, COMMON[1:] + [f"model.name={folder}"])
     loaded, result = build_model_and_adapters(resolve_run(cfg, local_target("cpu")), device="cpu",
                                               random_weights=True)
@@ -92,15 +86,10 @@ def test_measure_run_runs_the_planned_loss_implementation(tmp_path):
     """`plan --verify` measures the step the plan traced: with train.loss_impl=chunked the measured step uses the
     chunked loss too. A 16k vocabulary makes the difference large (each copy of the full loss's fp32 logits of a
     128-token row is 8 MiB, more than the rest of the step), so measuring the full loss misses the plan by ~80 %."""
-    from mmtune.models.tiny import tiny_config_and_processor
     from mmtune.plan.verify import verify
+    from tests.train.conftest import config_only_folder
 
-    config, processor = tiny_config_and_processor("tiny/qwen2")
-    config.vocab_size = 16384
-    folder = tmp_path / "m"
-    config.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    (folder / "model.safetensors").write_bytes(b"")  # the folder check wants a weights file; never read
+    folder = config_only_folder(tmp_path / "m", layers=None, vocab_size=16384, weights_stub=True)
     cfg = load_config(None, COMMON[1:] + [f"model.name={folder}", "train.loss_impl=chunked"])
     v = verify(cfg, gpu=None, device="cpu", warmup=2, steps=1)
     assert abs(v.error_pct["peak_allocated"]) <= 2.0, v

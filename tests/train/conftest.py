@@ -8,6 +8,27 @@ from pathlib import Path
 import pytest
 
 
+def config_only_folder(folder: Path, *, layers: int | None = 3, vocab_size: int | None = None,
+                       weights_stub: bool = False) -> Path:
+    """A tiny Qwen2's model folder with config.json and the tokenizer but no weights (what a user has with only
+    the config): `layers` decoder layers, `vocab_size` if given; `weights_stub` adds an empty
+    model.safetensors for code that wants a weights file to exist (never read)."""
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    config, processor = tiny_config_and_processor("tiny/qwen2")
+    if layers is not None:
+        config.num_hidden_layers = layers
+        config.layer_types = [config.layer_types[0]] * layers
+    if vocab_size is not None:
+        config.vocab_size = vocab_size
+    folder.mkdir(parents=True, exist_ok=True)
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if weights_stub:
+        (folder / "model.safetensors").write_bytes(b"")
+    return folder
+
+
 def make_dataset(folder: Path, n: int, seed: int = 0) -> Path:
     import random
 

@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from equivalence_runs import STEPS, run_case  # noqa: E402
-from test_fsdp import close, two_ranks  # noqa: E402
+from test_fsdp import assert_eval_on_every_rank_matches_one_process, close, two_ranks  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
@@ -104,23 +104,7 @@ def test_zero_checkpoints_resume_bit_identical_and_export(tmp_path):
 def test_evaluation_on_every_rank_under_zero3_gives_the_one_process_metrics(tmp_path):
     """~1 min: generation under ZeRO-3 runs in step on both ranks (synced), the masked tower rows keep the
     mixed eval batches in step, and the gathered metrics are those of one process."""
-    jobs = [{"key": s, "case": "mixed-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
-            for s in ("zero3", "zero2")]
-    two_ranks(jobs, tmp_path)
-    run_case("mixed-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
-
-    def results(tag):
-        run = tmp_path / "mixed-lora" / f"run-{tag}"
-        preds = [json.loads(ln) for ln in (run / "predictions.jsonl").read_text().splitlines()]
-        return json.loads((run / "summary.json").read_text())["eval"], preds
-
-    one_metrics, one_preds = results("eval-one")
-    for s in ("zero3", "zero2"):
-        metrics, preds = results(f"eval-{s}")
-        assert [p["id"] for p in preds] == [p["id"] for p in one_preds]
-        assert [p["prediction"] for p in preds] == [p["prediction"] for p in one_preds], s
-        assert metrics["exact_match"] == one_metrics["exact_match"] and metrics["anls"] == one_metrics["anls"]
-        assert abs(metrics["eval_loss"] - one_metrics["eval_loss"]) <= 1e-5 * one_metrics["eval_loss"], s
+    assert_eval_on_every_rank_matches_one_process(tmp_path, ("zero3", "zero2"))
 
 
 def test_torchrun_and_accelerate_launch_as_a_user_types_them(tmp_path):

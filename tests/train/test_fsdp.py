@@ -72,14 +72,11 @@ def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_
         assert "train.strategy: fsdp (requested)" in decisions
 
 
-@pytest.mark.slow  # ~40 s: two 2-rank runs in one launch, one 1-process run
-@pytest.mark.distributed
-def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
-    """Each rank evaluates its shard (3 records: 2 + 1, the short shard filled with a repeat that counts
-    nowhere); the gathered predictions and metrics are those of one process, also when the weights are
-    sharded (FSDP: generation in step across ranks)."""
+def assert_eval_on_every_rank_matches_one_process(tmp_path, strategies) -> None:
+    """2-rank evaluation of the mixed case under each strategy (one launch) against one process: the same
+    predictions in order and the same metrics (test_deepspeed.py uses it for zero2 / zero3)."""
     jobs = [{"key": s, "case": "mixed-lora", "strategy": s, "tag": f"eval-{s}", "evaluate": True, "max_steps": 2}
-            for s in ("ddp", "fsdp")]
+            for s in strategies]
     two_ranks(jobs, tmp_path)
     run_case("mixed-lora", "ddp", tmp_path, 1, tag="eval-one", evaluate=True, max_steps=2)
 
@@ -90,12 +87,21 @@ def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
 
     one_metrics, one_preds = results("eval-one")
     assert len(one_preds) == 3 and set(one_metrics) == {"eval_loss", "exact_match", "anls"}
-    for s in ("ddp", "fsdp"):
+    for s in strategies:
         metrics, preds = results(f"eval-{s}")
         assert [p["id"] for p in preds] == [p["id"] for p in one_preds]  # all records, in order, once
         assert [p["prediction"] for p in preds] == [p["prediction"] for p in one_preds], s
         assert metrics["exact_match"] == one_metrics["exact_match"] and metrics["anls"] == one_metrics["anls"]
         assert abs(metrics["eval_loss"] - one_metrics["eval_loss"]) <= 1e-5 * one_metrics["eval_loss"], s
+
+
+@pytest.mark.slow  # ~40 s: two 2-rank runs in one launch, one 1-process run
+@pytest.mark.distributed
+def test_evaluation_on_every_rank_gives_the_one_process_metrics(tmp_path):
+    """Each rank evaluates its shard (3 records: 2 + 1, the short shard filled with a repeat that counts
+    nowhere); the gathered predictions and metrics are those of one process, also when the weights are
+    sharded (FSDP: generation in step across ranks)."""
+    assert_eval_on_every_rank_matches_one_process(tmp_path, ("ddp", "fsdp"))
 
 
 @pytest.mark.slow  # ~70 s: one 2-rank launch of 8 short runs, and 2 one-process runs

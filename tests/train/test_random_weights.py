@@ -7,19 +7,7 @@ import math
 import pytest
 
 from mmtune.errors import MMTuneError
-
-
-def _config_only_folder(tmp_path):
-    """A model folder with config.json and the tokenizer but no weights (what a user has with only the config)."""
-    from mmtune.models.tiny import tiny_config_and_processor
-
-    config, processor = tiny_config_and_processor("tiny/qwen2")
-    config.num_hidden_layers = 3
-    config.layer_types = [config.layer_types[0]] * 3
-    folder = tmp_path / "m"
-    config.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+from tests.train.conftest import config_only_folder
 
 
 def test_train_from_random_weights_says_so_and_export_refuses(tmp_path):
@@ -28,7 +16,7 @@ def test_train_from_random_weights_says_so_and_export_refuses(tmp_path):
     from mmtune.commands.train import run_training
     from mmtune.export import export
 
-    folder = _config_only_folder(tmp_path)
+    folder = config_only_folder(tmp_path / "m")
     out = tmp_path / "run"
     overrides = [f"model.name={folder}", "model.weights=random", "data.train=synthetic:arithmetic",
                  "data.synthetic_train_size=8", "data.max_length=64", "adapter.method=lora", "train.max_steps=2",
@@ -50,7 +38,7 @@ def test_without_random_weights_the_same_folder_is_refused_for_training(tmp_path
     from mmtune.config import load_config
     from mmtune.resolve import local_target, resolve_run
 
-    folder = _config_only_folder(tmp_path)
+    folder = config_only_folder(tmp_path / "m")
     cfg = load_config(None, [f"model.name={folder}", "data.train=synthetic:arithmetic"])
     with pytest.raises(MMTuneError, match="weights"):
         resolve_run(cfg, local_target("cpu"), for_training=True)
@@ -62,7 +50,7 @@ def test_without_random_weights_the_same_folder_is_refused_for_training(tmp_path
 def test_doctor_needs_only_the_config_for_random_weights(tmp_path):
     from mmtune.doctor.runner import run_doctor
 
-    folder = _config_only_folder(tmp_path)
+    folder = config_only_folder(tmp_path / "m")
     report = run_doctor(None, [f"model.name={folder}", "model.weights=random", "data.train=synthetic:arithmetic"],
                         gpu=None, fast=True)
     assert not [f for f in report.findings if f.code == "MM024"], report.findings
