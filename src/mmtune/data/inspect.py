@@ -52,15 +52,13 @@ def scan_records(rs: RecordSet, encoder, on_bad: str = "error", cache=None, prog
     with `processes` > 1 the measuring is split over spawned processes (data/parallel_measure.py), with
     the same result in the same order."""
     from ..console import TaskBar
-    from .encode_cache import key
 
     with TaskBar(progress or "", len(rs.records), enabled=None if progress else False) as bar:
         measured = None
         if not encode and processes > 1:  # measured up front, in parallel; read back in order below
-            from .parallel_measure import measure_records
+            from .parallel_measure import measure_distinct
 
-            distinct = list({key(r): r for r in rs.records}.values())
-            measured = dict(zip(map(key, distinct), measure_records(encoder, distinct, processes, bar.advance)))
+            measured = measure_distinct(encoder, rs.records, processes, bar.advance)
         # (the progress shown was the measuring's, when it ran up front)
         return _scan(rs, encoder, on_bad, cache, bar.advance if measured is None else _nothing, encode, measured)
 

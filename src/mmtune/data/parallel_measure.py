@@ -23,10 +23,14 @@ _ENCODER = None  # the worker's own Encoder (set once by _init)
 BACKGROUND_NICE = 10
 
 
+def _cpus() -> int:
+    """The CPUs this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def processes_for(n_records: int, cpus: int | None = None) -> int:
     """How many processes measure `n_records`: one per RECORDS_PER_PROCESS records, at most one per CPU."""
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = _cpus() if cpus is None else cpus
     return max(1, min(cpus, n_records // RECORDS_PER_PROCESS))
 
 
@@ -34,8 +38,7 @@ def background_processes(n_records: int, cpus: int | None = None) -> int:
     """Spawned processes for a check that runs beside training (data/startup_scan.py): the training process
     keeps its CPU, so at most one per other CPU, at least one (the check must not take the loop's GIL), and
     one per RECORDS_PER_PROCESS records beyond that."""
-    if cpus is None:
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cpus = _cpus() if cpus is None else cpus
     return max(1, min(cpus - 1, n_records // RECORDS_PER_PROCESS))
 
 
@@ -74,16 +77,30 @@ def _measure_slice(records: list) -> list:
     return [measure_one(_ENCODER, r) for r in records]
 
 
+def measure_distinct(encoder, records: list, processes: int, advance=None, here: bool = True,
+                     stop=None) -> dict | None:
+    """measure_records over the distinct records (a mixture repeats records: each measured once), by
+    encode_cache.key; None when `stop` was set first. Shared by the check before step 1
+    (inspect.scan_records) and the one beside training (startup_scan.check)."""
+    from .encode_cache import key
+
+    distinct = list({key(r): r for r in records}.values())
+    results = measure_records(encoder, distinct, processes, advance, here=here, stop=stop)
+    return None if results is None else dict(zip(map(key, distinct), results))
+
+
 def measure_records(encoder, records: list, processes: int, advance=None, here: bool = True, stop=None) -> list:
     """measure_one for each record, in order; `processes` - 1 spawned workers plus this process, or with
     `here=False` `processes` spawned workers and none of the measuring in this process (the check beside
-    training: the training process's interpreter is the loop's); `stop` (a threading.Event) then ends it
+    training: the training process's interpreter is the loop's); `stop` (a threading.Event) ends it
     early: the pieces not started are cancelled and None is returned."""
     if not here and records:
         return _measure_spawned(encoder, records, processes, advance, stop)
     if processes <= 1 or len(records) < 2:
         out = []
         for r in records:
+            if stop is not None and stop.is_set():
+                return None
             out.append(measure_one(encoder, r))
             if advance:
                 advance()

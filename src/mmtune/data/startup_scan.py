@@ -100,20 +100,12 @@ def check(records: list[Record], encoder, on_bad: str, processes: int = 0, stop=
     the same checks, lengths and first error, in record order, as the check before step 1
     (`inspect.scan_records(encode=False)`). None when `stop` was set first."""
     from .encode_cache import key
-    from .parallel_measure import as_exception, measure_one, measure_records
+    from .parallel_measure import as_exception, measure_distinct
 
-    distinct = list({key(r): r for r in records}.values())
-    if processes > 0:
-        results = measure_records(encoder, distinct, processes, here=False, stop=stop)
-    else:
-        results = []
-        for r in distinct:
-            if stop is not None and stop.is_set():
-                return None
-            results.append(measure_one(encoder, r))
-    if results is None:
+    # processes == 0: measured in this thread; else in spawned processes only (the loop keeps this interpreter)
+    verdict = measure_distinct(encoder, records, processes, here=processes == 0, stop=stop)
+    if verdict is None:
         return None
-    verdict = dict(zip(map(key, distinct), results))
     report = CheckReport(records=len(records), processes=processes)
     for i, r in enumerate(records):
         got = verdict[key(r)]

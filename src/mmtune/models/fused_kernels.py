@@ -25,6 +25,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+from collections import Counter
 from dataclasses import dataclass
 
 
@@ -175,9 +176,7 @@ def apply_liger(model, family) -> list[str]:
                              fix="train.fused_kernels=none, or a liger-kernel release that supports this "
                                  "transformers (pip install -U liger-kernel)") from None
     done = patched_by_liger(base)
-    counts: dict[str, int] = {}
-    for cls in done.values():
-        counts[cls] = counts.get(cls, 0) + 1
+    counts = Counter(done.values())
     expected = {p: _LIGER_CLASS[k] for p, (k, _) in liger_modules(base, patch).items()}
     rope_after = getattr(modeling, patch.rope, None)
     rope = (f"RoPE: {modeling.__name__.rsplit('.', 1)[-1]}.{patch.rope} replaced" if rope_before is not None
