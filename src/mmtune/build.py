@@ -288,6 +288,11 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
     import torch
 
     from .adapters import apply_adapters
+    if not meta and torch.device(device).type == "cuda":
+        from .compat.cuda_allocator import apply_cuda_allocator
+
+        # before the weights land on the GPU: the allocator the plan modelled (resolved.cuda_alloc_conf)
+        apply_cuda_allocator(resolved.cuda_alloc_conf)
     loaded = load_model(resolved, device=device, dtype=dtype, meta=meta, random_weights=random_weights)
     cfg = resolved.cfg
     if meta:  # new LoRA weights on meta too: nothing allocated, no init computed

@@ -18,6 +18,8 @@ Modules (each imports its library only when used; this file imports nothing heav
 - `layouts`       module-name prefixes that differ between transformers versions (Qwen2.5-Omni).
 - `accelerate_state`  resetting accelerate's process-wide state singletons.
 - `hub`           whether hub downloads are off, and a scoped (context-local) offline switch.
+- `cuda_allocator`  torch's runtime setter of the CUDA caching allocator's settings (the run's
+                  PYTORCH_CUDA_ALLOC_CONF decision, applied after CUDA has started).
 - `processors`    a processor's per-item media token count without pixels (`_get_num_multimodal_tokens`),
                   the data length engine's (`Encoder.measure`) source for image/video/audio tokens.
 

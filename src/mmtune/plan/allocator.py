@@ -12,6 +12,13 @@ Rules (c10/cuda/CUDACachingAllocator.cpp, default settings):
   allocator does before raising out-of-memory).
 `allocated` counts block sizes (so rounding and unsplit remainders count, as in
 `torch.cuda.memory_allocated`); `reserved` counts segments (`memory_reserved`).
+
+With `expandable_segments:True` (mmtune's default, resolve/decisions.decide_cuda_allocator) the same
+file's expandable path applies instead (`ExpandableAllocatorModel`): each pool is one segment of reserved
+address space, mapped in pages of 2 MiB (small pool) or 20 MiB (large pool); a request no free block fits
+maps pages at the segment's end, merged with a free block there; every remainder of >= 512 B is split
+off (both pools); before exceeding the GPU, free whole pages at a segment's end are unmapped. Not
+modelled: unmapping free pages inside a segment (torch does it on out-of-memory and empty_cache).
 """
 
 from __future__ import annotations
@@ -98,6 +105,14 @@ class CachingAllocatorModel:
                 self.reserved -= self._seg_size.pop(seg)
                 del self._segments[seg]
 
+    def _fresh_block(self, size: int, small: bool) -> _Block:
+        """A free block of at least `size` when no cached one fits: a new segment."""
+        return self._new_segment(segment_size(size), small)
+
+    @staticmethod
+    def _should_split(small: bool, remaining: int) -> bool:
+        return remaining >= KB512 if small else remaining > SMALL
+
     def malloc(self, serial: int, nbytes: int) -> None:
         size = round_size(nbytes)
         small = size <= SMALL
@@ -107,9 +122,9 @@ class CachingAllocatorModel:
             key = lst.pop(i)
             b = self._blocks[key[3]]
         else:
-            b = self._new_segment(segment_size(size), small)
+            b = self._fresh_block(size, small)
         remaining = b.size - size
-        if (small and remaining >= KB512) or (not small and remaining > SMALL):
+        if self._should_split(small, remaining):
             rest = _Block(b.seg, b.offset + size, remaining, small)
             rest.prev, rest.next = b, b.next
             if b.next is not None:
@@ -146,9 +161,71 @@ class CachingAllocatorModel:
         self._add_free(b)
 
 
-def replay(events, capacity: int | None = None) -> AllocatorPeak:
-    """Peak allocated / reserved of the traced events through the caching allocator model."""
-    m = CachingAllocatorModel(capacity)
+class ExpandableAllocatorModel(CachingAllocatorModel):
+    """The caching allocator under `expandable_segments:True` (module docstring): one growing segment per
+    pool, so a request no cached block fits extends the segment's end instead of adding a segment."""
+
+    def _fresh_block(self, size: int, small: bool) -> _Block:
+        page = SMALL_SEGMENT if small else LARGE_SEGMENT
+        seg = 0 if small else 1
+        last = self._last_block(seg)
+        tail_free = last.size if last is not None and last.free else 0
+        grow = -(-(size - tail_free) // page) * page
+        if self.capacity is not None and self.reserved + grow > self.capacity:
+            self._unmap_free_ends()
+            last = self._last_block(seg)
+            tail_free = last.size if last is not None and last.free else 0
+            grow = -(-(size - tail_free) // page) * page
+        self.reserved += grow
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self._seg_size[seg] = self._seg_size.get(seg, 0) + grow
+        if tail_free:
+            self._remove_free(last)
+            last.size += grow
+            return last
+        b = _Block(seg, self._seg_size[seg] - grow, grow, small)
+        if last is None:
+            self._segments[seg] = b
+        else:
+            last.next, b.prev = b, last
+        return b
+
+    @staticmethod
+    def _should_split(small: bool, remaining: int) -> bool:
+        return remaining >= KB512
+
+    def _last_block(self, seg: int) -> _Block | None:
+        b = self._segments.get(seg)
+        while b is not None and b.next is not None:
+            b = b.next
+        return b
+
+    def _unmap_free_ends(self) -> None:
+        """Unmap the whole free pages at each segment's end (torch releases cached memory before failing)."""
+        for seg, page in ((0, SMALL_SEGMENT), (1, LARGE_SEGMENT)):
+            last = self._last_block(seg)
+            if last is None or not last.free:
+                continue
+            keep = -(-last.offset // page) * page - last.offset  # up to the first page boundary in the block
+            cut = last.size - keep if keep < last.size else 0
+            if cut <= 0:
+                continue
+            self._remove_free(last)
+            last.size -= cut
+            self._seg_size[seg] -= cut
+            self.reserved -= cut
+            if last.size:
+                self._add_free(last)
+            elif last.prev is not None:
+                last.prev.next = None
+            else:
+                del self._segments[seg]
+
+
+def replay(events, capacity: int | None = None, *, expandable: bool = False) -> AllocatorPeak:
+    """Peak allocated / reserved of the traced events through the caching allocator model (`expandable`:
+    under expandable_segments:True)."""
+    m = (ExpandableAllocatorModel if expandable else CachingAllocatorModel)(capacity)
     for ev in events:
         if ev.nbytes > 0:
             if ev.nbytes:

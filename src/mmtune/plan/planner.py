@@ -287,7 +287,8 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
     total_numel = sum(p.numel() for p in pm.model.parameters())
     if spec is not None:
-        alloc = replay(tr.events, capacity=spec.total_bytes)
+        # the allocator the run will use (PYTORCH_CUDA_ALLOC_CONF, decided in the resolved run)
+        alloc = replay(tr.events, capacity=spec.total_bytes, expandable=resolved.expandable_segments)
         peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
     else:
         peak_alloc = peak_res = tr.peak_bytes

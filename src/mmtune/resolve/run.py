@@ -18,6 +18,7 @@ from .decisions import (
     decide_attention,
     decide_attention_kernels,
     decide_best_metric,
+    decide_cuda_allocator,
     decide_fused_kernels,
     decide_kbit_upcast,
     decide_loader,
@@ -79,6 +80,9 @@ class ResolvedRun:
     pad_token_id: int | None = None
     media: MediaCaps = MediaCaps()
     loader: Any = None  # data.workers.LoaderPlan: the training DataLoader's workers (decide_loader)
+    # PyTorch's CUDA caching allocator (decide_cuda_allocator): applied by build, modelled by the plan
+    cuda_alloc_conf: str = ""
+    expandable_segments: bool = False
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
@@ -117,7 +121,7 @@ class ResolvedRun:
             "family": self.family.name,
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
-            "strategy": self.strategy,
+            "strategy": self.strategy, "cuda_alloc_conf": self.cuda_alloc_conf,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -166,6 +170,12 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     decisions.append(decide_trainable_dtype(cfg.train, precision))
+    alloc_conf, expandable = "", False  # the CPU has no caching allocator to set
+    if target.gpu is not None:
+        import os
+
+        alloc_conf, expandable, d = decide_cuda_allocator(os.environ)
+        decisions.append(d)
     from ..models.fused_kernels import liger_problem
 
     fused, d = decide_fused_kernels(cfg.train.fused_kernels, target, family, cfg.adapter,
@@ -226,7 +236,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  trainable=trainable, loader=loader,
+                  trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf, expandable_segments=expandable,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor
