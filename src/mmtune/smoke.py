@@ -39,6 +39,15 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     if t["precision"] != "fp32":
         notes.append(f"precision {t['precision']} -> fp32 (CPU)")
         t["precision"] = "fp32"
+    # Liger's kernels are Triton (CUDA only), refused for a run on this CPU: the twin runs the torch paths
+    # (the chunked loss is what train.loss_impl=liger is planned as).
+    if t["fused_kernels"] == "liger":
+        notes.append("train.fused_kernels liger -> none (CPU: Liger's kernels are CUDA only)")
+        t["fused_kernels"] = "none"
+    if t["loss_impl"] == "liger":
+        notes.append("train.loss_impl liger -> chunked (CPU: Liger's fused cross entropy is CUDA only; the chunked "
+                     "loss is its torch twin)")
+        t["loss_impl"] = "chunked"
     if t["optimizer"] in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
         notes.append(f"{t['optimizer']} -> adamw (CPU)")
         t["optimizer"] = "adamw"

@@ -156,3 +156,48 @@ def test_mm055_deepspeed_ignores_max_grad_norm(doctor, launch, monkeypatch):
     assert [f.severity for f in rep.findings] == ["warning"] and "clips at 1" in rep.findings[0].message
     launch(stage=2, ds_json={"gradient_clipping": "auto"})
     assert doctor({**TINY_VL, "train": {"max_grad_norm": 0.3}}, "MM055").findings == []  # accelerate fills it
+
+
+def test_mm048_smoke_run_is_checked_with_what_it_runs(launch, tmp_path):
+    """`mmtune train --smoke` launches the tiny twin on the CPU with micro-batch <= 2, accumulation <= 2 and fp32:
+    the preflight checks the launch's DeepSpeed file against that run, not the recipe's full one (which it used
+    to: a file written for the full run passed and the smoke run then met it; one written for the smoke run was
+    refused)."""
+    import yaml
+
+    from mmtune.commands.train import preflight, preflight_findings, prepare_config, resolve_runs
+    from mmtune.errors import MMTuneError
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({**TINY_VL, "output_dir": str(tmp_path / "run"),
+                                      "train": {"micro_batch_size": 4, "grad_accum": 8, "gpu": "a100-80gb",
+                                                "precision": "bf16", "strategy": "zero2"}}))
+    cfg, run_cfg, _ = prepare_config(recipe, [], smoke=True)
+    target_run, launched = resolve_runs(cfg, run_cfg, smoke=True)
+    assert (target_run.precision, launched.precision) == ("bf16", "fp32")
+    assert (launched.cfg.train.micro_batch_size, launched.cfg.train.grad_accum) == (2, 2)
+    assert target_run.cfg.train.strategy == launched.cfg.train.strategy == "zero2"
+
+    def found(**kw):
+        return sorted((f.code, f.message) for f in preflight_findings(target_run, recipe, [], smoke=True, **kw)
+                      if f.code in ("MM048", "MM049"))
+
+    # a DeepSpeed file written for the full run: right for it, wrong for the smoke run that is launched
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 4,
+                             "gradient_accumulation_steps": 8, "bf16": {"enabled": True}})
+    assert found() == []  # checked against the full run (what the preflight did): nothing to say
+    got = found(launched=launched)
+    assert [c for c, _ in got] == ["MM048", "MM048", "MM049"], got
+    msgs = " | ".join(m for _, m in got)
+    assert "gradient_accumulation_steps=8 and the launched --smoke run train.grad_accum=2" in msgs
+    assert "train_micro_batch_size_per_gpu=4 and the launched --smoke run train.micro_batch_size=2" in msgs
+    assert "enables bf16 and the launched --smoke run is fp32" in msgs
+    with pytest.raises(MMTuneError, match="the run was not started"):
+        preflight(target_run, recipe, [], skip_checks=False, smoke=True, launched=launched)
+
+    # a file written for the smoke run: clean for it, though the full run would disagree with it
+    launch(stage=2, ds_json={"zero_optimization": {"stage": 2}, "train_micro_batch_size_per_gpu": 2,
+                             "gradient_accumulation_steps": 2, "bf16": {"enabled": "auto"}})
+    assert found(launched=launched) == []
+    assert [c for c, _ in found()] == ["MM048", "MM048"]
+    assert preflight(target_run, recipe, [], skip_checks=False, smoke=True, launched=launched) is None

@@ -30,19 +30,41 @@ def resolve_target(cfg):
     return resolve_run(cfg, target_for(cfg, local=False))
 
 
-def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: bool = False) -> dict | None:
-    """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit), both
-    on the resolved run of the target. Returns the predicted peak bytes when a GPU plan was made."""
-    if not skip_checks:
-        from ..doctor.runner import run_doctor
+def resolve_runs(cfg, run_cfg, *, smoke: bool):
+    """(the run on its target, the run this process launches, or None where that is the target's run and is
+    resolved after the preflight). `--smoke` launches the tiny twin on the CPU, resolved here, before the
+    preflight, so the checks of the launch (a DeepSpeed config's batch sizes and precision: MM048 / MM049)
+    see what runs. A full run is resolved for this machine after the preflight: loading its processor for
+    training may download it, and the doctor's findings come first."""
+    from ..resolve import local_target, resolve_run
 
-        report = run_doctor(config_path, list(overrides), gpu=None, fast=True, resolved=target_run)
+    target_run = resolve_target(cfg)
+    if not smoke:
+        return target_run, None
+    if run_cfg.train.strategy != target_run.strategy:
+        # The twin runs the strategy the real run decided on its target (auto weighs the real model).
+        run_cfg = run_cfg.model_copy(update={"train": run_cfg.train.model_copy(update={"strategy": target_run.strategy})})
+    return target_run, resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
+
+
+def preflight_findings(target_run, config_path, overrides, *, launched=None, smoke: bool = False) -> list:
+    """The doctor's fast checks on the target's resolved run (`launched`: the run this process launches, where
+    it is another), less what a --smoke run may ignore; errors and warnings only."""
+    from ..doctor.runner import run_doctor
+
+    report = run_doctor(config_path, list(overrides), gpu=None, fast=True, resolved=target_run, launched=launched)
+    return [f for f in report.findings if f.severity in ("error", "warning")
+            and not (smoke and f.code in SMOKE_IGNORES)]
+
+
+def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: bool = False,
+              launched=None) -> dict | None:
+    """Doctor's fast checks (stop on errors) and the memory plan (refuse a run that will not fit), both
+    on the resolved run of the target (the launch's own checks on `launched`, the run this process runs).
+    Returns the predicted peak bytes when a GPU plan was made."""
+    if not skip_checks:
         errors = []
-        for f in report.findings:
-            if f.severity not in ("error", "warning"):
-                continue
-            if smoke and f.code in SMOKE_IGNORES:
-                continue
+        for f in preflight_findings(target_run, config_path, overrides, launched=launched, smoke=smoke):
             errors += [f] if f.severity == "error" else []
             console.print(f"[{'red' if f.severity == 'error' else 'yellow'}]{f.severity} {f.code}[/] "
                           + escape(f.message) + (f"  ({escape(str(f.where))})" if f.where else "")
@@ -79,21 +101,19 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
 
     t_start = time.perf_counter()
     cfg, run_cfg, notes = prepare_config(config_path, overrides, smoke=smoke)
-    target_run = resolve_target(cfg)
-    if smoke and run_cfg.train.strategy != target_run.strategy:
-        # The twin runs the strategy the real run decided on its target (auto weighs the real model).
-        run_cfg = run_cfg.model_copy(update={"train": run_cfg.train.model_copy(update={"strategy": target_run.strategy})})
+    target_run, launched = resolve_runs(cfg, run_cfg, smoke=smoke)
     if smoke:
         # What the real run will decide on its target, said before the twin runs on the CPU.
         notes = [f"on {target_run.target.describe()}: {line}" for line in target_run.summary_lines()
                  if not line.startswith("target:")] + notes
     t0 = time.perf_counter()
-    plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke)
+    plan = preflight(target_run, config_path, overrides, skip_checks=skip_checks, smoke=smoke, launched=launched)
     preflight_s = round(time.perf_counter() - t0, 2)
     # Where the target is this machine and its processor is the model's own, the target's resolved run is
     # this run: not resolved (and the processor not loaded) a second time.
-    same = not smoke and target_run.target.local and target_run.processor is not None and target_run.exact_text_tokens
-    here = target_run if same else resolve_run(run_cfg, local_target(run_cfg.train.device), for_training=True)
+    same = target_run.target.local and target_run.processor is not None and target_run.exact_text_tokens
+    here = launched if launched is not None else target_run if same else resolve_run(
+        run_cfg, local_target(run_cfg.train.device), for_training=True)
     # One process per output_dir, checked before minutes of model loading (the loop holds it re-entrantly).
     with output_dir_lock(here.cfg.output_dir, enabled=main_process()):
         t_build = time.perf_counter()

@@ -2,7 +2,9 @@
 
 Pieces: `tree` (the merged YAML + profile + overrides, before validation), `cfg` (the RunConfig as
 written), `resolved` (the one resolved run: every automatic decision, the processor and its media caps,
-on the target GPU), `gpu` (the target GPU's spec), `model_config` (the model's transformers config, no
+on the target GPU), `launched` (the resolved run this process launches: `resolved` unless the caller
+supplies another -- `mmtune train --smoke` checks the launch against its tiny twin's run on the CPU, with the
+smoke run's batch sizes and precision), `gpu` (the target GPU's spec), `model_config` (the model's transformers config, no
 weights, no download; None when none is on disk or embedded), `loaded` (model + processor + family: real for tiny
 twins, on `meta` for full-size models), `adapted` (the model after adapters), `scan` (one streaming pass
 over the dataset through the training encoder's length engine), `encoder` (the run's training encoder),
@@ -129,6 +131,10 @@ class DoctorContext:
 
         cfg = self.need("cfg")
         return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False))
+
+    def _build_launched(self):
+        """The run as launched: the target's resolved run, unless train's preflight supplied the one it runs."""
+        return self.need("resolved")
 
     def _build_loaded(self):
         from .pieces import build_loaded

@@ -104,9 +104,11 @@ def make_context(config_path, overrides=None, gpu: str | None = None, *, fast: b
 
 def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: bool = False,
                write_clean: str | None = None, max_records: int | None = None, full: bool = False,
-               only: list[str] | None = None, resolved=None) -> DoctorReport:
+               only: list[str] | None = None, resolved=None, launched=None) -> DoctorReport:
     """All checks (or the fast subset `mmtune train` runs first) on CPU; see docs/doctor.md.
-    `resolved`: the caller's resolved run (train's preflight), so doctor checks exactly that run."""
+    `resolved`: the caller's resolved run (train's preflight), so doctor checks exactly that run;
+    `launched`: the run this process launches where it is another (train --smoke: the tiny twin on the CPU),
+    for the checks of the launch itself (the DeepSpeed setup against the batch sizes and precision it runs)."""
     from ..errors import ConfigError
 
     try:
@@ -116,6 +118,8 @@ def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: boo
         return DoctorReport(findings=[Finding("MM019", "error", e.what, e.where, e.fix)])
     if resolved is not None:
         ctx.put("resolved", resolved)
+    if launched is not None:
+        ctx.put("launched", launched)
     checks = [c for c in all_checks() if only is None or c.code in only]
     from ..compat.hub import offline_scope
 

@@ -47,6 +47,8 @@ LIGER_FAMILIES = {
     "qwen3_vl": LigerPatch(swiglu=False, liger_module="qwen3_vl"),
     "llava": LigerPatch(liger_module="llava"),
 }
+# Said by both keys that need liger-kernel (train.fused_kernels, train.loss_impl) where it is missing.
+LIGER_MISSING = "liger_kernel is not installed here (pip install 'mmtune[gpu]', or liger-kernel alone)"
 _LIGER_CLASS = {"rms_norm": "LigerRMSNorm", "swiglu": "LigerSwiGLUMLP", "layer_norm": "LigerLayerNorm"}
 
 
@@ -75,7 +77,7 @@ def liger_problem(family, *, probe: bool) -> str | None:
     imports for this family (a liger-kernel release and a transformers release that do not fit fail here,
     e.g. liger-kernel 0.8.5's Qwen2-VL patch on transformers 5.23); only asked for CUDA targets."""
     if importlib.util.find_spec("liger_kernel") is None:
-        return "liger_kernel is not installed here (pip install liger-kernel)"
+        return LIGER_MISSING
     patch = liger_family(family)
     if not probe or patch is None:
         return None

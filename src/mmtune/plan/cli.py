@@ -70,8 +70,10 @@ def render(result, console) -> None:
             console.print(f"  across {c['nodes']} nodes (hierarchical): within a node {gib(c['intra_node_bytes'])} per GPU "
                           f"over {c['interconnect']}, {c['intra_node_s']:.3f} s; between nodes {gib(c['inter_node_bytes'])} "
                           f"per node over {c['node_link']}: {c['inter_node_s']:.3f} s")
-    for d in r.decisions:
-        console.print(f"[dim]decision: {d}[/]")
+    from rich.markup import escape
+
+    for d in r.decisions:  # escaped: "pip install 'mmtune[gpu]'" in a reason must print, not vanish as markup
+        console.print(f"[dim]decision: {escape(d)}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
 
 

@@ -144,28 +144,43 @@ def decide_attention_kernels(attn: str, target, precision: str) -> Decision:
 AUTO_CHUNK_BYTES = 256 << 20  # auto: chunked once a micro-batch's fp32 logits would pass this
 
 
-def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None) -> tuple[str, Decision]:
+def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None,
+                     liger_missing: str | None) -> tuple[str, Decision]:
     """train.loss_impl: full fp32 logits, or the chunked loss (mmtune.loss), with Liger's fused kernel
     where the run is on CUDA and liger_kernel is installed here. `rows`: tokens of one micro-batch;
-    `vocab`: the tokenizer's size (None when no processor could be had)."""
+    `vocab`: the tokenizer's size (None when no processor could be had); `liger_missing`: why liger_kernel
+    cannot be imported here (models.fused_kernels.LIGER_MISSING), None when it can.
+
+    `liger` is treated as train.fused_kernels=liger and model.attn_implementation=flash_attention_2 are:
+    refused for a run on this machine where it cannot run (no CUDA, liger_kernel missing), kept for a plan
+    for another GPU (planned as its chunked torch twin; the doctor's MM081 says what that machine needs).
+    `auto` only picks it where it runs."""
     key = "train.loss_impl"
     if requested == "full":
         return "full", Decision(key, "full", "requested: the model's logits in fp32, then cross entropy")
+    why_not = (f"Liger's fused linear cross entropy is Triton, CUDA only, and the run is on the {target.describe()}"
+               if target.gpu is None else liger_missing)
+    if requested == "liger":
+        if why_not and (target.gpu is None or target.local):
+            raise ConfigError(f"train.loss_impl=liger cannot be used: {why_not}", where=key,
+                              fix="train.loss_impl=chunked (the same memory saving in torch) or auto (Liger where "
+                                  "it can run); on a CUDA machine: pip install 'mmtune[gpu]' (liger-kernel)")
+        how = "Liger-Kernel's fused linear cross entropy on CUDA (planned as the chunked torch path)"
+        if why_not:  # planned for another machine: modelled as asked; MM081 checks that machine
+            return "liger", Decision(key, "liger", f"requested; here: {why_not}; {how}")
+        return "liger", Decision(key, "liger", f"requested; {how}")
     if requested == "auto":
         if vocab is not None and rows * vocab * 4 <= AUTO_CHUNK_BYTES:
             return "full", Decision(key, "full", f"auto: fp32 logits of {rows} tokens x {vocab} words are "
                                     f"{rows * vocab * 4 / 2**20:.0f} MiB (<= 256 MiB)", changed=True)
         why = (f"auto: fp32 logits of {rows} tokens x {vocab} words would be {rows * vocab * 4 / 2**20:.0f} MiB"
                if vocab is not None else "auto: vocabulary unknown here")
+        if why_not is None:
+            return "liger", Decision(key, "liger", f"{why}; Liger-Kernel's fused linear cross entropy on CUDA "
+                                     "(planned as the chunked torch path)", changed=True)
+        why = f"{why}; no Liger: {why_not}"
     else:
         why = "requested"
-    liger = importlib.util.find_spec("liger_kernel") is not None
-    if target.gpu is not None and liger and requested != "chunked":
-        return "liger", Decision(key, "liger", f"{why}; Liger-Kernel's fused linear cross entropy on CUDA "
-                                 "(planned as the chunked torch path)", changed=requested != "liger")
-    if requested == "liger" and (target.gpu is None or not liger):
-        why = ("requested liger, but " + ("the run is not on CUDA" if target.gpu is None
-                                          else "liger_kernel is not installed here (pip install liger-kernel)"))
     return "chunked", Decision(key, "chunked", f"{why}; answer-token hidden states in checkpointed chunks, "
                                "one chunk's fp32 logits at a time", changed=requested != "chunked")
 
@@ -200,7 +215,7 @@ def decide_fused_kernels(requested: str, target, family, adapter, liger_problem:
         if why_not and (patch is None or target.gpu is None or target.local):
             raise ConfigError(f"train.fused_kernels=liger cannot be used: {why_not}", where=key,
                               fix="train.fused_kernels=none (or auto: Liger where it can run); on a CUDA machine: "
-                                  "pip install liger-kernel")
+                                  "pip install 'mmtune[gpu]' (liger-kernel)")
         what = describe_patch(patch)
         if why_not:  # planned for another machine: modelled as asked; MM081 checks that machine
             return "liger", Decision(key, f"liger: {what}", f"requested; here: {why_not}{qlora}")

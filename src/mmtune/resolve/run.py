@@ -276,8 +276,13 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
     cfg = fields["cfg"]
     tok = getattr(processor, "tokenizer", processor)
     vocab = len(tok) if tok is not None and hasattr(tok, "__len__") else None
+    import importlib.util
+
+    from ..models.fused_kernels import LIGER_MISSING
+
+    liger = importlib.util.find_spec("liger_kernel") is not None
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
-                               vocab=vocab)
+                               vocab=vocab, liger_missing=None if liger else LIGER_MISSING)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})

@@ -59,6 +59,14 @@ def deepspeed_launch() -> DeepSpeedLaunch | None:
                            _as_str(ds.get("gradient_clipping", env.get("ACCELERATE_GRADIENT_CLIPPING"))))
 
 
+def _launched(ctx):
+    """(the run this process launches, how to name it): the launch's DeepSpeed setup must fit the run that
+    executes -- under `train --smoke` the tiny twin's (micro-batch <= 2, accumulation <= 2, fp32), not the
+    recipe's full run."""
+    run = ctx.need("launched")
+    return run, ("the run" if run is ctx.need("resolved") else "the launched --smoke run")
+
+
 def _as_str(v) -> str | None:
     return None if v is None else str(v).lower()
 
@@ -133,20 +141,22 @@ def deepspeed_accumulation(ctx):
     so the engine steps on the last one only (train/step.py). Outside accumulate(), accelerate's backward
     runs engine.step() at every call (utils/deepspeed.py DeepSpeedEngineWrapper.backward: each micro-batch
     its own optimizer step), which is what accelerate#2210 reports. What can still disagree is a user's
-    DeepSpeed JSON / accelerate config: its accumulation or micro-batch against the run's."""
-    cfg = ctx.need("cfg")
+    DeepSpeed JSON / accelerate config: its accumulation or micro-batch against the launched run's."""
+    ctx.need("cfg")
     ds = deepspeed_launch()
     if ds is None:
         return
+    run, who = _launched(ctx)
+    cfg = run.cfg
     ga = cfg.train.grad_accum
     if ds.grad_accum not in (None, "auto", str(ga)):
-        yield error(f"the DeepSpeed config sets gradient_accumulation_steps={ds.grad_accum} and the run "
+        yield error(f"the DeepSpeed config sets gradient_accumulation_steps={ds.grad_accum} and {who} "
                     f"train.grad_accum={ga}: the two disagree on when the optimizer steps",
                     where=ds.config_file or "ACCELERATE_GRADIENT_ACCUMULATION_STEPS",
                     fix='"gradient_accumulation_steps": "auto" in the DeepSpeed config (accelerate#2210)')
     mbs = ds.config.get("train_micro_batch_size_per_gpu")
     if mbs not in (None, "auto") and str(mbs) != str(cfg.train.micro_batch_size):
-        yield error(f"the DeepSpeed config sets train_micro_batch_size_per_gpu={mbs} and the run "
+        yield error(f"the DeepSpeed config sets train_micro_batch_size_per_gpu={mbs} and {who} "
                     f"train.micro_batch_size={cfg.train.micro_batch_size}", where=ds.config_file,
                     fix='"train_micro_batch_size_per_gpu": "auto" in the DeepSpeed config')
 
@@ -157,7 +167,8 @@ def deepspeed_config_sections(ctx):
     """mmtune builds its own optimizer (param groups per component) and scheduler and passes them to
     accelerate.prepare; a DeepSpeed JSON that defines them as well is refused by accelerate ("You cannot
     specify an optimizer in the config file and in the code at the same time"), and a precision section
-    other than the run's trains in another dtype than planned."""
+    other than the run's trains in another dtype than planned (the launched run's: under `train --smoke` the
+    twin's fp32)."""
     ds = deepspeed_launch()
     if ds is None or not ds.config:
         return
@@ -166,11 +177,12 @@ def deepspeed_config_sections(ctx):
             yield error(f"{ds.config_file} defines a DeepSpeed {section!r} section, and mmtune passes its own {what} "
                         "(train.optimizer / train.scheduler): accelerate refuses both at once", where=ds.config_file,
                         fix=f"remove the {section!r} section; the run's train.* settings apply")
-    precision = ctx.need("resolved").precision
+    run, who = _launched(ctx)
+    precision = run.precision
     for name in ("fp16", "bf16"):
         enabled = (ds.config.get(name) or {}).get("enabled")
         if enabled is True and precision != name:
-            yield error(f"{ds.config_file} enables {name} and the run is {precision}", where=ds.config_file,
+            yield error(f"{ds.config_file} enables {name} and {who} is {precision}", where=ds.config_file,
                         fix=f'"{name}": {{"enabled": "auto"}} (accelerate fills it from the run\'s precision)')
 
 

@@ -57,18 +57,23 @@ def fp16_guarded(ctx):
                       where="train.nan_guard", fix="train.nan_guard=true")
 
 
-@check("MM081", "Liger's fused kernels (train.fused_kernels=liger) can run where the run executes",
+@check("MM081", "Liger-Kernel (train.fused_kernels=liger, train.loss_impl=liger) can run where the run executes",
        needs=("cfg", "resolved"), fast=True)
 def liger_kernels_runnable(ctx):
-    """The resolved run refuses `liger` on this machine when it cannot run; a plan for another GPU keeps it
-    (modelled by the planner) and this says what that machine needs. Liger's per-family patches import
-    transformers' modeling code and break when transformers renames it (Liger-Kernel issue #528)."""
+    """The resolved run refuses `liger` for either key on this machine when it cannot run; a plan for another
+    GPU keeps it (modelled by the planner) and this says what that machine needs. Liger's per-family patches
+    import transformers' modeling code and break when transformers renames it (Liger-Kernel issue #528)."""
     resolved = ctx.need("resolved")
     d = resolved.decision("train.fused_kernels")
-    if d is None or not d.value.startswith("liger"):
-        return
-    if d.reason.startswith("requested; here: "):
+    if d is not None and d.value.startswith("liger") and d.reason.startswith("requested; here: "):
         yield info(f"train.fused_kernels=liger is planned, but {d.reason.removeprefix('requested; here: ')}; the GPU "
                    f"machine needs liger-kernel able to patch {resolved.family.name} with its transformers",
-                   where="train.fused_kernels", fix="pip install liger-kernel on the GPU machine (or "
+                   where="train.fused_kernels", fix="pip install 'mmtune[gpu]' (liger-kernel) on the GPU machine (or "
                                                      "train.fused_kernels=none to plan without it)")
+    d = resolved.decision("train.loss_impl")
+    if d is not None and d.value == "liger" and d.reason.startswith("requested; here: "):
+        why = d.reason.removeprefix("requested; here: ").split("; ")[0]
+        yield info(f"train.loss_impl=liger is planned, but {why}; the GPU machine needs liger-kernel for its fused "
+                   "linear cross entropy (without it the run there is refused)",
+                   where="train.loss_impl", fix="pip install 'mmtune[gpu]' (liger-kernel) on the GPU machine (or "
+                                                "train.loss_impl=chunked: the same memory saving in torch)")
