@@ -1,0 +1,180 @@
+"""Planned vs published GPU memory of real fine-tuning runs (benchmarks/published/runs.yaml).
+
+Each row of the YAML is a run someone measured on a GPU and published (ms-swift's benchmark table, the
+Qwen README's profiling table, ms-swift's example scripts): the planner plans the same run through the
+library API `mmtune.plan.predict` (what `mmtune plan` calls) and the script prints the planned figure that
+matches what the row measures (`max_memory_reserved` -> peak reserved; `unstated` -> process total, what
+nvidia-smi shows), the published one and the signed error, then mean / max |error| per group and over
+every published figure once ("all": rows marked `bound`, a second plan of a figure already in the table,
+are left out of it).
+
+    python benchmarks/published_runs.py [--only ID_OR_GROUP ...] [--layers N] [--out results/NAME]
+
+`--layers N` cuts every decoder to N layers (a quick check that rows run; the figures are then not
+comparable). `--out PREFIX` writes PREFIX.json and PREFIX.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+RUNS = HERE / "published" / "runs.yaml"
+GIB = 2**30
+MEASURES = {"max_memory_reserved": "peak_reserved_bytes", "unstated": "process_total_bytes",
+            "nvidia_smi": "process_total_bytes"}
+UNITS = {"GiB": 1.0, "G": 1e9 / GIB}  # "G": a table that does not say; read as 10^9 bytes
+REQUIRED = ("id", "group", "source", "model", "method", "seq", "quote", "published", "measures")
+
+
+def load_runs(path: Path = RUNS) -> dict:
+    """The YAML, checked: every row has the required keys, a known source/measure and a unique id."""
+    import yaml
+
+    spec = yaml.safe_load(path.read_text())
+    problems, seen = [], set()
+    for i, row in enumerate(spec.get("rows", [])):
+        where = f"{path.name} row {i} ({row.get('id', '?')})"
+        problems += [f"{where}: missing {k}" for k in REQUIRED if k not in row]
+        if row.get("source") not in spec.get("sources", {}):
+            problems.append(f"{where}: unknown source {row.get('source')!r}")
+        if row.get("measures") not in MEASURES:
+            problems.append(f"{where}: measures {row.get('measures')!r} is not one of {sorted(MEASURES)}")
+        if row.get("unit", "GiB") not in UNITS:
+            problems.append(f"{where}: unit {row.get('unit')!r} is not one of {sorted(UNITS)}")
+        if row.get("id") in seen:
+            problems.append(f"{where}: duplicate id")
+        seen.add(row.get("id"))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return spec
+
+
+def model_folder(name: str, models: dict, root: Path) -> str:
+    """A hub id of an embedded config as is; a config under `models:` written to a folder with the local
+    tokenizer (token ids only steer matching; the planned sizes come from the config)."""
+    if name not in models:
+        return name
+    folder = root / name
+    if not (folder / "config.json").is_file():
+        from mmtune.models.local_tokenizer import make_tokenizer
+
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text(json.dumps(models[name]["config"]))
+        make_tokenizer().save_pretrained(folder)
+    return str(folder)
+
+
+def overrides_for(row: dict, model: str) -> list[str]:
+    tokens = row.get("record_tokens") or row["seq"]
+    return [f"model.name={model}", f"adapter.method={row['method']}",
+            f"model.gradient_checkpointing={str(row.get('grad_ckpt', True)).lower()}",
+            f"model.attn_implementation={row.get('attn', 'flash_attention_2')}",
+            f"data.max_length={max(tokens, row['seq'])}", f"train.micro_batch_size={row.get('batch', 1)}",
+            f"train.grad_accum={row.get('grad_accum', 16)}", f"train.precision={row.get('precision', 'bf16')}",
+            *row.get("overrides", [])]
+
+
+def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None) -> dict:
+    from mmtune.config import load_config
+    from mmtune.models.loading import DECODER_LAYERS
+    from mmtune.plan.batch import Declared
+    from mmtune.plan.planner import predict
+
+    model = model_folder(row["model"], spec.get("models", {}), root)
+    cfg = load_config(None, overrides_for(row, model))
+    declared = Declared(images=[tuple(row["image"])] if row.get("image") else [],
+                        tokens=row.get("record_tokens") or row["seq"])
+    token = DECODER_LAYERS.set(layers) if layers else None
+    t0 = time.perf_counter()
+    try:
+        r = predict(cfg, gpu=row.get("gpu", "a100-80gb"), declared=declared, plan_eval=False)
+    finally:
+        if token is not None:
+            DECODER_LAYERS.reset(token)
+    field = MEASURES[row["measures"]]
+    planned = getattr(r, field) / GIB
+    published = row["published"] * UNITS[row.get("unit", "GiB")]
+    out = {"id": row["id"], "group": row["group"], "published": row["published"], "unit": row.get("unit", "GiB"),
+           "published_gib": round(published, 3), "measures": row["measures"], "compared_with": field,
+           "planned_gib": round(planned, 3), "error_pct": round(100 * (planned - published) / published, 2)}
+    if row.get("unit") == "G":  # the other reading of an unstated unit
+        out["error_pct_if_gib"] = round(100 * (planned - row["published"]) / row["published"], 2)
+    return {**out, "bound": bool(row.get("bound")),
+            "peak_allocated_gib": round(r.peak_allocated_bytes / GIB, 3),
+            "peak_reserved_gib": round(r.peak_reserved_bytes / GIB, 3),
+            "process_total_gib": round(r.process_total_bytes / GIB, 3),
+            "tokens": r.batch.get("tokens_per_record"),
+            "media_tokens": {k: v["max"] for k, v in r.media_tokens.items() if v["max"]},
+            "breakdown_gib": {k: round(v / GIB, 3) for k, v in r.breakdown.items() if v},
+            "peak_phase": r.peak_phase, "plan_s": round(time.perf_counter() - t0, 1)}
+
+
+def summarise(results: list[dict]) -> list[dict]:
+    groups: dict[str, list[float]] = {}
+    for res in results:
+        groups.setdefault(res["group"], []).append(res["error_pct"])
+    out = [{"group": g, "rows": len(e), "mean_abs_error_pct": round(sum(map(abs, e)) / len(e), 2),
+            "max_abs_error_pct": round(max(map(abs, e)), 2), "mean_signed_error_pct": round(sum(e) / len(e), 2)}
+           for g, e in groups.items()]
+    every = [r["error_pct"] for r in results if not r["bound"]]  # each published figure once
+    if every:
+        out.append({"group": "all", "rows": len(every), "mean_abs_error_pct": round(sum(map(abs, every)) / len(every), 2),
+                    "max_abs_error_pct": round(max(map(abs, every)), 2),
+                    "mean_signed_error_pct": round(sum(every) / len(every), 2)})
+    return out
+
+
+def render(results: list[dict], summary: list[dict]) -> str:
+    lines = [f"{'row':32s} {'compared with':>13s} {'published':>9s} {'planned':>8s} {'error':>8s}  tokens  peak phase",
+             f"{'':32s} {'':>13s} {'GiB':>9s} {'GiB':>8s}"]
+    for r in results:
+        lines.append(f"{r['id']:32s} {r['compared_with'].split('_bytes')[0]:>13s} {r['published_gib']:9.2f} "
+                     f"{r['planned_gib']:8.2f} {r['error_pct']:+7.1f}%  {r['tokens']!s:>6s}  {r['peak_phase']}"
+                     + (f"  (published read as GiB: {r['error_pct_if_gib']:+.1f}%)" if "error_pct_if_gib" in r else ""))
+    lines.append("")
+    lines.append(f"{'group':20s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}")
+    for s in summary:
+        lines.append(f"{s['group']:20s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
+                     f"{s['mean_signed_error_pct']:+10.2f}%")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", default=str(RUNS))
+    ap.add_argument("--only", action="append", default=[], help="a row id or group (repeatable)")
+    ap.add_argument("--layers", type=int, default=None, help="cut decoders to N layers (a smoke run)")
+    ap.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.txt")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    spec = load_runs(Path(args.runs))
+    rows = [r for r in spec["rows"] if not args.only or r["id"] in args.only or r["group"] in args.only]
+    if not rows:
+        print(f"no row matches {args.only}", file=sys.stderr)
+        return 2
+    results = []
+    with tempfile.TemporaryDirectory(prefix="mmtune_published_") as tmp:
+        for row in rows:
+            res = plan_row(row, spec, Path(tmp), layers=args.layers)
+            results.append(res)
+            print(f"{res['id']:32s} published {res['published_gib']:6.2f} planned {res['planned_gib']:6.2f} GiB "
+                  f"({res['error_pct']:+.1f} %) [{res['plan_s']} s]", flush=True)
+    summary = summarise(results)
+    text = render(results, summary)
+    print("\n" + text)
+    if args.out:
+        Path(args.out + ".json").write_text(json.dumps({"layers": args.layers, "rows": results, "summary": summary},
+                                                       indent=1))
+        Path(args.out + ".txt").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

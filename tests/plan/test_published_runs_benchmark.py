@@ -1,0 +1,78 @@
+"""benchmarks/published_runs.py: its table of published GPU runs is well formed, and a row plans through it.
+
+Not an accuracy test (the published figures are GPU runs of other pipelines; docs/plan.md reports them):
+the YAML's rows carry what the script needs, the Qwen1 model config is the one the rows describe, and one
+row runs end to end through `mmtune.plan.predict` (decoder cut to 2 layers) into the JSON/text files.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "published_runs.py"
+
+
+def _module():
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import published_runs
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return published_runs
+
+
+def test_runs_yaml_rows_are_complete_and_sourced():
+    pr = _module()
+    spec = pr.load_runs()
+    rows = spec["rows"]
+    assert len(rows) >= 30
+    for row in rows:
+        src = spec["sources"][row["source"]]
+        assert (row.get("url") or src["url"]).startswith("https://github.com/"), row["id"]
+        assert row["published"] > 0 and row["seq"] > 0 and row["quote"].strip(), row["id"]
+        assert row["model"] in spec["models"] or row["model"].startswith("Qwen/"), row["id"]
+        assert (row.get("record_tokens") or row["seq"]) <= row["seq"], row["id"]
+    groups = {r["group"] for r in rows}
+    assert {"swift1-lora", "swift1-full", "qwen-readme-lora", "swift3-mm"} <= groups
+    # Qwen-7B's config.json as a Qwen2 layer for layer: 4096 hidden, 32 layers of 32 full heads (no GQA),
+    # SwiGLU 11008 (Qwen1's intermediate_size 22016 split over w1/w2), 151,936 words, untied head.
+    q = spec["models"]["qwen-7b-chat"]["config"]
+    assert (q["hidden_size"], q["num_hidden_layers"], q["num_attention_heads"], q["num_key_value_heads"],
+            q["intermediate_size"], q["vocab_size"], q["tie_word_embeddings"]) == (4096, 32, 32, 32, 11008, 151936, False)
+
+
+def test_load_runs_reports_every_bad_row(tmp_path):
+    pr = _module()
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("sources: {s: {url: https://github.com/x}}\nrows:\n"
+                   "  - {id: a, group: g, source: s, model: m, method: lora, seq: 8, quote: q, published: 1,"
+                   " measures: max_memory_allocated}\n"
+                   "  - {id: a, group: g, source: nowhere, model: m, method: lora, seq: 8, quote: q, published: 1,"
+                   " measures: unstated, unit: MB}\n"
+                   "  - {id: c, group: g, source: s}\n")
+    with pytest.raises(ValueError) as e:
+        pr.load_runs(bad)
+    msg = str(e.value)
+    assert "row 0 (a): measures 'max_memory_allocated'" in msg and "row 1 (a): unknown source 'nowhere'" in msg
+    assert "row 1 (a): unit 'MB'" in msg and "row 1 (a): duplicate id" in msg and "row 2 (c): missing model" in msg
+
+
+def test_one_row_runs_through_the_script(tmp_path):
+    out = tmp_path / "published"
+    p = subprocess.run([sys.executable, str(SCRIPT), "--only", "swift1-full-512", "--layers", "2", "--out", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, timeout=600,
+                       env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
+    assert p.returncode == 0, p.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    (row,) = data["rows"]
+    assert data["layers"] == 2 and row["id"] == "swift1-full-512" and row["compared_with"] == "peak_reserved_bytes"
+    assert row["tokens"] == 512 and row["planned_gib"] == row["peak_reserved_gib"] > 0
+    assert row["error_pct"] == pytest.approx(100 * (row["planned_gib"] - 73.37) / 73.37, abs=0.01)
+    assert [s["group"] for s in data["summary"]] == ["swift1-full", "all"]
+    assert "swift1-full-512" in out.with_suffix(".txt").read_text()
