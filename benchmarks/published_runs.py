@@ -92,12 +92,22 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None) -> di
     declared = Declared(images=[tuple(row["image"])] if row.get("image") else [],
                         tokens=row.get("record_tokens") or row["seq"])
     token = DECODER_LAYERS.set(layers) if layers else None
+    # The published runs used torch's default allocator (fixed segments) unless the row says otherwise;
+    # mmtune's own runs default to expandable segments (resolve/decisions.decide_cuda_allocator), so the
+    # run is planned with the allocator it was measured under, through the same decision.
+    alloc = row.get("alloc_conf", "expandable_segments:False")
+    saved = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = alloc
     t0 = time.perf_counter()
     try:
         r = predict(cfg, gpu=row.get("gpu", "a100-80gb"), declared=declared, plan_eval=False)
     finally:
         if token is not None:
             DECODER_LAYERS.reset(token)
+        if saved is None:
+            os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
+        else:
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
     field = MEASURES[row["measures"]]
     planned = getattr(r, field) / GIB
     published = row["published"] * UNITS[row.get("unit", "GiB")]
@@ -106,7 +116,7 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None) -> di
            "planned_gib": round(planned, 3), "error_pct": round(100 * (planned - published) / published, 2)}
     if row.get("unit") == "G":  # the other reading of an unstated unit
         out["error_pct_if_gib"] = round(100 * (planned - row["published"]) / row["published"], 2)
-    return {**out, "bound": bool(row.get("bound")),
+    return {**out, "bound": bool(row.get("bound")), "alloc_conf": alloc,
             "peak_allocated_gib": round(r.peak_allocated_bytes / GIB, 3),
             "peak_reserved_gib": round(r.peak_reserved_bytes / GIB, 3),
             "process_total_gib": round(r.process_total_bytes / GIB, 3),

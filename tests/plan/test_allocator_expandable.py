@@ -126,3 +126,51 @@ def test_near_full_warning_names_the_allocator_in_force():
     assert fixed.severity == exp.severity == "warning"
     assert "expandable_segments:True" in fixed.fix and "expandable" not in exp.fix
     assert "micro_batch_size" in exp.fix
+
+
+def test_a_run_of_varying_lengths_is_traced_step_by_step(tmp_path):
+    """trace_config(step_batches=...): one step per batch, each its own length; the longest step's live peak
+    is the one-step worst-case plan's (same model, same state), the shorter ones lower."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mmtune.plan.batch import Declared, worst_case_batch
+    from mmtune.plan.planner import resolve_for_plan, trace_config
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        from allocator_varying_lengths import step_ends
+    finally:
+        sys.path.pop(0)
+    cfg = load_config(None, ["model.name=tiny/qwen2", "data.max_length=2048", "train.micro_batch_size=2",
+                             "train.grad_accum=1", "train.precision=bf16"])
+    r = resolve_for_plan(cfg, "a100-80gb")
+    lengths = [256, 2048, 512]
+    batches = [worst_case_batch(r, declared=Declared(tokens=n)).micro_batch for n in lengths]
+    assert [b["input_ids"].shape[1] for b in batches] == lengths
+    _, _, run, _ = trace_config(r, step_batches=batches)
+    _, _, one, _ = trace_config(r, declared=Declared(tokens=2048))
+    ev = run.tracker.trace.events
+    assert len(step_ends(ev)) == 3
+    peaks, live, j = [], 0, 0
+    for end in step_ends(ev):
+        best = 0
+        for e in ev[j:end]:
+            live += e.nbytes
+            best = max(best, live)
+        peaks.append(best)
+        j = end
+    assert peaks[1] == max(peaks) and peaks[0] < peaks[1] and peaks[2] < peaks[1]
+    assert abs(peaks[1] - one.tracker.trace.peak_bytes) <= 0.01 * one.tracker.trace.peak_bytes
+    p = subprocess.run([sys.executable, str(root / "benchmarks" / "allocator_varying_lengths.py"), "--model",
+                        "tiny/qwen2", "--steps", "3", "--max-length", "1024", "--out", str(tmp_path / "avl")],
+                       capture_output=True, text=True, timeout=600, cwd=root,
+                       env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    assert p.returncode == 0, p.stderr[-2000:]
+    import json
+
+    rows = json.loads((tmp_path / "avl.json").read_text())["rows"]
+    assert set(rows) == {"fixed segments (torch default)", "expandable segments (mmtune default)"}
+    assert all(r["run_gib"] > 0 and r["plan_worst_step_gib"] > 0 for r in rows.values())

@@ -73,6 +73,7 @@ def test_one_row_runs_through_the_script(tmp_path):
     (row,) = data["rows"]
     assert data["layers"] == 2 and row["id"] == "swift1-full-512" and row["compared_with"] == "peak_reserved_bytes"
     assert row["tokens"] == 512 and row["planned_gib"] == row["peak_reserved_gib"] > 0
+    assert row["alloc_conf"] == "expandable_segments:False"  # measured under torch's default allocator
     assert row["error_pct"] == pytest.approx(100 * (row["planned_gib"] - 73.37) / 73.37, abs=0.01)
     assert [s["group"] for s in data["summary"]] == ["swift1-full", "all"]
     assert "swift1-full-512" in out.with_suffix(".txt").read_text()

@@ -86,9 +86,12 @@ def _phase_hooks(model, tracker: StorageTracker):
 
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
-              aux=None, loss_impl: str = "full", attention=None, dedup_groups=None) -> Execution:
+              aux=None, loss_impl: str = "full", attention=None, dedup_groups=None,
+              step_batches=None) -> Execution:
     """`dedup_groups` (layer_dedup.find_groups): stacks of identical layers traced as four layers, the
-    others' events copied from the interior one (DedupMismatch when a layer does not repeat exactly)."""
+    others' events copied from the interior one (DedupMismatch when a layer does not repeat exactly).
+    `step_batches`: one micro-batch per step (as many steps), each allocated at its step's start and
+    freed after it as the loop's collated batches are; default: `micro_batch` for `steps` steps."""
     from ..train.step import optimizer_step
     from .fake import ValueFunctionMode
 
@@ -145,10 +148,17 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     try:
         # attention: plan/attention.TargetAttentionMode on CUDA targets (each SDPA call as the target runs it)
         with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), dedup:
-            for i in range(steps):
-                last = i == steps - 1
+            for i in range(steps if step_batches is None else len(step_batches)):
+                last = i == (steps if step_batches is None else len(step_batches)) - 1
                 tracker.record_costs = last
                 n_mb = min(grad_accum, 2) if last else 1
+                if step_batches is not None:  # this step's own batch, alive for the step only
+                    n_mb = 1
+                    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                                      else v) for k, v in step_batches[i].items()}
+                    for v in fake_batch.values():
+                        if isinstance(v, torch.Tensor):
+                            tracker.register(v, "setup")
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params,
                                # auxiliary losses at full weight: the plan holds what they keep

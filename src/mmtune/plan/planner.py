@@ -93,30 +93,32 @@ def _eval_batch(resolved, declared):
 
 
 def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = False, fast: bool = True,
-                 attention_kernels: tuple[str, ...] | None = None, dedup: bool = True):
+                 attention_kernels: tuple[str, ...] | None = None, dedup: bool = True, step_batches=None):
     """Build and run the plan's fake step; returns (planned model, batch, execution, compute dtype).
 
     `fast=False` turns off the dispatch shortcuts (fake.py's `ValueFakeMode(fast=)`) that give the
     same trace faster; `dedup=False` traces every layer instead of four per stack of identical layers
     (layer_dedup.py; it falls back to the full trace by itself when a layer does not repeat exactly);
     tests compare both. `attention_kernels` overrides the resolved run's `attention.kernels` (tests and
-    benchmarks: e.g. ("math",) to compare with a real CPU step run under `sdpa_kernel(SDPBackend.MATH)`)."""
+    benchmarks: e.g. ("math",) to compare with a real CPU step run under `sdpa_kernel(SDPBackend.MATH)`).
+    `step_batches`: one micro-batch per step instead of the worst case every step (a run of varying
+    lengths through the allocator models: benchmarks/allocator_varying_lengths.py)."""
     from .layer_dedup import DedupMismatch
 
     if dedup:
         try:
-            return _trace(resolved, declared, steps, plan_eval, fast, True, attention_kernels)
+            return _trace(resolved, declared, steps, plan_eval, fast, True, attention_kernels, step_batches)
         except (DedupMismatch, MMTuneError) as e:
             # A layer did not repeat exactly, or the model needs its whole stack (e.g. it captures every
             # layer's hidden state by hooks): the full trace answers, or raises its own error.
-            out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels)
+            out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels, step_batches)
             why = str(e).splitlines()[0][:160]
             out[0].decisions.append(f"plan: every layer traced (the four-layer trace did not apply: {why})")
             return out
-    return _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels)
+    return _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels, step_batches)
 
 
-def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=None):
+def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=None, step_batches=None):
     from ..train.schedule import make_scheduler
     from .attention import TargetAttentionMode, kernels_of
     from .batch import worst_case_batch
@@ -147,7 +149,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda, aux=aux,
-                       loss_impl=loss_impl, attention=attention,
+                       loss_impl=loss_impl, attention=attention, step_batches=step_batches,
                        dedup_groups=find_groups(pm.model, pm.hf_config) if dedup else None)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
