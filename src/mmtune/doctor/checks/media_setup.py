@@ -146,7 +146,8 @@ def audio_window(ctx):
     if not ctx.fast and ctx.has("scan"):
         scan = ctx.need("scan")
     over = [s for s in scan.splits if s.audio_over_window] if scan is not None else []
-    fix = f"model.audio_max_seconds={window:g}   (clips over it are then refused with a count; or cut long clips into <= {window:g} s pieces)"
+    fix = (f"model.audio_max_seconds={window:g}   (clips over it are then refused with a count; or cut long clips "
+           f"into <= {window:g} s pieces)")
     if over:
         n = sum(s.audio_over_window for s in over)
         longest = max((s.audio_longest for s in over), key=lambda t: t[0])
