@@ -306,3 +306,19 @@ def test_device_map_auto_for_training(doctor):
     rep = doctor({**TINY_VL, "model": {"name": "tiny/qwen2-vl", "device_map": "auto"}}, "MM007")
     assert [f.code for f in rep.errors] == ["MM007"]
     assert doctor(TINY_VL, "MM007").findings == []
+
+
+def test_docs_table_lists_every_report_test():
+    """docs/doctor.md's "Public bug reports covered" names exactly the report tests of this file."""
+    import re
+    from pathlib import Path
+
+    here = Path(__file__)
+    doc = (here.parents[2] / "docs" / "doctor.md").read_text()
+    table = doc[doc.index("## Public bug reports covered"):]
+    named = set(re.findall(r"\btest_\w+", table)) - {"test_public_reports"}
+    defined = set(re.findall(r"^def (test_\w+)", here.read_text(), flags=re.M)) - {"test_docs_table_lists_every_report_test"}
+    assert named == defined
+    for row in (r for r in table.splitlines() if r.startswith("| https://")):
+        url = row.split(" | ")[0].lstrip("| ").split(",")[0]
+        assert url in here.read_text(), url  # every report in the table is cited by its test
