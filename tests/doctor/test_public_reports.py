@@ -163,6 +163,25 @@ def test_git_lfs_pointer_instead_of_weights_is_an_error(doctor, vlm_folder):
     assert rep.findings[0].where.endswith("model.safetensors")
 
 
+def test_custom_code_model_without_trust_remote_code(doctor, tmp_path, vlm_folder):
+    """https://github.com/OpenGVLab/InternVL/issues/1244, https://github.com/2U1/Phi3-Vision-Finetune/issues/23
+    ("contains custom code which must be executed ... Please pass the argument `trust_remote_code=True`"): a
+    folder whose config.json maps its classes to its own code (auto_map) is an MM044 error with the fix.
+    Before, transformers' ValueError escaped the config read and a dozen fast checks crashed (MM099)."""
+    folder = tmp_path / "InternVL3-1B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "internvl_chat", "architectures": ["InternVLChatModel"],
+        "auto_map": {"AutoConfig": "configuration_internvl_chat.InternVLChatConfig",
+                     "AutoModel": "modeling_internvl_chat.InternVLChatModel"}}))
+    rep = doctor({**TINY_VL, "model": {"name": str(folder)}}, fast=True)
+    assert not [f for f in rep.findings if f.code == "MM099"], rep.findings
+    found = [f for f in rep.errors if f.code == "MM044"]
+    assert found and "auto_map" in found[0].message and found[0].fix.startswith("model.trust_remote_code=true")
+    clean = doctor({**TINY_VL, "model": {"name": vlm_folder("complete")}}, "MM044")
+    assert clean.findings == []
+
+
 # ------------------------------------------------------------------------------------------ empty eval split
 
 def test_eval_split_with_no_usable_record_is_an_error(doctor, tmp_path):

@@ -282,6 +282,13 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
     except OSError as e:
         raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
                              fix=f"mmtune download {name}") from None
+    except ValueError as e:  # custom code without trust_remote_code; a model_type this transformers lacks
+        if "trust_remote_code" in str(e) or "custom code" in str(e):
+            raise ModelLoadError(f"{name} is defined by its own code (config.json auto_map), which transformers "
+                                 "runs only with trust_remote_code", where="model.name",
+                                 fix="model.trust_remote_code=true   (after reading the repository's code)") from None
+        raise ModelLoadError(f"cannot read the config of {name}: {str(e).splitlines()[0]}", where="model.name",
+                             fix="pip install -U transformers, or point model.name at a supported model") from None
 
 
 # --------------------------------------------------------------------------- decisions
