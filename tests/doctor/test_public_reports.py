@@ -236,6 +236,39 @@ def test_image_tag_inside_the_answer_text(doctor, tmp_path):
                   "MM016").findings == []
 
 
+def test_cutoff_that_would_cut_image_tokens(doctor, tmp_path):
+    """https://github.com/QwenLM/Qwen3-VL/issues/556 ("Image features and image tokens do not match: tokens:
+    1991, features 2990" on multi-image QA, gone with a larger cutoff_len), https://github.com/hiyouga/LlamaFactory/issues/5964
+    (cutoff_len 1024 cut the second image's tokens): mmtune never truncates, so a record longer than
+    data.max_length with its media tokens is an MM017 error naming it, with the length that fits."""
+    from PIL import Image
+
+    for i in range(2):
+        Image.new("RGB", (224, 224), "white").save(tmp_path / f"p{i}.png")
+    row = {"messages": _msg("<image><image>Which page has the table?", "the second"), "images": ["p0.png", "p1.png"]}
+    tree = {"model": {"name": "tiny/qwen2-vl"},
+            "data": {"train": _jsonl(tmp_path / "t.jsonl", [row] * 2), "max_length": 64}}
+    rep = doctor(tree, "MM017")
+    assert [f.code for f in rep.errors] == ["MM017"] and "too long" in rep.errors[0].message
+    assert "data.max_length=" in rep.errors[0].fix
+    tree["data"]["max_length"] = 2048
+    assert doctor(tree, "MM017").errors == []
+
+
+def test_images_without_a_tag_go_first(doctor, tmp_path):
+    """https://github.com/2U1/Qwen-VL-Series-Finetune/issues/181 ("Your dataset hasn't the token `<image>`":
+    features and tokens did not match): a record that lists its image and writes no tag gets the image before
+    its text (ms-swift's layout), so it is clean; the tag-count mismatch stays MM016's (tests above)."""
+    from PIL import Image
+
+    Image.new("RGB", (64, 48), "white").save(tmp_path / "a.png")
+    row = {"messages": _msg("What color is the bus?", "white"), "images": ["a.png"]}
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", [row])}},
+                 "MM014", "MM016", "MM018")
+    assert rep.findings == [] and rep.tables["data"].splits[0].ok == 1
+    assert rep.tables["data"].splits[0].signatures == {"image": 1}
+
+
 def test_images_given_as_a_string_is_one_image(doctor, tmp_path):
     """https://github.com/hiyouga/LlamaFactory/issues/5883: LLaVA's data writes `"image": "x.jpg"` (a string);
     counted by characters, it mismatched. mmtune reads a string as one image: the clean record passes."""
