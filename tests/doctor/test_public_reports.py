@@ -200,6 +200,9 @@ def test_eval_split_with_no_usable_record_is_an_error(doctor, tmp_path):
     found = [f for f in rep.errors if f.code == "MM031"]
     assert found and "eval: no usable record left (3 row(s) read; 3 no answer)" in found[0].message
     assert found[0].where.startswith("data.eval")
+    tree["data"]["eval"] = _jsonl(tmp_path / "eval0.jsonl", [])  # a split with no row at all
+    found = [f for f in doctor(tree, "MM031").errors if f.code == "MM031"]
+    assert found and "the split holds no row" in found[0].message
     tree["data"]["eval"] = _jsonl(tmp_path / "eval2.jsonl", [no_answer, good])
     assert "MM031" not in doctor(tree, "MM031").codes()
 

@@ -132,7 +132,8 @@ def _eval_left(cfg, scan):
     bad = Counter()
     for s in evals:
         bad.update(s.bad)
-    why = ", ".join(f"{n} {r}" for r, n in bad.most_common(3)) if bad else "no rows read"
+    why = (", ".join(f"{n} {r}" for r, n in bad.most_common(3)) if bad
+           else "none of them in this split" if rows else "the split holds no row")
     spec = evals[0].spec
     yield error(f"eval: no usable record left ({rows} row(s) read; {why}): evaluation would run on nothing and "
                 "log eval_loss 0.0", where=f"data.eval ({spec})",
