@@ -91,17 +91,20 @@ def test_omni_audio_cap_above_the_window_is_a_fast_warning(doctor, audio_data):
 @pytest.fixture
 def vlm_folder(tmp_path):
     """A tiny Qwen2-VL saved to a folder: `processor=False` leaves out the processor files, as an export that
-    saved only the model and tokenizer; `weights` is 'ok' (a real safetensors file) or 'lfs' (a pointer)."""
+    saved only the model and tokenizer; `weights` is 'ok' (a real safetensors file) or 'lfs' (a pointer);
+    `template=False` saves it without a chat template."""
     import torch
     from safetensors.torch import save_file
 
     from mmtune.models.tiny import tiny_config_and_processor
 
-    def make(name: str, *, processor: bool = True, weights: str = "ok"):
+    def make(name: str, *, processor: bool = True, weights: str = "ok", template: bool = True):
         config, proc = tiny_config_and_processor("tiny/qwen2-vl")
         folder = tmp_path / "exports" / name
         folder.mkdir(parents=True)
         config.save_pretrained(folder)
+        if not template:  # an export that lost chat_template.jinja (and the tokenizer's copy)
+            proc.chat_template = proc.tokenizer.chat_template = None
         (proc if processor else proc.tokenizer).save_pretrained(folder)
         if weights == "lfs":
             (folder / "model.safetensors").write_text(
@@ -180,6 +183,20 @@ def test_custom_code_model_without_trust_remote_code(doctor, tmp_path, vlm_folde
     assert found and "auto_map" in found[0].message and found[0].fix.startswith("model.trust_remote_code=true")
     clean = doctor({**TINY_VL, "model": {"name": vlm_folder("complete")}}, "MM044")
     assert clean.findings == []
+
+
+def test_fine_tuned_folder_without_a_chat_template(doctor, vlm_folder):
+    """https://github.com/QwenLM/Qwen3-VL/issues/1405 (a fine-tune's output folder: "Cannot use
+    apply_chat_template because this processor does not have a chat template"),
+    https://github.com/zhangfaen/finetune-Qwen2-VL/issues/3: MM030 is the error, said once; the checks that
+    render records are listed as not run with that reason. Before, MM014, MM062 and MM063 each crashed (MM099)."""
+    rep = doctor({**TINY_VL, "model": {"name": vlm_folder("sft-out", template=False)}})
+    assert not [f for f in rep.findings if f.code in ("MM099", "MM098")], rep.findings
+    found = [f for f in rep.errors if f.code == "MM030"]
+    assert found and "no chat template" in found[0].message and "chat_template.jinja" in found[0].fix
+    assert any(code == "MM014" and "chat template" in why for code, _, why in rep.not_run)
+    clean = doctor({**TINY_VL, "model": {"name": vlm_folder("complete")}}, "MM030", "MM014", "MM062", "MM063")
+    assert clean.errors == [] and not [f for f in clean.findings if f.code == "MM099"]
 
 
 # ------------------------------------------------------------------------------------------ empty eval split
