@@ -111,6 +111,9 @@ def vlm_folder(tmp_path):
                 "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 4400000000\n")
         else:
             save_file({"lm_head.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+        if weights == "cut":  # a download that stopped inside the header
+            data = (folder / "model.safetensors").read_bytes()
+            (folder / "model.safetensors").write_bytes(data[:40])
         return str(folder)
 
     return make
@@ -156,13 +159,15 @@ def test_org_name_that_is_a_local_path_says_so(doctor, tmp_path, monkeypatch, hu
     assert "./models is a folder here" in rep.findings[0].message
 
 
-def test_git_lfs_pointer_instead_of_weights_is_an_error(doctor, vlm_folder):
+@pytest.mark.parametrize("weights,said,fix", [("lfs", "Git LFS pointer", "git lfs pull"),
+                                              ("cut", "cut short", "download the model again")])
+def test_git_lfs_pointer_instead_of_weights_is_an_error(doctor, vlm_folder, weights, said, fix):
     """https://github.com/huggingface/transformers/issues/27923 ("SafetensorError: Error while deserializing
-    header: HeaderTooLarge"; a clone without git-lfs leaves pointer files): MM024 names the file and says
-    `git lfs pull`; MM009, which reads the same headers, no longer crashes (it did: MM099)."""
-    rep = doctor({**TINY_VL, "model": {"name": vlm_folder("cloned", weights="lfs")}}, "MM024", "MM009")
+    header: HeaderTooLarge"; a clone without git-lfs leaves pointer files, or a download stopped): MM024 names
+    the file and the fix; MM009 and MM052, which read the same headers, no longer crash (they did: MM099)."""
+    rep = doctor({**TINY_VL, "model": {"name": vlm_folder("cloned", weights=weights)}}, "MM024", "MM009", "MM052")
     assert [(f.code, f.severity) for f in rep.findings] == [("MM024", "error")], rep.findings
-    assert "Git LFS pointer" in rep.findings[0].message and "git lfs pull" in rep.findings[0].fix
+    assert said in rep.findings[0].message and fix in rep.findings[0].fix
     assert rep.findings[0].where.endswith("model.safetensors")
 
 

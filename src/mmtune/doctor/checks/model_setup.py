@@ -256,9 +256,14 @@ def adapter_as_model(ctx):
 
 
 def weights_folder(cfg) -> Path | None:
-    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
+    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache) and every file's
+    header reads (a Git LFS pointer or a file cut short is MM024's finding, not something to read here)."""
+    from ...models.loading import unreadable_weights
+
     folder = model_dir(cfg)
-    return folder if folder is not None and any(folder.glob("*.safetensors")) else None
+    if folder is None or not any(folder.glob("*.safetensors")) or unreadable_weights(folder):
+        return None
+    return folder
 
 
 def projector_biases(folder: Path, family) -> dict[str, float] | None:
