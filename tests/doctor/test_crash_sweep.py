@@ -51,3 +51,50 @@ def test_doctor_never_raises(combo, monkeypatch):
     [result] = SWEEP.sweep([combo], progress=None)
     assert result["problem"] is None, result["problem"]
     assert "MM019" not in result["errors"]  # the variant is a valid config: the checks behind it ran
+
+
+def _folder(root: Path, kind: str) -> Path:
+    """A tiny Qwen2-VL model folder broken one way (what exports, clones and stopped downloads leave)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    config, proc = tiny_config_and_processor("tiny/qwen2-vl")
+    folder = root / kind
+    folder.mkdir()
+    if kind == "no_template":
+        proc.chat_template = proc.tokenizer.chat_template = None
+    config.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    save_file({"lm_head.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+    weights = folder / "model.safetensors"
+    if kind == "cut_short":
+        weights.write_bytes(weights.read_bytes()[:40])
+    elif kind == "lfs_pointer":
+        weights.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1\n")
+    elif kind == "bad_json":
+        (folder / "config.json").write_text("{not json")
+    elif kind == "custom_code":
+        raw = json.loads((folder / "config.json").read_text())
+        raw.update(model_type="internvl_chat", auto_map={"AutoConfig": "configuration_internvl_chat.X"})
+        (folder / "config.json").write_text(json.dumps(raw))
+    elif kind == "empty":
+        for p in folder.iterdir():
+            p.unlink()
+    return folder
+
+
+@pytest.mark.parametrize("kind", ["no_template", "cut_short", "lfs_pointer", "bad_json", "custom_code", "empty"])
+def test_doctor_never_raises_on_a_broken_model_folder(kind, tmp_path):
+    """Each of these once ended a check in MM099 (a crash) or could: the whole doctor reports them as findings."""
+    from mmtune.doctor.runner import INTERNAL_ERROR, run_doctor
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"model:\n  name: {_folder(tmp_path, kind)}\ndata:\n  train: synthetic:counting\n"
+                   f"  synthetic_train_size: 4\noutput_dir: {tmp_path / 'run'}\n")
+    rep = run_doctor(cfg, [], None, max_records=4)
+    assert not [f for f in rep.findings if f.code == INTERNAL_ERROR], rep.findings
+    assert rep.errors  # each is broken: something says so
