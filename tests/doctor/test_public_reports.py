@@ -12,6 +12,9 @@ import pytest
 from doctor_helpers import TINY_VL
 
 AUDIO_CODES = ("MM014", "MM017", "MM018", "MM082")
+LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
+               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+               "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL")
 
 
 def _msg(question: str, answer: str = "3"):
@@ -399,3 +402,27 @@ def test_docs_table_lists_every_report_test():
     for row in (r for r in table.splitlines() if r.startswith("| https://")):
         url = row.split(" | ")[0].lstrip("| ").split(",")[0]
         assert url in here.read_text(), url  # every report in the table is cited by its test
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"], ids=["missing", "not-json", "a-list"])
+def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch, content):
+    """https://github.com/deepspeedai/DeepSpeed/issues/4156, https://github.com/QwenLM/Qwen/issues/1171
+    ("Expected a string path to an existing deepspeed config, or a dictionary ... Received:
+    finetune/ds_config_zero3.json"): under `accelerate launch` with a DeepSpeed JSON that is missing or not a
+    JSON object, MM049 is the error (a JSON list crashed seven launch checks before: MM099); a readable
+    file with "auto" values is silent."""
+    for k in LAUNCH_VARS:
+        monkeypatch.delenv(k, raising=False)
+    path = tmp_path / "ds_config_zero2.json"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
+    launch_codes = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054", "MM055")
+    rep = doctor(TINY_VL, *launch_codes)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM049", "error")], rep.findings
+    assert "Expected a string path to an existing deepspeed config" in rep.findings[0].message
+    path.write_text(json.dumps({"zero_optimization": {"stage": 2}, "gradient_accumulation_steps": "auto",
+                                "train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
+                                "bf16": {"enabled": "auto"}}))
+    assert doctor(TINY_VL, *launch_codes).findings == []
