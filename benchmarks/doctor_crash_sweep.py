@@ -1,13 +1,15 @@
-"""The doctor never raises: every shipped recipe across adapter x precision x strategy x data modality.
+"""The doctor never raises: every shipped recipe across adapter x precision x strategy x data modality x attention.
 
     python benchmarks/doctor_crash_sweep.py [--out PATH]
 
 A run has a problem when `run_doctor` raises, or when a check crashed (MM099, a bug in mmtune). Findings,
 errors included, are the doctor's job and not problems: a QLoRA run under FSDP is refused with a finding,
 which is what it should do. Each recipe runs as shipped and in four variants; variant v of recipe i takes
-adapter ADAPTERS[(i+v) % 3], precision PRECISIONS[(i+v) % 2], strategy STRATEGIES[(i+2v) % 3] and data
-MODALITIES[(i+v) % 4], so every recipe meets every adapter, precision, strategy and modality (rotations of
-one-factor sweeps; the full product would be 15 x 72 runs). Duplicates of a recipe's own setup are dropped.
+adapter ADAPTERS[(i+v) % 3], precision PRECISIONS[(i+v) % 2], strategy STRATEGIES[(i+2v) % 3], data
+MODALITIES[(i+v) % 4] and attention ATTENTION[(i+v+v//2) % 2], so every recipe meets every adapter, precision,
+strategy, modality and attention kernel (rotations of one-factor sweeps; the full product would be 15 x 144
+runs). Duplicates of a recipe's own setup are dropped. FlashAttention-2 is planned for the A100 target; this
+CPU has no flash_attn, so the doctor builds its local models with SDPA (doctor/pieces.py buildable_here).
 The memory plan (MM001 / MM003) is left out, as in tests/doctor/test_recipes.py: at 7B it takes minutes on
 2 cores and has its own tests; every other check runs on the first 20 records of each split against an
 A100 80GB. Exit status 1 when any run has a problem. tests/doctor/test_crash_sweep.py runs a few combos.
@@ -29,6 +31,7 @@ ADAPTERS = ("lora", "qlora", "full")
 PRECISIONS = ("bf16", "fp16")
 STRATEGIES = ("ddp", "fsdp", "zero3")
 MODALITIES = ("text", "image", "audio", "video+audio")
+ATTENTION = ("sdpa", "flash_attention_2")
 DATA = {"image": "recipes/data/image_qa.jsonl", "audio": "recipes/data/audio_qa.jsonl",
         "video+audio": "recipes/data/video_audio_qa.jsonl"}  # text: written by text_data()
 SKIP = ("MM001", "MM003")
@@ -43,12 +46,14 @@ class Combo:
     precision: str | None = None
     strategy: str | None = None
     modality: str | None = None  # None: the recipe's own data
+    attention: str | None = None  # None: the recipe's own model.attn_implementation
 
     @property
     def label(self) -> str:
         parts = [Path(self.recipe).stem] + [f"{k}={v}" for k, v in
                                             (("adapter", self.adapter), ("precision", self.precision),
-                                             ("strategy", self.strategy), ("data", self.modality)) if v]
+                                             ("strategy", self.strategy), ("data", self.modality),
+                                             ("attn", self.attention)) if v]
         return " ".join(parts)
 
 
@@ -69,10 +74,11 @@ def combos() -> list[Combo]:
     out = []
     for i, recipe in enumerate(recipes()):
         own = _own(recipe)
-        seen = {(own["adapter"], own["precision"], own["strategy"], None)}
+        seen = {(own["adapter"], own["precision"], own["strategy"], None, None)}
         out.append(Combo(recipe))
         for v in range(4):
-            c = (ADAPTERS[(i + v) % 3], PRECISIONS[(i + v) % 2], STRATEGIES[(i + 2 * v) % 3], MODALITIES[(i + v) % 4])
+            c = (ADAPTERS[(i + v) % 3], PRECISIONS[(i + v) % 2], STRATEGIES[(i + 2 * v) % 3], MODALITIES[(i + v) % 4],
+                 ATTENTION[(i + v + v // 2) % 2])
             if c in seen:
                 continue
             seen.add(c)
@@ -97,6 +103,8 @@ def overrides(combo: Combo, work: Path) -> list[str]:
         ov.append(f"train.precision={combo.precision}")
     if combo.strategy:
         ov.append(f"train.strategy={combo.strategy}")
+    if combo.attention:
+        ov.append(f"model.attn_implementation={combo.attention}")
     if combo.modality:
         train = text_data(work) if combo.modality == "text" else str(ROOT / DATA[combo.modality])
         # eval.best_metric may name a metric of the recipe's own eval set (seed002's mixture score)
