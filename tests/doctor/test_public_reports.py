@@ -147,6 +147,37 @@ def test_merged_vlm_folder_without_its_processor_is_an_error(doctor, vlm_folder,
     assert clean.findings == []
 
 
+def test_cached_hub_snapshot_without_its_processor_is_an_error(doctor, tmp_path, monkeypatch):
+    """The same file missing from a hub-cache snapshot (a download of the weights and tokenizer only, as in
+    https://github.com/LLaVA-VL/LLaVA-NeXT/issues/20, "preprocessor_config.json is missing"): offline, MM024
+    names it; the complete snapshot is silent."""
+    import torch
+    from huggingface_hub import constants
+    from safetensors.torch import save_file
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def snapshot(repo: str, processor: bool):
+        config, proc = tiny_config_and_processor("tiny/qwen2-vl")
+        base = tmp_path / "hub" / ("models--" + repo.replace("/", "--"))
+        commit = "0123456789abcdef0123456789abcdef01234567"
+        (base / "refs").mkdir(parents=True)
+        (base / "refs" / "main").write_text(commit)
+        folder = base / "snapshots" / commit
+        folder.mkdir(parents=True)
+        config.save_pretrained(folder)
+        (proc if processor else proc.tokenizer).save_pretrained(folder)
+        save_file({"lm_head.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+        return repo
+
+    rep = doctor({**TINY_VL, "model": {"name": snapshot("someorg/vl-weights-only", False)}}, "MM024")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM024", "error")], rep.findings
+    assert "preprocessor_config.json" in rep.findings[0].message
+    assert doctor({**TINY_VL, "model": {"name": snapshot("someorg/vl-complete", True)}}, "MM024").findings == []
+
+
 def test_missing_local_folder_is_an_error_online_too(doctor, tmp_path, hub_mode):
     rep = doctor({**TINY_VL, "model": {"name": str(tmp_path / "exports" / "nope")}}, "MM024")
     assert [(f.code, f.severity) for f in rep.findings] == [("MM024", "error")]

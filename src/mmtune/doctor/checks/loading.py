@@ -30,8 +30,8 @@ def model_available(ctx):
     if is_local_name(cfg.model.name):
         yield from _local_folder(cfg)
         return
-    try:
-        folder = model_folder(cfg.model.name, cfg.model.revision)
+    try:  # with its family, a cached VLM snapshot lacking preprocessor_config.json counts as incomplete
+        folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
     except ModelLoadError as e:
         hint = _looks_local(cfg.model.name)
         if ctx.user_offline or hint:
@@ -53,15 +53,10 @@ def _local_folder(cfg):
     depend on the model (a VLM folder saved without its processor lacks preprocessor_config.json: the
     merged-checkpoint failure of https://github.com/hiyouga/LlamaFactory/issues/5749)."""
     from ...errors import ModelLoadError
-    from ...models.loading import model_folder, resolve_family
+    from ...models.loading import model_folder
 
-    family = None
     try:
-        family = resolve_family(cfg)  # from the folder's config.json (model_type); none when it has none
-    except Exception:  # noqa: BLE001 - a folder without a readable config is reported below, as missing files
-        family = None
-    try:
-        folder = model_folder(cfg.model.name, cfg.model.revision, family)
+        folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
     except ModelLoadError as e:
         fix = e.fix
         if "preprocessor_config.json" in e.what:
@@ -70,6 +65,17 @@ def _local_folder(cfg):
         yield error(e.what, e.where or "model.name", fix)
         return
     yield from _weight_files(folder, cfg.model.name)
+
+
+def _family(cfg):
+    """The model's family from its config.json (a folder's, the cache's) or the embedded config; None when
+    none can be read here (then the files every model needs are checked, not the processor's)."""
+    from ...models.loading import resolve_family
+
+    try:
+        return resolve_family(cfg)
+    except Exception:  # noqa: BLE001 - an unreadable or unknown config is MM044's / the missing-files finding
+        return None
 
 
 def _weight_files(folder: Path, name: str):
