@@ -89,6 +89,48 @@ def test_omni_audio_cap_above_the_window_is_a_fast_warning(doctor, audio_data):
     assert rep.findings == []
 
 
+def _mp4_with_audio(path, seconds: float, sr: int = 16000):
+    """A small MPEG-4 clip (grey frames at 2 fps) with a mono AAC track of `seconds`."""
+    import av
+    import numpy as np
+
+    with av.open(str(path), "w") as out:
+        vs = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=2)
+        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv420p"
+        aus = out.add_stream("aac", rate=sr)
+        aus.layout = "mono"
+        for i in range(int(seconds * 2)):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 10 * (i % 20), dtype=np.uint8), format="rgb24")
+            out.mux(vs.encode(frame))
+        out.mux(vs.encode(None))
+        wave = (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * sr)) / sr)).astype(np.float32)
+        step = aus.codec_context.frame_size or 1024
+        for i in range(0, len(wave), step):
+            frame = av.AudioFrame.from_ndarray(wave[None, i:i + step], format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = sr, i
+            out.mux(aus.encode(frame))
+        out.mux(aus.encode(None))
+    return path.name
+
+
+def test_omni_video_sound_track_past_the_window_is_an_error(doctor, tmp_path):
+    """The same report's case for a video whose own sound is heard (use_audio, Qwen2.5-Omni): a 40 s track
+    under a 60 s cap is cut to 30 s: MM082 counts it with the record; within the default cap it is refused
+    (MM017 "too long") and MM082 is silent."""
+    name = _mp4_with_audio(tmp_path / "talk.mp4", 40)
+    row = {"messages": [{"role": "user", "content": [{"type": "video", "path": name, "use_audio": True},
+                                                     {"type": "text", "text": "What is said?"}]},
+                        {"role": "assistant", "content": "a tone"}]}
+    tree = {"model": {"name": "tiny/qwen2.5-omni", "audio_max_seconds": 60},
+            "data": {"train": _jsonl(tmp_path / "v.jsonl", [row])}}
+    rep = doctor(tree, *AUDIO_CODES)
+    found = [f for f in rep.errors if f.code == "MM082"]
+    assert found and "1 audio clip(s)" in found[0].message and "v.jsonl:1" in found[0].where
+    tree["model"] = {"name": "tiny/qwen2.5-omni"}
+    rep = doctor(tree, *AUDIO_CODES)
+    assert "MM082" not in rep.codes() and "MM017" in _codes(rep, "error")
+
+
 # --------------------------------------------------------------------------------------- local model folders
 
 @pytest.fixture

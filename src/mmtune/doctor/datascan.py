@@ -390,13 +390,15 @@ def _untimed_video(part) -> bool:
 
 
 def _audio_past_window(rec, window: float, scan: SplitScan) -> None:
-    """Count the record's audio clips (files) longer than the encoder's window (MM082): the processor keeps
-    only their first `window` seconds. One header read per clip, only when the cap lets such clips in."""
+    """Count the record's audio clips (files, and videos' own audio tracks) longer than the encoder's window
+    (MM082): the processor keeps only their first `window` seconds. One header read per clip, only when the
+    cap lets such clips in."""
     from ..data import media_probe
     from ..errors import DataError
 
     for p in rec.media_parts():
-        if p["type"] != "audio" or p.get("path") is None:
+        # audio files, and videos whose own audio track is fed to the model (use_audio: Qwen2.5-Omni)
+        if p.get("path") is None or not (p["type"] == "audio" or (p["type"] == "video" and p.get("use_audio"))):
             continue
         try:
             seconds = media_probe.audio_seconds(p)
