@@ -521,6 +521,7 @@ def whisper_audio_tokens(samples: int, feature_extractor) -> int:
     """Qwen2-Audio's audio tokens for a clip of `samples`: mel frames (hop_length) -> conv stride 2 ->
     pool 2, as its processor expands `<|AUDIO|>` from the feature attention mask."""
     hop = int(getattr(feature_extractor, "hop_length", 160) or 160)
-    frames = samples // hop
+    window = getattr(feature_extractor, "n_samples", None)  # the extractor cuts longer clips to it (30 s)
+    frames = (min(samples, window) if window else samples) // hop
     after_conv = (frames - 1) // 2 + 1
     return max(1, (after_conv - 2) // 2 + 1)

@@ -157,9 +157,19 @@ class DoctorContext:
     def _build_scan(self):
         from .datascan import scan_dataset
 
-        self.need("processor_info")  # a processor that cannot be had is its own finding, said once
+        self._need_renderable()
         return scan_dataset(self.need("resolved"), limit=self.max_records,
                             write_clean=Path(self.write_clean) if self.write_clean else None, full=self.full)
+
+    def _need_renderable(self) -> None:
+        """The processor exists (else its own finding, said once) and can render conversations: without a
+        chat template (a base model's tokenizer) every record fails in apply_chat_template, which MM030
+        reports once; the checks that render records are then not run, instead of each crashing."""
+        pinfo = self.need("processor_info")
+        proc = pinfo.processor
+        tok = getattr(proc, "tokenizer", proc)
+        if not (getattr(proc, "chat_template", None) or getattr(tok, "chat_template", None)):
+            raise NotAvailable("the model's tokenizer has no chat template, so no record can be rendered (see MM030)")
 
     def _build_processor_info(self):
         from .pieces import build_processor_info
@@ -170,7 +180,7 @@ class DoctorContext:
         """The run's training encoder, one for every check that renders or encodes a record."""
         from ..data.encode import Encoder
 
-        self.need("processor_info")  # a processor that cannot be had is its own finding, said once
+        self._need_renderable()
         return Encoder.for_run(self.need("resolved"))
 
     def _build_model_config(self):

@@ -86,6 +86,10 @@ class SplitScan:
     # Training records that repeat an earlier training record exactly (MM068): count and first copy.
     repeated: int = 0
     repeated_first: str = ""
+    # Audio clips longer than the audio encoder's window (MM082), counted only when model.audio_max_seconds
+    # lets them through (else they are refused as "too long"): count, longest (seconds, where).
+    audio_over_window: int = 0
+    audio_longest: tuple[float, str] = (0.0, "")
 
     @property
     def decode_sampled(self) -> bool:
@@ -171,6 +175,11 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
     special = _special_pattern(encoder)
+    from ..resolve.processor import audio_window_seconds
+
+    window = audio_window_seconds(encoder.processor)
+    if window is not None and cfg.model.audio_max_seconds <= window:
+        window = None  # longer clips are refused as "too long" by the encoder: nothing reaches the cut
 
     from ..console import TaskBar
 
@@ -199,6 +208,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             for rec in recs_in:
                 _look_at_text(rec, scan, special, train_keys, seen)
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
+                if ok and window is not None:
+                    _audio_past_window(rec, window, scan)
                 if ok and len(scan.samples) < SAMPLES_KEPT:
                     scan.samples.append(rec)
                 if ok and answers is not None:
@@ -376,6 +387,27 @@ def _untimed_video(part) -> bool:
     if part.get("video") is not None:
         return True
     return part.get("path") is not None and Path(part["path"]).is_dir()
+
+
+def _audio_past_window(rec, window: float, scan: SplitScan) -> None:
+    """Count the record's audio clips (files, and videos' own audio tracks) longer than the encoder's window
+    (MM082): the processor keeps only their first `window` seconds. One header read per clip, only when the
+    cap lets such clips in."""
+    from ..data import media_probe
+    from ..errors import DataError
+
+    for p in rec.media_parts():
+        # audio files, and videos whose own audio track is fed to the model (use_audio: Qwen2.5-Omni)
+        if p.get("path") is None or not (p["type"] == "audio" or (p["type"] == "video" and p.get("use_audio"))):
+            continue
+        try:
+            seconds = media_probe.audio_seconds(p)
+        except DataError:
+            continue  # a clip that cannot be read is MM018's, counted by the measure
+        if seconds > window:
+            scan.audio_over_window += 1
+            if seconds > scan.audio_longest[0]:
+                scan.audio_longest = (seconds, rec.where())
 
 
 def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:

@@ -69,9 +69,25 @@ def model_config(cfg):
         return None
 
 
+def buildable_here(resolved):
+    """The run to build on this CPU: the same, except FlashAttention-2 planned for a GPU machine when flash_attn
+    is not installed here (transformers refuses to build such a model, "FlashAttention2 has been toggled on,
+    but it cannot be used"); SDPA stands in. The attention kernel changes no parameter, dtype, adapter
+    placement or gradient path, which is what the model checks read; MM025 / MM050 check FA2 on the target."""
+    import dataclasses
+    import importlib.util
+
+    if resolved.attn_implementation != "flash_attention_2" or importlib.util.find_spec("flash_attn") is not None:
+        return resolved
+    cfg = resolved.cfg
+    model = cfg.model.model_copy(update={"attn_implementation": "sdpa"})
+    return dataclasses.replace(resolved, attn_implementation="sdpa", cfg=cfg.model_copy(update={"model": model}))
+
+
 def build_loaded(resolved):
     from ..build import load_model
 
+    resolved = buildable_here(resolved)
     real = is_small(resolved)
     return load_model(resolved, device="cpu", dtype=real_dtype(resolved) if real else None, meta=not real)
 
@@ -87,6 +103,7 @@ def build_adapted(resolved) -> Adapted:
     """A fresh model with adapters (peft wraps in place, so the `loaded` piece stays untouched)."""
     from ..build import build_model_and_adapters
 
+    resolved = buildable_here(resolved)
     real = is_small(resolved)
     loaded, result = build_model_and_adapters(resolved, device="cpu", dtype=real_dtype(resolved) if real else None,
                                               meta=not real)
@@ -118,6 +135,7 @@ class GradModel:
 
 
 def build_grad_model(resolved) -> GradModel:
+    resolved = buildable_here(resolved)
     if is_small(resolved):
         return GradModel(build_adapted(resolved), resolved, None)
     family = resolved.family

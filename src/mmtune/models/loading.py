@@ -165,6 +165,41 @@ def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = 
     return missing
 
 
+def is_local_name(name: str) -> bool:
+    """Whether model.name names a folder on this machine (never downloaded), not a hub id: it exists, starts
+    with `.`, `/` or `~`, or has more path parts than ORG/NAME (runs/x/final)."""
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2
+
+
+def unreadable_weights(folder: Path) -> list[tuple[str, str]]:
+    """(file, why) for each *.safetensors file in `folder` whose header cannot be read: a Git LFS pointer
+    (a clone without git-lfs leaves ~130-byte text files named like the weights) or a file cut short.
+    transformers stops on them with "SafetensorError: Error while deserializing header: HeaderTooLarge"."""
+    import json
+    import struct
+
+    bad = []
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                head = fh.read(8)
+                if head.startswith(b"version "):  # "version https://git-lfs.github.com/spec/v1"
+                    bad.append((f.name, f"a Git LFS pointer ({size} bytes), not the weights"))
+                    continue
+                if len(head) < 8:
+                    bad.append((f.name, f"{size} bytes: too short for a safetensors header"))
+                    continue
+                (n,) = struct.unpack("<Q", head)
+                if n > size - 8:
+                    bad.append((f.name, f"its header claims {n} bytes but the file holds {size}: cut short"))
+                    continue
+                json.loads(fh.read(n))
+        except (OSError, ValueError) as e:
+            bad.append((f.name, f"its header does not parse ({type(e).__name__})"))
+    return bad
+
+
 def model_folder(name: str, revision: str | None = None, family: Family | None = None,
                  tokenizer: bool = True, weights: bool = True) -> Path | str:
     """A local folder holding the model, or the hub id when it may still be downloaded.
@@ -174,7 +209,7 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
     """
     path = Path(name).expanduser()
     # A hub id is ORG/NAME; anything with more path parts (runs/x/final) is a folder, never downloaded.
-    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2:
+    if is_local_name(name):
         if not path.is_dir():
             raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
                                  fix="point model.name at a folder saved with save_pretrained, or use a hub id")
@@ -247,6 +282,13 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
     except OSError as e:
         raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
                              fix=f"mmtune download {name}") from None
+    except ValueError as e:  # custom code without trust_remote_code; a model_type this transformers lacks
+        if "trust_remote_code" in str(e) or "custom code" in str(e):
+            raise ModelLoadError(f"{name} is defined by its own code (config.json auto_map), which transformers "
+                                 "runs only with trust_remote_code", where="model.name",
+                                 fix="model.trust_remote_code=true   (after reading the repository's code)") from None
+        raise ModelLoadError(f"cannot read the config of {name}: {str(e).splitlines()[0]}", where="model.name",
+                             fix="pip install -U transformers, or point model.name at a supported model") from None
 
 
 # --------------------------------------------------------------------------- decisions

@@ -29,7 +29,7 @@ class ProcessorSource:
 
 
 def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
-    from ..models.loading import _cached_snapshot, load_processor_from, model_folder
+    from ..models.loading import _cached_snapshot, is_local_name, load_processor_from, model_folder
     from ..models.tiny import is_tiny, tiny_config_and_processor
 
     name = cfg.model.name
@@ -40,8 +40,7 @@ def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
         return ProcessorSource(proc, where, True)
     if is_tiny(name):
         return ProcessorSource(tiny_config_and_processor(name)[1], f"{name} (tiny twin, made locally)", True)
-    path = Path(name).expanduser()
-    if path.exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2:
+    if is_local_name(name):
         folder = model_folder(name, cfg.model.revision, family, weights=for_training)
         return ProcessorSource(load_processor_from(str(folder), family, cfg), f"model folder {folder}", True)
     snap = _cached_snapshot(name, cfg.model.revision)
@@ -165,3 +164,15 @@ def fixed_crop(processor) -> tuple[int, int] | None:
     h = crop.get("height") if isinstance(crop, dict) else getattr(crop, "height", None)
     w = crop.get("width") if isinstance(crop, dict) else getattr(crop, "width", None)
     return (int(h), int(w)) if h and w else None
+
+
+def audio_window_seconds(processor) -> float | None:
+    """The longest clip the processor hands the audio encoder whole, in seconds: a Whisper-style feature
+    extractor (Qwen2-Audio, Qwen2.5-Omni, composed Whisper towers) pads or cuts every clip to `n_samples`
+    (30 s at 16 kHz, the encoder's 1500 positions); the rest of a longer clip never reaches the model.
+    None when the processor has no such fixed window."""
+    fe = getattr(processor, "feature_extractor", None)
+    n, rate = getattr(fe, "n_samples", None), getattr(fe, "sampling_rate", None)
+    if not n or not rate:
+        return None
+    return float(n) / float(rate)

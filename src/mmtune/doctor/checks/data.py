@@ -7,6 +7,8 @@ record (file:line) and the fix.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..findings import error, info, warning
 from ..registry import check
 
@@ -99,6 +101,7 @@ def media_tokens(ctx):
 @check("MM031", "the dataset covers an effective batch", needs=("cfg", "scan"))
 def dataset_size(ctx):
     cfg, scan = ctx.need("cfg"), ctx.need("scan")
+    yield from _eval_left(cfg, scan)
     train = next((s for s in scan.splits if s.split == "train"), None)
     if train is None:
         return
@@ -115,6 +118,27 @@ def dataset_size(ctx):
         yield warning(f"train.max_steps={cfg.train.max_steps} x {per_step} records/step = {epochs:.0f} epochs of "
                       f"{n} records: the model will memorise them", where="train.max_steps",
                       fix=f"train.max_steps={max(1, int(3 * n / per_step))}")
+
+
+def _eval_left(cfg, scan):
+    """An eval split that keeps no record: every row refused (data.on_bad_record=skip), or none left after
+    the split filter. Training would evaluate nothing and log eval_loss 0.0 (a sum over no tokens), so a
+    run that looks evaluated is not (the empty-devset reports: https://github.com/OpenRLHF/OpenRLHF/pull/561,
+    https://github.com/stanfordnlp/dspy/pull/10031)."""
+    evals = [s for s in scan.splits if s.split == "eval"]
+    if not evals or sum(s.ok for s in evals) or any(s.sampled for s in evals):
+        return
+    rows = sum(s.rows for s in evals)
+    bad = Counter()
+    for s in evals:
+        bad.update(s.bad)
+    why = (", ".join(f"{n} {r}" for r, n in bad.most_common(3)) if bad
+           else "none of them in this split" if rows else "the split holds no row")
+    spec = evals[0].spec
+    yield error(f"eval: no usable record left ({rows} row(s) read; {why}): evaluation would run on nothing and "
+                "log eval_loss 0.0", where=f"data.eval ({spec})",
+                fix="fix the eval records reported above (or point data.eval at another split); without an eval "
+                    "set, leave data.eval empty")
 
 
 @check("MM034", "--write-clean: the records that pass were written", needs=("cfg", "scan"))

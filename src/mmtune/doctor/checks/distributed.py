@@ -27,6 +27,7 @@ class DeepSpeedLaunch:
     offload_optimizer: str | None = None  # cpu / nvme: ZeRO-Offload of the optimizer
     force_ds_cpu_optimizer: bool = True  # DeepSpeed's zero_force_ds_cpu_optimizer (default true)
     clipping: str | None = None  # DeepSpeed's gradient_clipping: a number, "auto", or None (no clipping)
+    problem: str | None = None  # why the DeepSpeed JSON named by the launch cannot be used (MM049 says it)
 
 
 def deepspeed_launch() -> DeepSpeedLaunch | None:
@@ -39,24 +40,31 @@ def deepspeed_launch() -> DeepSpeedLaunch | None:
     env = os.environ
     path = env.get("ACCELERATE_DEEPSPEED_CONFIG_FILE")
     ds: dict = {}
-    if path and Path(path).is_file():
+    problem = None
+    if path and not Path(path).is_file():
+        # accelerate stops: "Expected a string path to an existing deepspeed config, or a dictionary"
+        problem = f"does not exist (relative paths are read from {Path.cwd()})"
+    elif path:
         try:
             ds = json.loads(Path(path).read_text())
-        except (OSError, ValueError):
-            ds = {}
-    stage = (ds.get("zero_optimization") or {}).get("stage", env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
+        except (OSError, ValueError) as e:
+            problem, ds = f"is not valid JSON ({type(e).__name__}: {e})", {}
+        if not isinstance(ds, dict):
+            problem, ds = f"holds a JSON {type(ds).__name__}, not an object of DeepSpeed settings", {}
+    zero = ds.get("zero_optimization") if isinstance(ds.get("zero_optimization"), dict) else {}
+    stage = zero.get("stage", env.get("ACCELERATE_DEEPSPEED_ZERO_STAGE"))
     try:
         stage = int(stage) if stage is not None else None
     except (TypeError, ValueError):
         stage = None
     ga = ds.get("gradient_accumulation_steps", env.get("ACCELERATE_GRADIENT_ACCUMULATION_STEPS"))
-    zero = ds.get("zero_optimization") or {}
-    offload = (zero.get("offload_optimizer") or {}).get("device") if ds else env.get(
+    off = zero.get("offload_optimizer")
+    offload = (off.get("device") if isinstance(off, dict) else None) if ds else env.get(
         "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE")
     return DeepSpeedLaunch(stage, path, ds, None if ga is None else str(ga),
                            str(offload).lower() if offload not in (None, "none") else None,
                            ds.get("zero_force_ds_cpu_optimizer", True) is not False,
-                           _as_str(ds.get("gradient_clipping", env.get("ACCELERATE_GRADIENT_CLIPPING"))))
+                           _as_str(ds.get("gradient_clipping", env.get("ACCELERATE_GRADIENT_CLIPPING"))), problem)
 
 
 def _launched(ctx):
@@ -170,6 +178,13 @@ def deepspeed_config_sections(ctx):
     other than the run's trains in another dtype than planned (the launched run's: under `train --smoke` the
     twin's fp32)."""
     ds = deepspeed_launch()
+    if ds is not None and ds.problem:
+        yield error(f"the DeepSpeed config {ds.config_file} named by the launch (deepspeed_config_file / "
+                    f"ACCELERATE_DEEPSPEED_CONFIG_FILE) {ds.problem}: accelerate stops with \"Expected a string path "
+                    "to an existing deepspeed config, or a dictionary\"", where=ds.config_file,
+                    fix="point deepspeed_config_file in the accelerate config at an existing JSON file (an absolute "
+                        "path), or leave DeepSpeed to the run: train.strategy=zero2 / zero3")
+        return
     if ds is None or not ds.config:
         return
     for section, what in (("optimizer", "optimizer"), ("scheduler", "LR scheduler")):
@@ -210,7 +225,7 @@ def deepspeed_clipping(ctx):
     train.max_grad_norm silently does nothing when the two differ."""
     cfg = ctx.need("cfg")
     ds = deepspeed_launch()
-    if ds is None or ds.clipping == "auto":
+    if ds is None or ds.clipping == "auto" or ds.problem:  # an unreadable JSON is MM049's: its clipping is unknown
         return
     want = cfg.train.max_grad_norm
     have = None if ds.clipping in (None, "0", "0.0", "none") else float(ds.clipping)

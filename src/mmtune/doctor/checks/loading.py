@@ -14,7 +14,7 @@ from ..registry import check
        failure_mode=24, claims=("processor_info:ModelLoadError", "loaded:ModelLoadError"))
 def model_available(ctx):
     from ...errors import ModelLoadError
-    from ...models.loading import model_folder
+    from ...models.loading import is_local_name, model_folder
     from ...models.tiny import is_tiny
 
     cfg = ctx.need("cfg")
@@ -27,11 +27,15 @@ def model_available(ctx):
             yield error(f"model.weights=random builds {cfg.model.name} from its config, and no config of it is on "
                         "disk or embedded", "model.name", f"mmtune download {cfg.model.name}   (or an embedded model)")
         return
-    try:
-        model_folder(cfg.model.name, cfg.model.revision)
+    if is_local_name(cfg.model.name):
+        yield from _local_folder(cfg)
+        return
+    try:  # with its family, a cached VLM snapshot lacking preprocessor_config.json counts as incomplete
+        folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
     except ModelLoadError as e:
-        if ctx.user_offline:
-            yield error(e.what, e.where or "model.name", e.fix)
+        hint = _looks_local(cfg.model.name)
+        if ctx.user_offline or hint:
+            yield error(e.what + hint, e.where or "model.name", e.fix)
         else:  # online, training downloads it; the checks that need its files could not run here
             # The config, processor and data checks still ran, from the embedded config and the stand-in
             # processor (resolve/processor.py); only the text token counts are approximate.
@@ -39,12 +43,74 @@ def model_available(ctx):
                           "the checks here ran from its embedded config and a stand-in processor (text token "
                           "counts approximate, weights not read)",
                           where="model.name", fix=f"mmtune download {cfg.model.name}   (for exact token counts)")
+        return
+    if isinstance(folder, Path):
+        yield from _weight_files(folder, cfg.model.name)
+
+
+def _local_folder(cfg):
+    """A folder is never downloaded: whatever it lacks is an error online too, and the files it needs
+    depend on the model (a VLM folder saved without its processor lacks preprocessor_config.json: the
+    merged-checkpoint failure of https://github.com/hiyouga/LlamaFactory/issues/5749)."""
+    from ...errors import ModelLoadError
+    from ...models.loading import model_folder
+
+    try:
+        folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
+    except ModelLoadError as e:
+        fix = e.fix
+        if "preprocessor_config.json" in e.what:
+            fix = ("copy the base model's processor files (preprocessor_config.json, and the tokenizer's) into "
+                   "the folder, or save the processor beside the model (processor.save_pretrained)")
+        yield error(e.what, e.where or "model.name", fix)
+        return
+    yield from _weight_files(folder, cfg.model.name)
+
+
+def _family(cfg):
+    """The model's family from its config.json (a folder's, the cache's) or the embedded config; None when
+    none can be read here (then the files every model needs are checked, not the processor's)."""
+    from ...models.loading import resolve_family
+
+    try:
+        return resolve_family(cfg)
+    except Exception:  # noqa: BLE001 - an unreadable or unknown config is MM044's / the missing-files finding
+        return None
+
+
+def _weight_files(folder: Path, name: str):
+    from ...models.loading import unreadable_weights
+
+    bad = unreadable_weights(folder)
+    if bad:
+        lfs = any("Git LFS" in why for _, why in bad)
+        yield error(f"model {name}: {len(bad)} weight file(s) in {folder} are not readable safetensors: "
+                    + "; ".join(f"{f}: {why}" for f, why in bad[:3]) + (" ..." if len(bad) > 3 else "")
+                    + " (loading stops with 'SafetensorError: Error while deserializing header')",
+                    where=str(folder / bad[0][0]),
+                    fix=("git lfs install && git lfs pull   (in the cloned folder), or mmtune download " + name
+                         if lfs else "download the model again (mmtune download), the file is incomplete"))
+
+
+def _looks_local(name: str) -> str:
+    """A hint when ORG/NAME is more likely a local path: its first part is a folder here (models/qwen2-vl)."""
+    head = name.split("/", 1)[0]
+    if "/" in name and Path(head).is_dir():
+        return (f"; note: ./{head} is a folder here, so model.name may mean the local folder ./{name}, which "
+                "does not exist")
+    return ""
 
 
 def safetensors_dtypes(folder: Path) -> dict[str, str]:
-    """{tensor name: dtype} from the headers of the folder's *.safetensors files (no tensor is read)."""
+    """{tensor name: dtype} from the headers of the folder's *.safetensors files (no tensor is read); files
+    whose header cannot be read (a Git LFS pointer, a file cut short) are MM024's and skipped here."""
+    from ...models.loading import unreadable_weights
+
     out = {}
+    skip = {f for f, _ in unreadable_weights(folder)}
     for f in sorted(folder.glob("*.safetensors")):
+        if f.name in skip:
+            continue
         with open(f, "rb") as fh:
             (n,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(n))

@@ -120,3 +120,43 @@ def pixel_caps_take_effect(ctx):
     yield warning(f"{keys} has no effect on this model: its processor ({type(resolved.processor).__name__}) {size}, so "
                   "the media tokens per image (and memory) are the processor's, not the config's", where=f"model.{asked[0]}",
                   fix=f"remove {keys} (for fewer image tokens pick a model with a pixel budget, e.g. Qwen2-VL)")
+
+
+@check("MM082", "audio clips fit the audio encoder's window (Whisper-style encoders hear 30 s)",
+       needs=("cfg", "resolved"), fast=True)
+def audio_window(ctx):
+    """Qwen2-Audio's and Qwen2.5-Omni's audio encoders (and composed Whisper towers) take a fixed window: the
+    feature extractor pads or cuts every clip to `n_samples` (30 s at 16 kHz). mmtune refuses clips longer
+    than `model.audio_max_seconds`; raised above the window, clips between the two pass and are cut to
+    their first 30 s without a word, so the answer is trained against audio the model never hears.
+    The cap alone is a warning (fast: `mmtune train` runs it); clips in the data past the window are an
+    error naming how many and the longest. Sources: docs/doctor.md (public bug reports)."""
+    from ...resolve.processor import audio_window_seconds
+
+    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
+    try:
+        proc = resolved.need_processor()
+    except Exception:  # noqa: BLE001 - no processor here: the checks that need one say why
+        return
+    window = audio_window_seconds(proc)
+    cap = cfg.model.audio_max_seconds
+    if window is None or cap <= window + 1e-9:
+        return
+    scan = None
+    if not ctx.fast and ctx.has("scan"):
+        scan = ctx.need("scan")
+    over = [s for s in scan.splits if s.audio_over_window] if scan is not None else []
+    fix = (f"model.audio_max_seconds={window:g}   (clips over it are then refused with a count; or cut long clips "
+           f"into <= {window:g} s pieces)")
+    if over:
+        n = sum(s.audio_over_window for s in over)
+        longest = max((s.audio_longest for s in over), key=lambda t: t[0])
+        yield error(f"{n} audio clip(s) last longer than the audio encoder's {window:g} s window (longest "
+                    f"{longest[0]:.1f} s, {longest[1]}); model.audio_max_seconds={cap:g} lets them in and the "
+                    f"processor keeps only their first {window:g} s: the answers are trained against audio the "
+                    "model never hears", where=longest[1], fix=fix)
+        return
+    yield warning(f"model.audio_max_seconds={cap:g} is above the audio encoder's {window:g} s window "
+                  f"({type(getattr(proc, 'feature_extractor', None)).__name__}): a clip between {window:g} and "
+                  f"{cap:g} s is not refused but cut to its first {window:g} s", where="model.audio_max_seconds",
+                  fix=fix)

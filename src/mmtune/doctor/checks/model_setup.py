@@ -207,6 +207,14 @@ def transformers_version(ctx):
     mt = raw.get("model_type")
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
+    if raw.get("auto_map") and not cfg.model.trust_remote_code and (not mt or mt not in CONFIG_MAPPING):
+        # InternVL, MiniCPM-V, Phi-3-vision: the architecture is the checkpoint's own Python code, which
+        # transformers refuses to run unasked ("contains custom code which must be executed").
+        yield error(f"{path}: model_type {mt!r} is defined by the checkpoint's own code (auto_map), which "
+                    "transformers runs only with trust_remote_code (\"contains custom code which must be executed "
+                    "to correctly load the model\")", where="model.trust_remote_code",
+                    fix="model.trust_remote_code=true   (after reading the repository's code)")
+        return
     if mt and mt not in CONFIG_MAPPING and not cfg.model.trust_remote_code:
         yield error(f"{path}: model_type {mt!r} is unknown to transformers {here} (\"Transformers does not recognize "
                     "this architecture\")", where="model.name",
@@ -248,9 +256,14 @@ def adapter_as_model(ctx):
 
 
 def weights_folder(cfg) -> Path | None:
-    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache)."""
+    """The folder holding the model's *.safetensors, when it is on disk (local or hub cache) and every file's
+    header reads (a Git LFS pointer or a file cut short is MM024's finding, not something to read here)."""
+    from ...models.loading import unreadable_weights
+
     folder = model_dir(cfg)
-    return folder if folder is not None and any(folder.glob("*.safetensors")) else None
+    if folder is None or not any(folder.glob("*.safetensors")) or unreadable_weights(folder):
+        return None
+    return folder
 
 
 def projector_biases(folder: Path, family) -> dict[str, float] | None:
