@@ -262,6 +262,9 @@ def test_custom_code_model_without_trust_remote_code(doctor, tmp_path, vlm_folde
     assert not [f for f in rep.findings if f.code == "MM099"], rep.findings
     found = [f for f in rep.errors if f.code == "MM044"]
     assert found and "auto_map" in found[0].message and found[0].fix.startswith("model.trust_remote_code=true")
+    # the whole doctor: the folder's missing files are MM024's, said once (not again as an MM098 build error)
+    whole = doctor({**TINY_VL, "model": {"name": str(folder)}})
+    assert [f.code for f in whole.errors if f.code in ("MM024", "MM044", "MM098")] == ["MM024", "MM044"]
     clean = doctor({**TINY_VL, "model": {"name": vlm_folder("complete")}}, "MM044")
     assert clean.findings == []
 

@@ -11,7 +11,7 @@ from ..registry import check
 
 
 @check("MM024", "the model is available offline (or will be downloaded)", needs=("cfg",), fast=True,
-       failure_mode=24, claims=("processor_info:ModelLoadError", "loaded:ModelLoadError"))
+       failure_mode=24, claims=("processor_info:ModelLoadError", "loaded:ModelLoadError", "resolved:ModelLoadError"))
 def model_available(ctx):
     from ...errors import ModelLoadError
     from ...models.loading import is_local_name, model_folder
