@@ -10,7 +10,11 @@ through `allocator.replay` with and without expandable segments; the one-step wo
 reference. Nothing runs on a GPU: this shows what the two allocator models predict, not a measurement.
 
     python benchmarks/allocator_varying_lengths.py [--model Qwen/Qwen2.5-7B-Instruct] [--steps 24]
-        [--micro-batch 4] [--max-length 2048] [--seed 0] [--out results/NAME]
+        [--micro-batch 4] [--max-length 2048] [--seed 0] [--set KEY=VALUE ...] [--out results/NAME]
+        [--images 640x480,480x640,... --text-tokens 40,160]
+
+`--images`: an image model's run; each step's record is one image of a size drawn from the list plus
+a text of a length drawn from `--text-tokens` (each micro-batch holds copies of that record).
 """
 
 from __future__ import annotations
@@ -35,6 +39,19 @@ def batch_lengths(n: int, micro_batch: int, max_length: int, seed: int) -> list[
         recs = [min(max_length, max(32, int(rng.lognormvariate(0, 0.8) * max_length / 5))) for _ in range(micro_batch)]
         out.append(max(recs))
     return out
+
+
+def image_steps(resolved, n: int, sizes: list[tuple[int, int]], text: tuple[int, int], seed: int):
+    """(size, tokens) per step: a drawn image size and its record's tokens (the image's, as the run's
+    processor counts them with the template, plus a drawn text length)."""
+    from mmtune.data.encode import Encoder
+    from mmtune.plan.batch import Declared, _declared_record
+
+    enc = Encoder.for_run(resolved)
+    media = {wh: int(enc.encode(_declared_record(Declared(images=[wh])), check_length=False)["input_ids"].shape[-1])
+             for wh in sizes}
+    rng = random.Random(seed)
+    return [(wh, media[wh] + rng.randint(*text)) for wh in (rng.choice(sizes) for _ in range(n))]
 
 
 def step_ends(events) -> list[int]:
@@ -77,6 +94,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-length", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--set", action="append", default=[], help="more config overrides (key=value)")
+    ap.add_argument("--images", default=None, help="image sizes WxH,WxH,... (an image model's run)")
+    ap.add_argument("--text-tokens", default="40,160", help="text tokens per image record: LO,HI")
     ap.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.txt")
     args = ap.parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -89,12 +108,23 @@ def main(argv=None) -> int:
             "model.gradient_checkpointing=true", *args.set]
     resolved = resolve_for_plan(load_config(None, over), args.gpu)
     capacity = resolved.target.gpu.total_bytes
-    lengths = batch_lengths(args.steps, args.micro_batch, args.max_length, args.seed)
     t0 = time.perf_counter()
-    batches = [worst_case_batch(resolved, declared=Declared(tokens=n)).micro_batch for n in lengths]
+    if args.images:
+        sizes = [tuple(int(x) for x in wh.split("x")) for wh in args.images.split(",")]
+        drawn = image_steps(resolved, args.steps, sizes, tuple(int(x) for x in args.text_tokens.split(",")), args.seed)
+        decls = [Declared(images=[wh], tokens=n) for wh, n in drawn]
+        lengths = [n for _, n in drawn]
+        # the one-step plan: the largest image with the longest text drawn (the run's worst record)
+        worst = max(drawn, key=lambda d: (d[0][0] * d[0][1], d[1]))
+        worst_decl = Declared(images=[worst[0]], tokens=max(n for wh, n in drawn if wh == worst[0]))
+    else:
+        lengths = batch_lengths(args.steps, args.micro_batch, args.max_length, args.seed)
+        decls = [Declared(tokens=n) for n in lengths]
+        worst_decl = Declared(tokens=args.max_length)
+    batches = [worst_case_batch(resolved, declared=d).micro_batch for d in decls]
     _, _, ex, _ = trace_config(resolved, step_batches=batches)
     run_events = ex.tracker.trace.events
-    _, _, one, _ = trace_config(resolved, declared=Declared(tokens=args.max_length))
+    _, _, one, _ = trace_config(resolved, declared=worst_decl)
     one_events = one.tracker.trace.events
     traced_s = time.perf_counter() - t0
     ends = step_ends(run_events)
@@ -106,8 +136,10 @@ def main(argv=None) -> int:
                       "run_over_plan_pct": round(100 * (curve[-1] - plan) / plan, 2),
                       "after_steps_gib": {str(k): round(curve[k - 1] / GIB, 3)
                                           for k in (1, 2, 4, 8, 16, 24, 48) if k <= len(curve)}}
-    lines = [f"{args.model} LoRA bf16, checkpointing, micro-batch {args.micro_batch}, {args.steps} steps of lengths "
-             f"{min(lengths)}..{max(lengths)} (median {sorted(lengths)[len(lengths) // 2]}), planned for {args.gpu}",
+    what = f"images {args.images}, " if args.images else ""
+    lines = [f"{args.model} {' '.join(args.set)} LoRA bf16, checkpointing, micro-batch {args.micro_batch}, {args.steps} "
+             f"steps of {what}lengths {min(lengths)}..{max(lengths)} (median {sorted(lengths)[len(lengths) // 2]}), "
+             f"planned for {args.gpu}",
              f"{'allocator':40s} {'1-step plan':>12s} {'run':>9s} {'run vs plan':>12s}  reserved after k steps"]
     for name, r in rows.items():
         lines.append(f"{name:40s} {r['plan_worst_step_gib']:9.2f} GiB {r['run_gib']:6.2f} GiB {r['run_over_plan_pct']:+10.1f} %  "
