@@ -81,7 +81,7 @@ def overrides_for(row: dict, model: str) -> list[str]:
             *row.get("overrides", [])]
 
 
-def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None) -> dict:
+def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc_conf: str | None = None) -> dict:
     from mmtune.config import load_config
     from mmtune.models.loading import DECODER_LAYERS
     from mmtune.plan.batch import Declared
@@ -95,7 +95,7 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None) -> di
     # The published runs used torch's default allocator (fixed segments) unless the row says otherwise;
     # mmtune's own runs default to expandable segments (resolve/decisions.decide_cuda_allocator), so the
     # run is planned with the allocator it was measured under, through the same decision.
-    alloc = row.get("alloc_conf", "expandable_segments:False")
+    alloc = alloc_conf or row.get("alloc_conf", "expandable_segments:False")
     saved = os.environ.get("PYTORCH_CUDA_ALLOC_CONF")
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = alloc
     t0 = time.perf_counter()
@@ -162,6 +162,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", action="append", default=[], help="a row id or group (repeatable)")
     ap.add_argument("--layers", type=int, default=None, help="cut decoders to N layers (a smoke run)")
     ap.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.txt")
+    ap.add_argument("--alloc-conf", default=None,
+                    help="plan every row under this PYTORCH_CUDA_ALLOC_CONF (default: the allocator each row was "
+                         "measured under, torch's fixed segments unless the row says)")
     args = ap.parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     spec = load_runs(Path(args.runs))
@@ -172,7 +175,7 @@ def main(argv=None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="mmtune_published_") as tmp:
         for row in rows:
-            res = plan_row(row, spec, Path(tmp), layers=args.layers)
+            res = plan_row(row, spec, Path(tmp), layers=args.layers, alloc_conf=args.alloc_conf)
             results.append(res)
             print(f"{res['id']:32s} published {res['published_gib']:6.2f} planned {res['planned_gib']:6.2f} GiB "
                   f"({res['error_pct']:+.1f} %) [{res['plan_s']} s]", flush=True)
@@ -180,7 +183,8 @@ def main(argv=None) -> int:
     text = render(results, summary)
     print("\n" + text)
     if args.out:
-        Path(args.out + ".json").write_text(json.dumps({"layers": args.layers, "rows": results, "summary": summary},
+        Path(args.out + ".json").write_text(json.dumps({"layers": args.layers, "alloc_conf": args.alloc_conf,
+                                                        "rows": results, "summary": summary},
                                                        indent=1))
         Path(args.out + ".txt").write_text(text + "\n")
     return 0
