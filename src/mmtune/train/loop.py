@@ -206,7 +206,10 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         from ..launch_config import write_launch_files
 
         for path in write_launch_files(run.resolved, out):  # zero2 / zero3: the DeepSpeed + accelerate files used
-            console.print(f"[dim]{path.name} (generated from the run):[/]\n{path.read_text()}", soft_wrap=True)
+            from rich.markup import escape  # the file's own brackets are text, not markup
+
+            console.print(f"[dim]{escape(path.name)} (generated from the run):[/]\n{escape(path.read_text())}",
+                          soft_wrap=True)
     # A resumed run appends to its logs; a fresh start in a reused output_dir starts them anew, so
     # metrics.jsonl never mixes two runs.
     if main and ckpt is None:
