@@ -82,7 +82,8 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
-    sampled: int | None = None  # data.streaming: only the first K rows were read (data.stream_sample)
+    sampled: int | None = None  # only the first K rows were read: data.stream_sample, or --limit where the split is longer
+    sampled_by: str = "data.streaming"
     # Training records that repeat an earlier training record exactly (MM068): count and first copy.
     repeated: int = 0
     repeated_first: str = ""
@@ -122,7 +123,7 @@ class DataScan:
         rows = []
         for s in self.splits:
             total = s.ok + s.n_bad
-            label = s.split if s.sampled is None else f"{s.split} (first {s.sampled} rows: data.streaming)"
+            label = s.split if s.sampled is None else f"{s.split} (first {s.sampled} rows: {s.sampled_by})"
             rows.append((label, total, s.ok, s.n_bad, ""))
             for reason, n in s.bad.most_common():
                 rows.append(("", "", "", n, reason))
@@ -188,6 +189,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         bar.__enter__()
         for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
+                scan.sampled, scan.sampled_by = limit, "--limit"  # the split goes on: its totals are unknown
                 break
             scan.rows += 1
             bar.advance()
@@ -474,7 +476,8 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
             sample = cfg.data.stream_sample if cfg.data.streaming and limit is None else None
             result.splits.append(scan_split("train", spec, r, limit=sample or limit, write_clean=clean, full=full,
                                             train_keys=train_keys))
-            result.splits[-1].sampled = sample
+            if sample is not None:
+                result.splits[-1].sampled, result.splits[-1].sampled_by = sample, "data.streaming"
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None

@@ -103,8 +103,8 @@ def dataset_size(ctx):
     cfg, scan = ctx.need("cfg"), ctx.need("scan")
     yield from _eval_left(cfg, scan)
     train = next((s for s in scan.splits if s.split == "train"), None)
-    if train is None:
-        return
+    if train is None or (train.sampled is not None and train.sampled_by == "--limit"):
+        return  # only the first N rows were read: the split's size is not known
     n, mbs = train.ok, cfg.train.micro_batch_size
     if n < mbs:
         yield error(f"train: {n} usable record(s), fewer than one micro-batch ({mbs})", where="data.train",
