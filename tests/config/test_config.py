@@ -80,3 +80,24 @@ def test_config_reference_is_up_to_date():
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "config.md"
     assert doc.read_text() == render(), "run: python -m mmtune.config.reference > docs/config.md"
+
+
+def test_markdown_tables_in_the_docs_have_as_many_cells_as_their_header():
+    """A bare `|` inside a cell (`str | None`, `messages | vqa`) splits it and shifts the row: each table row of
+    README.md and docs/*.md has its header's cell count (escaped `\\|` does not split)."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    bad = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        width, fenced = None, False
+        for i, line in enumerate(doc.read_text().splitlines(), 1):
+            fenced ^= line.startswith("```")
+            if fenced or not line.startswith("|"):
+                width = None
+                continue
+            n = len(re.split(r"(?<!\\)\|", line.strip())) - 2
+            width = n if width is None else width
+            if n != width:
+                bad.append(f"{doc.name}:{i}: {n} cells, header {width}")
+    assert not bad, bad
