@@ -378,6 +378,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
+        decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
         from .resolve.decisions import decide_startup_scan
 
@@ -453,6 +454,7 @@ def attach_eval_data(run: Run) -> None:
     t_scan = time.perf_counter()
     run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
                                 cfg.data.on_bad_record, progress="check eval data").records
+    run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
     run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
 
 

@@ -396,12 +396,31 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
             rs.bad(e, where, data_cfg.on_bad_record)
     if other_split:
         rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {src.wanted!r}")
+    dup = duplicate_ids(rs.records)
+    if dup:
+        rs.notes.append(dup)
     if src.fmt == "ocrvqa":
         rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
                         fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
     return rs
+
+
+def duplicate_ids(records) -> str | None:
+    """A note when records share an id (kept, all of them: a repeated id is often a second question on
+    the same image, but predictions and per-record results are keyed by it): the count and the first few."""
+    first: dict[str, str] = {}
+    repeats: list[str] = []
+    for r in records:
+        if r.id in first:
+            repeats.append(f"{r.source} repeats id {r.id!r} of {first[r.id]}")
+        else:
+            first[r.id] = r.source
+    if not repeats:
+        return None
+    return (f"{len(repeats)} record(s) repeat an id already used (all kept; predictions.jsonl and per-record "
+            f"results name records by id): " + "; ".join(repeats[:3]) + (" ..." if len(repeats) > 3 else ""))
 
 
 def _registry_entry(spec: str, data_cfg):
