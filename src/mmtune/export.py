@@ -33,7 +33,7 @@ def run_config_of(ckpt: Path):
         if candidate.is_file():
             return load_config(candidate, [])
     raise MMTuneError(f"no config.resolved.yaml beside {ckpt}", where=str(ckpt),
-                      fix="export from a folder written by mmtune train")
+                      fix="give a run folder (or its checkpoint) written by mmtune train: it holds config.resolved.yaml")
 
 
 def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) -> Path:

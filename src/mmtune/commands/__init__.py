@@ -71,5 +71,8 @@ def export_cmd(
     """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model."""
     from ..export import export
 
+    import json
+
     path = export(checkpoint, merge=merge, out=out)
-    console.print(f"exported to {path}")
+    source = json.loads((path / ".mmtune-export.json").read_text())["checkpoint"]
+    console.print(f"exported {source}{' (merged)' if merge else ''} to {path}")

@@ -196,6 +196,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     out.parent.mkdir(parents=True, exist_ok=True)
     plots = out.parent / ("plots" if out.name == "report.html" else f"{out.stem}_plots")
     out.write_text(render(runs, plots), encoding="utf-8")
+    for r in runs:  # said on the terminal too, not only inside the page
+        for problem in r.problems:
+            console.print(f"[yellow]warning:[/] {problem}")
     return out
 
 
