@@ -69,9 +69,9 @@ def export_cmd(
     out: Path | None = typer.Option(None, "--out", help="output folder (default: <checkpoint>/export)"),
 ):
     """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model."""
-    from ..export import export
-
     import json
+
+    from ..export import export
 
     path = export(checkpoint, merge=merge, out=out)
     source = json.loads((path / ".mmtune-export.json").read_text())["checkpoint"]

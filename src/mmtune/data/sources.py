@@ -147,9 +147,8 @@ def _json_kind(value) -> str:
 
 
 def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
-    import pyarrow.parquet as pq
-
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     n = 0
     try:
