@@ -104,6 +104,10 @@ def test_eval_command_reads_only_the_eval_split_and_counts_its_skipped_records(t
     train(build_run(cfg))
     summary = json.loads((Path(cfg.output_dir) / "summary.json").read_text())
     assert sum(summary["skipped_eval_records"].values()) == 2, summary["skipped_eval_records"]
+    from mmtune.report import write_report
+
+    write_report([cfg.output_dir])  # the report draws the eval split's skips beside training's
+    assert "skipped eval records by reason" in (Path(cfg.output_dir) / "plots" / "skipped_eval.svg").read_text()
     ckpt = Path(cfg.output_dir) / "checkpoint-1"
     r = CliRunner().invoke(app, ["eval", str(cfg_path), f"checkpoint={ckpt}", f"data.train={tmp_path / 'gone.jsonl'}"])
     assert r.exit_code == 0, r.output
