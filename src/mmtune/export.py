@@ -43,8 +43,12 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
     out = Path(out) if out else default
     run_dir = _run_dir(ckpt)
     _refuse_unsafe_out(out, ckpt=ckpt, run_dir=run_dir, given=Path(checkpoint))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise MMTuneError(f"cannot write beside --out {out} ({e.strerror})", where=str(out.parent),
+                          fix="give --out a folder you can write to") from None
     try:
         staged = tmp / "export"
         _write(ckpt, staged, merge=merge)
