@@ -39,7 +39,7 @@ SAMPLES_KEPT = 8  # first passing records per split kept for checks that encode 
 # in the table with no finding: a bad record is never silent.
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
-    "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014",
+    "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014", "bad count": "MM014",
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
