@@ -3,18 +3,13 @@ through the loader, `mmtune data inspect` and the doctor alike; never a tracebac
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 from typer.testing import CliRunner
 
 from mmtune.cli import app
 from mmtune.config import load_config
 from mmtune.errors import ConfigError
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from data.bad_files import CONFIGS  # noqa: E402 - the fixtures module of tests/data
+from tests.data.bad_files import CONFIGS
 
 # name -> (words of the error, words of where, words of the fix)
 EXPECTED = {
