@@ -158,6 +158,7 @@ CONFIGS = {
     "duplicate section": (BASE_YAML + "train:\n  lr: 1.0e-4\ndata:\n  max_length: 128\n", []),
     "bad override value": (BASE_YAML, ["train.lr=abc"]),
     "bad override int": (BASE_YAML, ["train.max_steps=ten"]),
+    "infinite override": (BASE_YAML, ["train.lr=inf"]),
     "override without =": (BASE_YAML, ["train.lr"]),
     "top level is a list": ("- model\n- data\n", []),
     "tab indentation": ("model:\n\tname: tiny/qwen2-vl\n", []),
