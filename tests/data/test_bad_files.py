@@ -134,6 +134,10 @@ def test_doctor_counts_bad_rows_and_names_unreadable_files(files):
     rep = run_doctor(_config(files["counting_bad.jsonl"], "fsc147", "tiny/qwen2-vl"), ["train.micro_batch_size=1"], None)
     assert rep.tables["data"].table_rows()[:2] == [("train", 5, 2, 3, ""), ("", "", "", 3, "bad count")]
     assert "MM099" not in rep.codes()
+    rep = run_doctor(_config(files["duplicate_ids.jsonl"], "messages", "tiny/qwen2-vl"), [], None, only=["MM068"])
+    [f] = rep.findings
+    assert f.severity == "info" and f.message.startswith("train: 2 record(s) repeat the id of an earlier record")
+    assert f.where.startswith(f"{files['duplicate_ids.jsonl']}:3")
     rep = run_doctor(_config(files["truncated.parquet"], "messages", "tiny/qwen2-vl"), [], None)
     [f] = [f for f in rep.findings if f.severity == "error"]
     assert "not a readable parquet file" in f.message and str(files["truncated.parquet"]) in f.where

@@ -91,6 +91,10 @@ class SplitScan:
     # lets them through (else they are refused as "too long"): count, longest (seconds, where).
     audio_over_window: int = 0
     audio_longest: tuple[float, str] = (0.0, "")
+    # Records whose id an earlier record of the split already had (noted by MM068: results are keyed by id).
+    id_hashes: set = field(default_factory=set)
+    repeated_ids: int = 0
+    repeated_ids_first: str = ""
 
     @property
     def decode_sampled(self) -> bool:
@@ -341,6 +345,12 @@ def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None, seen: s
     from ..data.records import content_parts
 
     msgs = rec.messages
+    h = hash(rec.id)
+    if h in scan.id_hashes:
+        scan.repeated_ids += 1
+        if scan.repeated_ids == 1:
+            scan.repeated_ids_first = rec.where()
+    scan.id_hashes.add(h)
     if msgs and msgs[0].get("role") == "system":
         scan.system_records += 1
     if special is not None:

@@ -205,6 +205,10 @@ def training_repeats(ctx):
     split (the reports had 5 % and far more); fewer copies are an info with the count. Upsampling on
     purpose is done with weighted sources (data.train: [{path, weight}]), which this does not count."""
     for s in ctx.need("scan").splits:
+        if s.repeated_ids:  # kept, all of them; said because predictions and per-record results name records by id
+            yield info(f"{s.split}: {s.repeated_ids} record(s) repeat the id of an earlier record (all are used; "
+                       "predictions.jsonl names records by id, so two of them read as one)", where=s.repeated_ids_first,
+                       fix="give each record its own id (or drop the id field: records are then numbered)")
         if s.split != "train" or not s.repeated:
             continue
         total = s.ok + s.n_bad
