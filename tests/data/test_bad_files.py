@@ -142,3 +142,23 @@ def test_doctor_counts_bad_rows_and_names_unreadable_files(files):
     [f] = [f for f in rep.findings if f.severity == "error"]
     assert "not a readable parquet file" in f.message and str(files["truncated.parquet"]) in f.where
     assert "MM099" not in rep.codes()
+
+
+def test_a_short_training_run_counts_and_names_what_it_skipped(files, tmp_path):
+    """`mmtune train` on a counting file with bad counts, data.on_bad_record=skip: the start summary names the
+    first skipped records with file:line, summary.json counts them for the train and the eval split."""
+    import json
+
+    path = files["counting_bad.jsonl"]
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"output_dir: {tmp_path / 'run'}\nmodel: {{name: tiny/qwen2-vl, gradient_checkpointing: false}}\n"
+                   f"data: {{train: '{path}', eval: '{path}', format: fsc147, on_bad_record: skip, max_length: 256}}\n"
+                   "adapter: {method: lora, r: 4}\n"
+                   "train: {max_steps: 1, micro_batch_size: 1, device: cpu, precision: fp32, warmup_steps: 0}\n"
+                   "eval: {metrics: [exact_match, mae], max_new_tokens: 2, batch_size: 2}\nlogging: {tensorboard: false}\n")
+    r = CliRunner().invoke(app, ["train", str(cfg)])
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert f"skipped train {path}:2: count is nan" in out and f"{path}:3: count is -2" in out, out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["skipped_records"] == {"bad count": 3} and summary["skipped_eval_records"] == {"bad count": 3}
