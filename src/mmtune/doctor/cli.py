@@ -65,7 +65,8 @@ def doctor_command(
     as_json: bool = typer.Option(False, "--json", help='print {"findings": [...]} instead of tables'),
     write_clean: Optional[str] = typer.Option(None, "--write-clean", help="write the records that pass to PATH"),
     fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
-    full: bool = typer.Option(False, "--full", help="decode every record's media (large sets: a random sample)"),
+    full: bool = typer.Option(False, "--full", help="decode every record's media (without it, a split with more than "
+                                                    "1000 records with media decodes a random sample of 1000)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1,
                                         help="read only the first N records of each split (a quick look at a large set)"),
 ) -> None:
