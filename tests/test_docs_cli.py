@@ -46,3 +46,21 @@ def test_flags_named_on_a_commands_own_page_exist():
             bad += [f"{page}:{i}: {flag}" for flag in re.findall(r"`(--[a-z][a-z0-9-]*)", line)
                     if flag not in _options(command)]
     assert not bad, bad
+
+
+def test_help_texts_survive_rich_markup():
+    """typer renders help as rich markup, where `[key=value ...]` is a tag and vanishes (`mmtune eval --help`
+    said "checkpoint=DIR ."): every command's and option's help prints as written."""
+    from rich.markup import render
+
+    lost = []
+
+    def walk(cmd, path):
+        for sub_name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {sub_name}")
+        for text in [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params)]:
+            if render(text).plain != text:
+                lost.append(f"{path}: {text!r}")
+
+    walk(typer.main.get_command(app), "mmtune")
+    assert not lost, lost

@@ -55,7 +55,7 @@ def train_cmd(
 
 @user_errors
 def eval_cmd(config: Path = CONFIG_ARG, overrides: list[str] | None = OVERRIDES_ARG):
-    """Evaluate a checkpoint: mmtune eval CONFIG checkpoint=DIR [key=value ...]."""
+    """Evaluate a checkpoint: mmtune eval CONFIG checkpoint=DIR (and any key=value overrides)."""
     from .evaluate import run_eval
 
     metrics = run_eval(config, overrides or [])
