@@ -8,6 +8,8 @@ import re
 from html import escape
 from pathlib import Path
 
+from rich.markup import escape as escape_markup
+
 from ..console import console
 from .collect import RunData, eval_records_by_id, read_run
 from .svg import bar_chart, line_chart
@@ -200,7 +202,7 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     out.write_text(render(runs, plots), encoding="utf-8")
     for r in runs:  # said on the terminal too, not only inside the page
         for problem in r.problems:
-            console.print(f"[yellow]warning:[/] {problem}")
+            console.print(f"[yellow]warning:[/] {escape_markup(problem)}")
     return out
 
 
