@@ -96,3 +96,13 @@ def test_chat_attachments_are_checked_up_front_and_named(trained, tmp_path):
     for (flag, path), (what, fix) in cases.items():
         code, out = _cli("chat", run, "How many?", flag, path)
         assert code == 2 and what in out and f"where: {flag} {path}" in out and fix in out, out
+
+
+def test_a_bad_attachment_in_a_conversation_is_said_and_the_conversation_goes_on(trained, tmp_path):
+    run, media = trained
+    (tmp_path / "notes.txt").write_text("not an image")
+    r = CliRunner().invoke(app, ["chat", str(run)],
+                           input=f"/image {tmp_path / 'notes.txt'}\n/image {media / 'img0.png'}\nHow many?\n")
+    out = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "error: image cannot be decoded" in out and "(not attached; give a readable image file)" in out
