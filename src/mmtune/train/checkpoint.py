@@ -95,6 +95,9 @@ def resolve_checkpoint(path: Path) -> Path:
     path = Path(path)
     from .sharded_checkpoint import has_sharded
 
+    if not path.is_dir():
+        raise MMTuneError(f"{path} does not exist" if not path.exists() else f"{path} is a file, not a run folder",
+                          where=str(path), fix="give runs/NAME (a run folder) or runs/NAME/checkpoint-N")
     if (path / "trainable.safetensors").is_file() or has_sharded(path) or (path / "manifest.json").is_file():
         return _verified(path, path)
     best = path / "best"
