@@ -378,6 +378,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
+        decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
         from .resolve.decisions import decide_startup_scan
 
@@ -401,10 +402,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             run.train_set = type(scan.records)(records=scan.records.records, notes=scan.records.notes)
         run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)  # loading included
         if cfg.data.eval:
-            t_scan = time.perf_counter()
-            run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
-                                        cfg.data.on_bad_record, progress="check eval data").records
-            run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
+            attach_eval_data(run)
         if not run.train_set.records:
             from .errors import DataError
 
@@ -437,6 +435,27 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
+
+
+def attach_eval_data(run: Run) -> None:
+    """The eval split, checked as training's is (bad records raised, or skipped and counted in
+    run.eval_set.skipped under data.on_bad_record=skip), with the encoder and collator it needs. `mmtune eval`
+    calls only this: evaluating a checkpoint never reads the training set."""
+    from .data.collate import Collator
+    from .data.encode import Encoder
+    from .data.inspect import scan_records
+    from .data.sources import load_records
+
+    cfg = run.cfg
+    if run.encoder is None:
+        run.encoder = Encoder.for_run(run.resolved)
+    if run.collator is None:
+        run.collator = Collator(run.resolved.pad_token_id, run.resolved.compute_dtype)
+    t_scan = time.perf_counter()
+    run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
+                                cfg.data.on_bad_record, progress="check eval data").records
+    run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
+    run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
 
 
 def _start_background_check(run: Run, records, decisions: list[str]) -> None:

@@ -26,6 +26,10 @@ def _quiet_library_noise() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"transformers\.")
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(transformers|torch)\.")
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    # accelerate's unwrap_model imports DeepSpeed where it is installed, and DeepSpeed announces its CPU
+    # fallback on *stdout* ("Setting accelerator to CPU ..."): `mmtune chat RUN "q"` then printed it before
+    # the answer. Only that notice is dropped; DeepSpeed's other warnings still show.
+    logging.getLogger("DeepSpeed").addFilter(lambda record: not str(record.msg).startswith("Setting accelerator to CPU"))
 
 
 def _register_all() -> None:

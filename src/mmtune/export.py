@@ -7,11 +7,19 @@
   shards (`sharded/`, one file per rank): they are gathered here into a `from_pretrained` folder.
 The base model is rebuilt from the run's resolved config (config.resolved.yaml), so tiny random
 models, local folders and hub ids all export the same way.
+
+The export is written to a temporary folder beside --out and renamed into place, so nothing is
+deleted before it is replaced. An existing --out is only replaced when it is empty or an earlier
+mmtune export of the same run (its `.mmtune-export.json` says so); --out may never be the run or
+checkpoint folder, hold them, or lie inside the run folder elsewhere than the default place
+(`<checkpoint>/export`, `<checkpoint>/export-merged`): a user's files are never removed.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
+import tempfile
 from pathlib import Path
 
 from .errors import MMTuneError
@@ -25,15 +33,97 @@ def run_config_of(ckpt: Path):
         if candidate.is_file():
             return load_config(candidate, [])
     raise MMTuneError(f"no config.resolved.yaml beside {ckpt}", where=str(ckpt),
-                      fix="export from a folder written by mmtune train")
+                      fix="give a run folder (or its checkpoint) written by mmtune train: it holds config.resolved.yaml")
 
 
 def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) -> Path:
     ckpt = resolve_checkpoint(Path(checkpoint))
     _refuse_random_weights(ckpt)
-    out = Path(out) if out else ckpt / ("export-merged" if merge else "export")
+    default = ckpt / ("export-merged" if merge else "export")
+    out = Path(out) if out else default
+    run_dir = _run_dir(ckpt)
+    _refuse_unsafe_out(out, ckpt=ckpt, run_dir=run_dir, given=Path(checkpoint))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+    except OSError as e:
+        raise MMTuneError(f"cannot write beside --out {out} ({e.strerror})", where=str(out.parent),
+                          fix="give --out a folder you can write to") from None
+    try:
+        staged = tmp / "export"
+        _write(ckpt, staged, merge=merge)
+        (staged / MARKER).write_text(json.dumps({"run": str(run_dir.resolve()), "checkpoint": str(ckpt.resolve()),
+                                                 "merged": bool(merge)}, indent=1))
+        _swap_into_place(staged, out, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # our own staging folder only
+    return out
+
+
+MARKER = ".mmtune-export.json"
+
+
+def _run_dir(ckpt: Path) -> Path:
+    """The run folder a checkpoint belongs to (where config.resolved.yaml lies), else the checkpoint itself."""
+    return ckpt.parent if (ckpt.parent / "config.resolved.yaml").is_file() else ckpt
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _refuse_unsafe_out(out: Path, *, ckpt: Path, run_dir: Path, given: Path) -> None:
+    """--out that would overwrite the run, or a folder that is not ours to replace, is an error before
+    anything is written."""
+    o = out.resolve()
+    protected = {p.resolve() for p in (ckpt, run_dir, given)}
+    defaults = {(ckpt / "export").resolve(), (ckpt / "export-merged").resolve()}
+    fix_other = "give --out a new or empty folder outside the run folder (or leave --out out: <checkpoint>/export)"
+    for p in protected:
+        if _inside(p, o):
+            raise MMTuneError(f"--out {out} is the run folder or holds it ({p}): exporting there would overwrite the run",
+                              where=f"--out {out}", fix=fix_other)
+    if o not in defaults and _inside(o, run_dir.resolve()):
+        raise MMTuneError(f"--out {out} lies inside the run folder {run_dir}, where a new run or checkpoint rotation "
+                          "would delete it", where=f"--out {out}", fix=fix_other)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise MMTuneError(f"--out {out} exists and is a file", where=f"--out {out}", fix=fix_other)
+    if not any(out.iterdir()):
+        return
+    marker = out / MARKER
+    if marker.is_file():
+        try:
+            previous = json.loads(marker.read_text()).get("run")
+        except (OSError, ValueError, AttributeError):
+            previous = None
+        if previous == str(run_dir.resolve()):
+            return  # an earlier export of this same run: replaced once the new one is complete
+        raise MMTuneError(f"--out {out} holds an mmtune export of another run ({previous})", where=str(marker),
+                          fix="give --out a new folder, or delete that export yourself if it is no longer needed")
+    if o in defaults and ((out / "adapter_config.json").is_file() or (out / "config.json").is_file()):
+        return  # an export at the default place written before exports carried their marker
+    raise MMTuneError(f"--out {out} already exists and holds files that are not an export of this run; "
+                      "nothing was written or deleted", where=f"--out {out}",
+                      fix="give --out a new or empty folder, or move those files away yourself")
+
+
+def _swap_into_place(staged: Path, out: Path, tmp: Path) -> None:
+    """The complete export replaces the earlier one only now; the earlier one (checked to be ours) goes last."""
     if out.exists():
-        shutil.rmtree(out)
+        old = tmp / "previous"
+        out.rename(old)
+        try:
+            staged.rename(out)
+        except OSError:
+            old.rename(out)  # put the earlier export back rather than leave nothing
+            raise
+    else:
+        staged.rename(out)
+
+
+def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
     if (ckpt / "model").is_dir():
         shutil.copytree(ckpt / "model", out)
         return out

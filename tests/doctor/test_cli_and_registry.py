@@ -78,3 +78,54 @@ def test_fast_subset_is_fast_and_builds_no_model(tmp_path):
     assert time.perf_counter() - t0 < 5
     assert "MM005" in rep.codes("info")  # bf16 default on a T4: the run's fp16 decision, said
     assert not any(c in rep.codes() for c in ("MM010", "MM011", "MM017"))
+
+
+def _table_rows(text: str, header: str) -> dict[str, list[str]]:
+    """{code: [cells after the code]} of the markdown table that starts with `header`."""
+    start = text.index(header)
+    rows = {}
+    for line in text[start:].split("\n\n", 1)[0].splitlines()[2:]:
+        cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+def test_readme_check_table_mirrors_the_registry():
+    """README.md's table lists every registered check (plus the runner's MM098/MM099) with the registry's
+    fast flag and failure mode, each title starting with the registry's title (detail may follow)."""
+    from mmtune.doctor.registry import RUNNER_CODES, all_checks
+
+    rows = _table_rows((ROOT / "README.md").read_text(), "| code | fast | failure mode | checks that |")
+    checks = all_checks()
+    assert sorted(rows) == sorted([c.code for c in checks] + list(RUNNER_CODES))
+    for c in checks:
+        fast, mode, title = rows[c.code]
+        assert (fast, mode) == ("yes" if c.fast else "", str(c.failure_mode or "")), c.code
+        assert title.startswith(c.title), (c.code, title, c.title)
+
+
+def test_doctor_doc_main_table_has_the_registrys_fast_flags_and_failure_modes():
+    from mmtune.doctor.registry import all_checks
+
+    rows = _table_rows((ROOT / "docs" / "doctor.md").read_text(), "| code | fast | failure mode | checks that |")
+    for c in all_checks():
+        if c.code in rows:
+            assert rows[c.code][:2] == ["yes" if c.fast else "", str(c.failure_mode or "")], c.code
+
+
+def test_limit_reads_the_first_rows_and_says_so(tmp_path):
+    """`--limit N` (docs/doctor.md, docs/data.md) reads N rows per split, labels the table, and draws no
+    conclusion about the split's size from them (MM031); it refuses --write-clean, whose file would lack the rest."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2-vl"}, "output_dir": str(tmp_path / "run"),
+                                   "data": {"train": "synthetic:counting", "synthetic_train_size": 40},
+                                   "train": {"micro_batch_size": 8}}))
+    res = CliRunner().invoke(_app(), ["doctor", str(cfg), "--limit", "3", "--json"])
+    data = json.loads(res.output)
+    assert "MM031" not in {f["code"] for f in data["findings"]}, data["findings"]
+    from mmtune.doctor.runner import run_doctor
+
+    rows = run_doctor(cfg, [], None, max_records=3, only=["MM031"]).tables["data"].table_rows()
+    assert rows[0][:3] == ("train (first 3 rows: --limit)", 3, 3)
+    res = CliRunner().invoke(_app(), ["doctor", str(cfg), "--limit", "3", "--write-clean", str(tmp_path / "c.jsonl")])
+    assert res.exit_code == 2 and "--write-clean" in res.output and not (tmp_path / "c.jsonl").exists()

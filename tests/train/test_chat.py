@@ -108,3 +108,22 @@ def test_chat_with_a_merged_export_answers_like_the_run(trained, tmp_path):
     a = load_session(str(run)).ask("How many circles are there?", [{"type": "image", "path": str(image)}])
     b = load_session(str(merged)).ask("How many circles are there?", [{"type": "image", "path": str(image)}])
     assert a == b
+
+
+def test_one_shot_chat_prints_only_the_answer_on_stdout(trained, tmp_path):
+    """In a fresh process (where DeepSpeed, installed, is imported by accelerate's unwrap_model and announces
+    its CPU fallback on stdout), `mmtune chat RUN "q"` writes the answer and nothing else to stdout: a script
+    can read it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run, preds, rows = trained
+    user = rows[0]["messages"][0]["content"]
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    res = subprocess.run([sys.executable, "-m", "mmtune.cli", "chat", str(run), user[1]["text"], "--image",
+                          str(tmp_path / "data" / user[0]["path"])], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == preds[0]["prediction"] + "\n", res.stdout

@@ -89,3 +89,28 @@ def test_train_runs_doctor_fast_checks_first_and_stops_on_errors(tiny_vl_config)
     assert "MM025" in r.output and "model.attn_implementation=sdpa" in r.output
     assert "the run was not started" in r.output
     assert not (Path(load_config(cfg_path, []).output_dir) / "metrics.jsonl").exists()
+
+
+def test_eval_command_reads_only_the_eval_split_and_counts_its_skipped_records(tiny_vl_config, tmp_path):
+    """`mmtune eval` never opens data.train (it may be gone or huge); bad eval records under
+    data.on_bad_record=skip are counted in eval.json and in the run's summary.json, never dropped silently."""
+    data = Path(load_config(tiny_vl_config(), []).data.train)
+    lines = data.read_text().splitlines()
+    bad_eval = data.parent / "eval_with_bad.jsonl"  # beside the images its records name
+    bad_eval.write_text("\n".join(lines[:4] + ['{"messages": "not a list"}', "{not json"]) + "\n")
+    cfg_path = tiny_vl_config(train={"max_steps": 1, "grad_accum": 1},
+                              data={"eval": str(bad_eval), "on_bad_record": "skip"})
+    cfg = load_config(cfg_path, [])
+    train(build_run(cfg))
+    summary = json.loads((Path(cfg.output_dir) / "summary.json").read_text())
+    assert sum(summary["skipped_eval_records"].values()) == 2, summary["skipped_eval_records"]
+    from mmtune.report import write_report
+
+    write_report([cfg.output_dir])  # the report draws the eval split's skips beside training's
+    assert "skipped eval records by reason" in (Path(cfg.output_dir) / "plots" / "skipped_eval.svg").read_text()
+    ckpt = Path(cfg.output_dir) / "checkpoint-1"
+    r = CliRunner().invoke(app, ["eval", str(cfg_path), f"checkpoint={ckpt}", f"data.train={tmp_path / 'gone.jsonl'}"])
+    assert r.exit_code == 0, r.output
+    assert "2 eval record(s) skipped" in r.output
+    saved = json.loads((ckpt / "eval.json").read_text())
+    assert sum(saved["skipped_eval_records"].values()) == 2 and len(saved["predictions"]) == 4

@@ -39,7 +39,9 @@ class ChatSession:
                               fix=f"it takes: {', '.join(sorted(self.encoder.modalities))}")
         if not p.exists():
             raise MMTuneError(f"{kind} file not found: {p}", where=f"--{kind} {path}", fix="check the path")
-        return {"type": kind, "path": str(p.resolve())}
+        part = {"type": kind, "path": str(p.resolve())}
+        _check_attachment(part, kind, path, self.encoder)
+        return part
 
     def ask(self, text: str, media: list[dict] = (), streamer=None) -> str:
         """One user turn (media first, then the text, as the training data puts them) -> the answer.
@@ -67,6 +69,25 @@ class ChatSession:
                 print(text, end="" if not stream_end else "\n", flush=True, file=out)
 
         return _To(self.encoder.tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+def _check_attachment(part: dict, kind: str, given, encoder) -> None:
+    """An attachment is read now, the way the question will read it, so a folder, a text file or a damaged
+    file is an error about `--image PATH`, not one about a data record in the middle of generation."""
+    from ..data import media
+    from ..errors import DataError
+
+    where = f"--{kind} {given}"
+    try:
+        if kind == "image":
+            media.load_image(part, where)
+        elif kind == "audio":
+            media.load_audio(part, where, encoder.sampling_rate)
+        else:
+            media.load_video(part, where, n_frames=encoder.cfg.model.video_frames, fps=encoder.cfg.model.video_fps)
+    except DataError as e:  # a BadRecord too
+        raise MMTuneError(e.what, where=where, fix=f"give a readable {kind} file"
+                          + (" (a folder is read as video frames: --video)" if Path(part["path"]).is_dir() else "")) from None
 
 
 def load_session(target: str, *, device: str | None = None, system: str | None = None,

@@ -29,6 +29,9 @@ def register(app: typer.Typer) -> None:
         device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda (default: the run's train.device)"),
     ):
         """Talk to a trained model with the run's own chat template, media caps and generation settings."""
+        from rich.markup import escape
+
+        from ..errors import MMTuneError
         from . import load_session
 
         session = load_session(target, device=device, system=system, max_new_tokens=max_new_tokens)
@@ -51,7 +54,10 @@ def register(app: typer.Typer) -> None:
                 session.reset()
                 continue
             if cmd.lstrip("/") in ("image", "video", "audio") and cmd.startswith("/"):
-                media.append(session.media_part(cmd[1:], arg.strip()))
+                try:
+                    media.append(session.media_part(cmd[1:], arg.strip()))
+                except MMTuneError as e:  # a bad attachment ends nothing: said, and the conversation goes on
+                    console.print(f"[red]error:[/] {escape(e.what)}  [dim](not attached; {escape(e.fix or '')})[/]")
                 continue
             if interactive:
                 console.print("[bold]model>[/] ", end="")

@@ -55,7 +55,7 @@ def train_cmd(
 
 @user_errors
 def eval_cmd(config: Path = CONFIG_ARG, overrides: list[str] | None = OVERRIDES_ARG):
-    """Evaluate a checkpoint: mmtune eval CONFIG checkpoint=DIR [key=value ...]."""
+    """Evaluate a checkpoint: mmtune eval CONFIG checkpoint=DIR (and any key=value overrides)."""
     from .evaluate import run_eval
 
     metrics = run_eval(config, overrides or [])
@@ -69,7 +69,10 @@ def export_cmd(
     out: Path | None = typer.Option(None, "--out", help="output folder (default: <checkpoint>/export)"),
 ):
     """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model."""
+    import json
+
     from ..export import export
 
     path = export(checkpoint, merge=merge, out=out)
-    console.print(f"exported to {path}")
+    source = json.loads((path / ".mmtune-export.json").read_text())["checkpoint"]
+    console.print(f"exported {source}{' (merged)' if merge else ''} to {path}")

@@ -94,17 +94,53 @@ def deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
+class DuplicateKey(yaml.YAMLError):
+    def __init__(self, key, first, second):
+        self.key, self.first, self.second = key, first, second
+        super().__init__(f"key {key!r} given twice")
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys in one mapping without a word: a second `data:` section would
+    drop the first one's data.train, a second `lr:` would win unseen. Here that is an error naming both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults` merges on purpose
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node.start_mark)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if first is not key_node.start_mark:
+                    raise DuplicateKey(key, first, key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path) -> dict:
     p = find_config(path)
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
+    except DuplicateKey as e:
+        raise ConfigError(f"{p}: key {e.key!r} is given twice in the same section (line {e.first.line + 1} and "
+                          f"line {e.second.line + 1}); YAML would silently keep only the second",
+                          where=f"{p}:{e.first.line + 1} and {p}:{e.second.line + 1}",
+                          fix=f"keep one {e.key!r} (merge the two into one section if it is a section)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)
         raise ConfigError(f"{p} is not valid YAML: {getattr(e, 'problem', e)}", where=where,
                           fix="fix the YAML syntax at that line") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p} is not valid UTF-8 (byte {e.start})", where=str(p),
+                          fix="re-save the file as UTF-8") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{p} must hold a mapping of sections (model:, data:, ...)", where=str(p))
+        raise ConfigError(f"{p} must hold a mapping of sections (model:, data:, ...), not a {type(data).__name__}",
+                          where=str(p), fix="write the config as sections: `model:`, `data:`, `train:` ... "
+                                            "(see recipes/demo_counting.yaml)")
     return data
 
 

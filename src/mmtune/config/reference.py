@@ -8,6 +8,11 @@ from __future__ import annotations
 from .schema import RunConfig
 
 
+def cell(text: str) -> str:
+    """A markdown table cell: a bare `|` (`str | None`, `messages | vqa`) would end it, also inside backticks."""
+    return text.replace("|", "\\|")
+
+
 def _rows(model_cls, prefix=""):
     for name, f in model_cls.model_fields.items():
         name = f.alias or name  # model.class (the field class_)
@@ -19,8 +24,8 @@ def _rows(model_cls, prefix=""):
             shown = "(required)"
         else:
             shown = repr(f.default_factory() if f.default_factory is not None else f.default)
-        typ = str(ann).replace("typing.", "").replace("<class '", "").replace("'>", "")
-        yield f"| `{prefix}{name}` | `{typ}` | `{shown}` | {f.description or ''} |"
+        typ = str(ann).replace("typing.", "").replace("<class '", "").replace("'>", "").replace("mmtune.config.schema.", "")
+        yield f"| `{prefix}{name}` | `{cell(typ)}` | `{cell(shown)}` | {cell(f.description or '')} |"
 
 
 def render() -> str:
@@ -57,7 +62,7 @@ def _aliases() -> list[str]:
            "Keys in another tool's words are not accepted (a config never means two things depending on",
            "which name won); the error names ours:", "",
            "| their key | ours | whose name |", "|---|---|---|"]
-    out += [f"| `{k}` | `{v}` | {who or 'a common slip'} |" for k, (v, who) in FOREIGN_KEYS.items()]
+    out += [f"| `{cell(k)}` | `{cell(v)}` | {cell(who or 'a common slip')} |" for k, (v, who) in FOREIGN_KEYS.items()]
     out += ["", "Accepted spellings:", "",
             "| where | accepted | means |", "|---|---|---|"]
     for split in ("train", "eval"):

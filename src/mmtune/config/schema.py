@@ -12,13 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: `train.lr=inf` (or a NaN) passes gt=0 but is no number a run can use.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class ModelConfig(Section):
     # `class` is a Python keyword: the field is `class_`, read and written as `model.class`.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_by_name=True,
-                              validate_by_alias=True, serialize_by_alias=True)
+                              validate_by_alias=True, serialize_by_alias=True, allow_inf_nan=False)
 
     name: str = Field(description="hub id, local folder, or tiny/<family> for a tiny random twin; with model.class / "
                                   "model.factory: what the factory is given (a folder, a size name)")

@@ -107,9 +107,11 @@ def read_registry(path: str | Path) -> dict:
         raise DataError(f"data.dataset_info: {p} does not exist", where="data.dataset_info",
                         fix="give the path of LLaMA-Factory's dataset_info.json (or the folder holding it)")
     try:
-        info = json.loads(p.read_text(encoding="utf-8"))
+        info = json.loads(p.read_text(encoding="utf-8-sig"))  # -sig: a byte-order mark is dropped
     except json.JSONDecodeError as e:
         raise DataError(f"{p} is not valid JSON ({e.msg})", where=f"{p}:{e.lineno}", fix="fix the syntax") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p} is not valid UTF-8 (byte {e.start})", where=str(p), fix="re-save the file as UTF-8") from None
     if not isinstance(info, dict) or not all(isinstance(v, dict) for v in info.values()):
         raise DataError(f"{p} is not a dataset registry (an object of name -> entry)", where=str(p),
                         fix="LLaMA-Factory's dataset_info.json maps each dataset name to {file_name | hf_hub_url, ...}")

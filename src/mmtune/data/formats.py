@@ -121,6 +121,20 @@ def text_value(value, what: str, where: str) -> str:
     raise bad_type(what, value, where, f"give the {what} as a string")
 
 
+def count_value(value, where: str) -> int:
+    """A counting record's count: a whole number >= 0 (3, 3.0 or "3"). NaN, a negative or a fraction is no
+    count to train on: a bad record (counted), never "COUNT: nan" in the answer."""
+    n = value
+    if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+        n = int(value.strip())
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        raise bad_type("count", value, where, "give the count as a whole number")
+    if not math.isfinite(n) or n < 0 or n != int(n):
+        raise BadRecord("bad count", f"count is {value!r}: not a whole number of objects >= 0", where,
+                        "fix the count, or set data.on_bad_record=skip to leave the record out (it is counted)")
+    return int(n)
+
+
 def _bytes_part(kind: str, data, name, where: str) -> dict:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise bad_type(f"the {kind}'s bytes", data, where,
@@ -312,7 +326,8 @@ def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: s
     media = [_media_part("image", v, resolve, where) for v in _as_list(img)]
     if fmt == "fsc147":
         t = {**DEFAULT_TEMPLATES, **(templates or {})}
-        fields = {"object": _get(row, fmt, "object", columns, where), "count": _get(row, fmt, "count", columns, where)}
+        fields = {"object": text_value(_get(row, fmt, "object", columns, where), "object", where),
+                  "count": count_value(_get(row, fmt, "count", columns, where), where)}
         answer = t["answer"].format(**fields)
         rec = _qa_record(rid, where, media, t["question"].format(**fields), answer, [answer])
         # What the heatmap auxiliary loss compares with (mmtune.aux_losses.heatmap).

@@ -69,7 +69,7 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(src) as im:
                     im.load()
-                    img = im.convert("RGB")
+                    img = to_rgb(im)
         except FileNotFoundError:
             raise _bad("image file not found", part, where,
                        "check the path and data.media_root, or set data.on_bad_record=skip") from None
@@ -81,8 +81,26 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
             raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
                        "replace or remove the file, or set data.on_bad_record=skip") from None
     elif img.mode != "RGB":
-        img = img.convert("RGB")
+        img = to_rgb(img)
     return cap_pixels(img, max_pixels)
+
+
+def to_rgb(im):
+    """Any PIL mode -> RGB. 16-bit and 32-bit greyscale (`I;16`, `I`: scanners, medical images, depth maps) and
+    float (`F`) are scaled to 8 bits first: PIL's own convert clips them at 255, which turns a 16-bit image
+    almost white. Palette, CMYK, LA/RGBA and the rest convert as PIL does."""
+    if im.mode.startswith("I") or im.mode == "F":
+        import numpy as np
+        from PIL import Image
+
+        a = np.asarray(im, dtype=np.float64)
+        top = a.max() if a.size else 0.0
+        if im.mode == "F" and top <= 1.0:
+            a = a * 255.0  # floats in [0, 1]
+        elif top > 255:
+            a = a / (257.0 if top <= 65535 else top / 255.0)  # 16-bit range (or wider) onto 0..255
+        im = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), mode="L")
+    return im if im.mode == "RGB" else im.convert("RGB")
 
 
 def cap_pixels(img, max_pixels: int | None):
@@ -384,6 +402,12 @@ def _check_rate(sr, part: dict, where: str) -> int:
     return int(sr)
 
 
+def _not_empty(wave, part: dict, where: str):
+    if wave.size == 0:  # zero samples give zero audio tokens: the processor's text no longer lines up
+        raise _bad("audio holds no samples", part, where, "replace or remove the file, or set data.on_bad_record=skip")
+    return wave
+
+
 def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
     """An audio part (or a video part with use_audio) -> mono float32 numpy array at `sampling_rate`.
 
@@ -399,7 +423,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         wave = np.asarray(obj, dtype=np.float32)
         if wave.ndim == 2:
             wave = wave.mean(axis=1 if wave.shape[1] < wave.shape[0] else 0)
-        return resample(wave, _check_rate(sr, part, where), sampling_rate)
+        return resample(_not_empty(wave, part, where), _check_rate(sr, part, where), sampling_rate)
     from_video = part.get("type") == "video"
     path = part.get("path")
     if path is None and part.get("bytes") is None:
@@ -415,7 +439,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         except (sf.LibsndfileError, RuntimeError) as e:
             raise _bad(f"audio cannot be decoded ({e})", part, where,
                        "replace the file, or set data.on_bad_record=skip") from None
-        return resample(wave.mean(axis=1), _check_rate(sr, part, where), sampling_rate)
+        return resample(_not_empty(wave.mean(axis=1), part, where), _check_rate(sr, part, where), sampling_rate)
     if path is None:  # bytes from a datasets Audio column
         import tempfile
 

@@ -113,11 +113,14 @@ def audio_seconds(part: dict) -> float:
         import soundfile as sf
 
         try:
-            return float(sf.info(_src(part)).duration)
+            info = sf.info(_src(part))
         except FileNotFoundError:
             raise DataError("missing media", fix="check the path and data.media_root") from None
         except (RuntimeError, sf.LibsndfileError) as e:
             raise DataError(f"corrupt media ({e})", fix="replace or remove the file") from None
+        if info.frames <= 0:  # a header with no samples: nothing to hear, and no audio tokens to give
+            raise DataError("corrupt media (the audio holds no samples)", fix="replace or remove the file")
+        return float(info.duration)
     import av
 
     try:

@@ -94,10 +94,15 @@ def parse_json_line(raw: bytes, where: str):
                          "a record is an object of a few levels (messages -> turns -> parts)")
 
 
+UTF8_BOM = b"\xef\xbb\xbf"  # Windows tools (Notepad, Excel, PowerShell) start UTF-8 files with it
+
+
 def _rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
     # Read bytes, decode per line: one line in another encoding is one bad record, not a dead file.
     with open(path, "rb") as f:
         for n, line in enumerate(f, start=1):
+            if n == 1 and line.startswith(UTF8_BOM):
+                line = line[len(UTF8_BOM):]
             if not line.strip():
                 continue
             where = f"{path}:{n}"
@@ -106,7 +111,7 @@ def _rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
 
 def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is dropped
     except json.JSONDecodeError as e:
         raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
                         fix="fix the syntax, or use JSONL (one record per line)") from None
@@ -128,18 +133,45 @@ def _rows_json(path: Path) -> Iterator[tuple[str, object]]:
         else:
             raise DataError(f"{path} holds an object, not a list of records", where=str(path),
                             fix=f"make the top level a list of records (keys found: {', '.join(sorted(data))})")
+    if not isinstance(data, list):
+        # A number, string or null at the top level holds no records (a string would be read letter by letter).
+        raise DataError(f"{path} holds a {_json_kind(data)} at its top level, not a list of records", where=str(path),
+                        fix='make the top level a list of record objects: [{"messages": [...]}, ...] (or use JSONL)')
     for n, row in enumerate(data):
         yield f"{path}:record {n}", row
 
 
+def _json_kind(value) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", type(None): "null"}.get(type(value),
+                                                                                                  type(value).__name__)
+
+
 def _rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     n = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):  # one batch in memory at a time (streaming)
-        for row in batch.to_pylist():
-            yield f"{path}:row {n}", row
-            n += 1
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=256)  # one batch in memory at a time (streaming)
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield f"{path}:row {n}", row
+                n += 1
+    except (pa.ArrowException, OSError) as e:
+        # Rows already yielded stay read; the rest of a damaged file cannot be told apart from the end.
+        raise DataError(f"{path} is not a readable parquet file" + (f" past row {n}" if n else "") + f" ({e})",
+                        where=f"{path}:row {n}" if n else str(path),
+                        fix="the file is truncated or corrupt: copy or export it again (pyarrow.parquet.read_table "
+                            "must open it)") from None
+
+
+def _undecodable(cells: list[str]) -> str | None:
+    """The first byte that was not UTF-8 (kept by surrogateescape) in `cells`, described, or None."""
+    for cell in cells:
+        for i, ch in enumerate(cell):
+            if "\udc80" <= ch <= "\udcff":
+                return f"byte 0x{ord(ch) - 0xdc00:02x} in {cell[max(0, i - 10):i].encode('utf-8', 'replace').decode()!r}..."
+    return None
 
 
 # CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.
@@ -149,10 +181,21 @@ CSV_JSON_COLUMNS = {"messages", "conversations", "images", "videos", "audios", "
 def _rows_csv(path: Path) -> Iterator[tuple[str, object]]:
     import csv
 
-    with open(path, encoding="utf-8", newline="") as f:
+    # utf-8-sig drops a byte-order mark (else it sticks to the first column's name); surrogateescape keeps a
+    # byte that is not UTF-8 (a latin-1 'é' from Excel) as a marker, so that row alone is a bad record.
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
-        for n, row in enumerate(reader, start=2):  # line 1 is the header
-            where = f"{path}:{n}"
+        bad_header = _undecodable(reader.fieldnames or [])
+        if bad_header is not None:
+            raise DataError(f"{path}: the header row is not valid UTF-8 ({bad_header})", where=f"{path}:1",
+                            fix=f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
+        for row in reader:
+            where = f"{path}:{reader.line_num}"  # the row's last line: a quoted cell may span several
+            bad_text = _undecodable([v for v in row.values() if isinstance(v, str)])
+            if bad_text is not None:
+                yield where, BadRecord("bad encoding", f"row is not valid UTF-8 ({bad_text})", where,
+                                       f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
+                continue
             if None in row:  # more cells than header names
                 yield where, BadRecord("bad csv", f"row has {len(row) - 1 + len(row[None])} cells for "
                                        f"{len(reader.fieldnames or [])} columns", where,
@@ -352,12 +395,31 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
             rs.bad(e, where, data_cfg.on_bad_record)
     if other_split:
         rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {src.wanted!r}")
+    dup = duplicate_ids(rs.records)
+    if dup:
+        rs.notes.append(dup)
     if src.fmt == "ocrvqa":
         rs.notes.append(f"{spec}: {n_rows} OCR-VQA images expanded to {len(rs.records)} question/answer samples")
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
                         fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
     return rs
+
+
+def duplicate_ids(records) -> str | None:
+    """A note when records share an id (kept, all of them: a repeated id is often a second question on
+    the same image, but predictions and per-record results are keyed by it): the count and the first few."""
+    first: dict[str, str] = {}
+    repeats: list[str] = []
+    for r in records:
+        if r.id in first:
+            repeats.append(f"{r.source} repeats id {r.id!r} of {first[r.id]}")
+        else:
+            first[r.id] = r.source
+    if not repeats:
+        return None
+    return (f"{len(repeats)} record(s) repeat an id already used (all kept; predictions.jsonl and per-record "
+            f"results name records by id): " + "; ".join(repeats[:3]) + (" ..." if len(repeats) > 3 else ""))
 
 
 def _registry_entry(spec: str, data_cfg):

@@ -1,4 +1,4 @@
-"""`mmtune doctor CONFIG.yaml [key=value ...] [--gpu NAME] [--json] [--write-clean PATH] [--fast] [--full]`."""
+"""`mmtune doctor CONFIG.yaml [key=value ...] [--gpu NAME] [--json] [--write-clean PATH] [--fast] [--full] [--limit N]`."""
 
 from __future__ import annotations
 
@@ -65,13 +65,20 @@ def doctor_command(
     as_json: bool = typer.Option(False, "--json", help='print {"findings": [...]} instead of tables'),
     write_clean: Optional[str] = typer.Option(None, "--write-clean", help="write the records that pass to PATH"),
     fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
-    full: bool = typer.Option(False, "--full", help="decode every record's media (large sets: a random sample)"),
+    full: bool = typer.Option(False, "--full", help="decode every record's media (without it, a split with more than "
+                                                    "1000 records with media decodes a random sample of 1000)"),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1,
+                                        help="read only the first N records of each split (a quick look at a large set)"),
 ) -> None:
     """Check a config, its data, model and target GPU on CPU; exit 1 on any error."""
     from ..console import console
     from .runner import run_doctor
 
-    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full)
+    if limit is not None and write_clean:
+        # The clean file would silently lack every record past the first N.
+        raise typer.BadParameter("--write-clean writes every record that passes: it cannot be combined with --limit",
+                                 param_hint="--limit")
+    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full, max_records=limit)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:

@@ -39,7 +39,7 @@ SAMPLES_KEPT = 8  # first passing records per split kept for checks that encode 
 # in the table with no finding: a bad record is never silent.
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
-    "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014",
+    "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014", "bad count": "MM014",
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
@@ -82,7 +82,8 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
-    sampled: int | None = None  # data.streaming: only the first K rows were read (data.stream_sample)
+    sampled: int | None = None  # only the first K rows were read: data.stream_sample, or --limit where the split is longer
+    sampled_by: str = "data.streaming"
     # Training records that repeat an earlier training record exactly (MM068): count and first copy.
     repeated: int = 0
     repeated_first: str = ""
@@ -90,6 +91,10 @@ class SplitScan:
     # lets them through (else they are refused as "too long"): count, longest (seconds, where).
     audio_over_window: int = 0
     audio_longest: tuple[float, str] = (0.0, "")
+    # Records whose id an earlier record of the split already had (noted by MM068: results are keyed by id).
+    id_hashes: set = field(default_factory=set)
+    repeated_ids: int = 0
+    repeated_ids_first: str = ""
 
     @property
     def decode_sampled(self) -> bool:
@@ -122,7 +127,7 @@ class DataScan:
         rows = []
         for s in self.splits:
             total = s.ok + s.n_bad
-            label = s.split if s.sampled is None else f"{s.split} (first {s.sampled} rows: data.streaming)"
+            label = s.split if s.sampled is None else f"{s.split} (first {s.sampled} rows: {s.sampled_by})"
             rows.append((label, total, s.ok, s.n_bad, ""))
             for reason, n in s.bad.most_common():
                 rows.append(("", "", "", n, reason))
@@ -188,6 +193,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         bar.__enter__()
         for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
+                scan.sampled, scan.sampled_by = limit, "--limit"  # the split goes on: its totals are unknown
                 break
             scan.rows += 1
             bar.advance()
@@ -339,6 +345,12 @@ def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None, seen: s
     from ..data.records import content_parts
 
     msgs = rec.messages
+    h = hash(rec.id)
+    if h in scan.id_hashes:
+        scan.repeated_ids += 1
+        if scan.repeated_ids == 1:
+            scan.repeated_ids_first = rec.where()
+    scan.id_hashes.add(h)
     if msgs and msgs[0].get("role") == "system":
         scan.system_records += 1
     if special is not None:
@@ -474,7 +486,8 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
             sample = cfg.data.stream_sample if cfg.data.streaming and limit is None else None
             result.splits.append(scan_split("train", spec, r, limit=sample or limit, write_clean=clean, full=full,
                                             train_keys=train_keys))
-            result.splits[-1].sampled = sample
+            if sample is not None:
+                result.splits[-1].sampled, result.splits[-1].sampled_by = sample, "data.streaming"
     if cfg.data.eval:
         for spec, r, tag in _sources(cfg.data.eval, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None

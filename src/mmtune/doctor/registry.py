@@ -48,3 +48,8 @@ def all_checks() -> list[Check]:
     for mod in CHECK_MODULES:
         importlib.import_module(mod)
     return [CHECKS[c] for c in sorted(CHECKS)]
+
+
+
+# Codes the runner itself reports (not registered checks); README.md and docs/doctor.md list them too.
+RUNNER_CODES = ("MM098", "MM099")

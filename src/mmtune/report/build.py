@@ -8,6 +8,8 @@ import re
 from html import escape
 from pathlib import Path
 
+from rich.markup import escape as escape_markup
+
 from ..console import console
 from .collect import RunData, eval_records_by_id, read_run
 from .svg import bar_chart, line_chart
@@ -138,10 +140,12 @@ def render(runs: list[RunData], plots_dir: Path | None = None) -> str:
         charts.append(("memory", f"memory_{run.name}" if len(runs) > 1 else "memory", svg))
         if note:
             mem_notes.append(f"{run.name}: {note}")
-        skipped = run.summary.get("skipped_records") or {}
-        if skipped:
-            charts.append(("skipped", f"skipped_{run.name}" if len(runs) > 1 else "skipped",
-                           bar_chart(f"skipped records by reason — {run.name}", sorted(skipped.items()))))
+        for split, key in (("", "skipped_records"), ("eval", "skipped_eval_records")):
+            skipped = run.summary.get(key) or {}
+            if skipped:
+                name = "_".join(x for x in ("skipped", split, run.name if len(runs) > 1 else "") if x)
+                title = " ".join(x for x in ("skipped", split, "records by reason —", run.name) if x)
+                charts.append(("skipped", name, bar_chart(title, sorted(skipped.items()))))
     if plots_dir is not None:
         plots_dir.mkdir(parents=True, exist_ok=True)
         for _, name, svg in charts:
@@ -163,7 +167,7 @@ def render(runs: list[RunData], plots_dir: Path | None = None) -> str:
              "<h2>Memory: planned vs measured</h2>", section("memory"),
              "".join(f'<p class="dim">{escape(n)}</p>' for n in mem_notes)]
     parts.append("<h2>Skipped records</h2>")
-    if any(r.summary.get("skipped_records") for r in runs):
+    if any(r.summary.get("skipped_records") or r.summary.get("skipped_eval_records") for r in runs):
         parts.append(section("skipped"))
     else:
         parts.append('<p class="dim">none: every record was used</p>')
@@ -196,6 +200,9 @@ def write_report(run_dirs: list[str | Path], out: str | Path | None = None) -> P
     out.parent.mkdir(parents=True, exist_ok=True)
     plots = out.parent / ("plots" if out.name == "report.html" else f"{out.stem}_plots")
     out.write_text(render(runs, plots), encoding="utf-8")
+    for r in runs:  # said on the terminal too, not only inside the page
+        for problem in r.problems:
+            console.print(f"[yellow]warning:[/] {escape_markup(problem)}")
     return out
 
 

@@ -35,15 +35,34 @@ def _jsonl(path: Path, problems: list[str]) -> list[dict]:
     """The rows of a JSONL log; a line cut by a kill mid-write is named and left out, the rest used."""
     if not path.exists():
         return []
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
+    rows, bad = [], []
+    for n, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            problems.append(f"{path}:{n} is not valid JSON (skipped)")
+            row = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(n)
+    if bad:  # counted, the first few named: a damaged log never hides how much of it was left out
+        shown = ", ".join(f"{path}:{n}" for n in bad[:3]) + (" ..." if len(bad) > 3 else "")
+        problems.append(f"{len(bad)} line(s) of {path.name} are not valid JSON objects (left out): {shown}")
     return rows
+
+
+def _json_object(path: Path, problems: list[str]) -> dict:
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problems.append(f"{path} is not valid JSON ({e.__class__.__name__}: {e}); the report is drawn without it")
+        return {}
+    if not isinstance(value, dict):
+        problems.append(f"{path} holds a {type(value).__name__}, not an object; the report is drawn without it")
+        return {}
+    return value
 
 
 def read_run(path: str | Path) -> RunData:
@@ -64,12 +83,12 @@ def read_run(path: str | Path) -> RunData:
                 continue
             target.setdefault(k, []).append((int(row.get("step", 0)), x))
     if (path / "summary.json").exists():
-        data.summary = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+        data.summary = _json_object(path / "summary.json", data.problems)
     preds = _jsonl(path / "predictions.jsonl", data.problems)
     last = max((r.get("step", 0) for r in preds), default=0)
     data.predictions = [r for r in preds if r.get("step", 0) == last]
     if (path / "config.resolved.yaml").exists():
-        data.config_text = (path / "config.resolved.yaml").read_text(encoding="utf-8")
+        data.config_text = (path / "config.resolved.yaml").read_text(encoding="utf-8", errors="replace")
     return data
 
 

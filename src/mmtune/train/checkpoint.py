@@ -17,6 +17,7 @@ for the newest one that verifies, with a message naming the file (train/durable.
 from __future__ import annotations
 
 import json
+import os
 import random
 import re
 import shutil
@@ -87,22 +88,44 @@ def estimate_checkpoint_bytes(run) -> int:
 
 
 def resolve_checkpoint(path: Path) -> Path:
-    """A checkpoint folder as given, else a run folder's best, else its latest."""
+    """A checkpoint folder as given, else a run folder's best, else its latest; verified against its manifest
+    (eval, export and chat never read a truncated or changed file as if it were the trained weights)."""
     from ..errors import MMTuneError
 
     path = Path(path)
     from .sharded_checkpoint import has_sharded
 
-    if (path / "trainable.safetensors").is_file() or has_sharded(path):
-        return path
+    if not path.is_dir():
+        raise MMTuneError(f"{path} does not exist" if not path.exists() else f"{path} is a file, not a run folder",
+                          where=str(path), fix="give runs/NAME (a run folder) or runs/NAME/checkpoint-N")
+    if (path / "trainable.safetensors").is_file() or has_sharded(path) or (path / "manifest.json").is_file():
+        return _verified(path, path)
     best = path / "best"
+    if best.is_symlink() and not best.exists():
+        latest, _ = newest_valid_checkpoint(path)
+        raise MMTuneError(f"{best} points at {os.readlink(best)}, which is gone", where=str(best),
+                          fix=(f"give a checkpoint explicitly, e.g. {latest}" if latest is not None
+                               else "no intact checkpoint is left in this run folder"))
     if best.exists():
-        return best.resolve()
+        return _verified(best.resolve(), path)
     latest = latest_checkpoint(path)
     if latest is None:
         raise MMTuneError(f"{path} holds no checkpoint", where=str(path),
                           fix="give runs/NAME/checkpoint-N or a run folder with checkpoints")
-    return latest
+    return _verified(latest, path)
+
+
+def _verified(ckpt: Path, given: Path) -> Path:
+    from ..errors import MMTuneError
+
+    problem = verify_manifest(ckpt)
+    if problem is None:
+        return ckpt
+    run_dir = ckpt.parent
+    intact = [c for c in reversed(list_checkpoints(run_dir)) if c != ckpt and verify_manifest(c) is None]
+    raise MMTuneError(f"checkpoint {ckpt} is damaged: {problem}", where=str(ckpt),
+                      fix=(f"use an intact one: {intact[0]}" if intact else
+                           "no intact checkpoint is left beside it: train again (or restore the folder from a copy)"))
 
 
 def rng_state() -> dict:

@@ -307,6 +307,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             "train_records": getattr(cursor, "records_read", len(run.train_set.records)),  # a stream: read so far
             "startup": getattr(run, "startup", None),
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
+            "skipped_eval_records": dict(getattr(run.eval_set, "skipped", {}) or {}),
             "decisions": run.decisions,
             "accepted_changes": history,
             # With auxiliary losses: the loss and its parts at the last step.

@@ -58,7 +58,13 @@ def print_start_summary(run, notes) -> None:
     t.add_row("data", f"train {len(run.train_set.records)} records"
               + (" (checked beside training: the report follows when done)" if getattr(run, "startup_check", None) else "")
               + (f", eval {len(run.eval_set.records)}" if run.eval_set is not None else ", no eval set")
-              + (f", skipped {dict(run.train_set.skipped)}" if getattr(run.train_set, 'skipped', None) else ""))
+              + (f", skipped {dict(run.train_set.skipped)}" if getattr(run.train_set, 'skipped', None) else "")
+              + (f", eval skipped {dict(run.eval_set.skipped)}" if getattr(run.eval_set, 'skipped', None) else ""))
+    for split, rs in (("train", run.train_set), ("eval", run.eval_set)):
+        problems = list(getattr(rs, "problems", None) or [])
+        if problems:  # the first few named: a count alone does not say where to look
+            more = f" (and {rs.n_skipped - 3} more: mmtune data inspect CONFIG)" if rs.n_skipped > 3 else ""
+            t.add_row(f"skipped {split}", escape("; ".join(f"{where}: {what}" for where, what in problems[:3]) + more))
     t.add_row("steps", f"{cfg.train.max_steps} x (micro-batch {cfg.train.micro_batch_size} x accumulation "
               f"{cfg.train.grad_accum} x {run.accelerator.num_processes} process(es))")
     t.add_row("batch", escape(scale_line(batch_scale(run))) + "; time per epoch printed once measured")

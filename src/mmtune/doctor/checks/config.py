@@ -122,7 +122,8 @@ def data_files_exist(ctx):
                     fix="data.train=PATH (JSONL/JSON/parquet/dataset folder) or data.train=synthetic:counting")
 
 
-@check("MM015", "split names: val vs validation", needs=("tree",), fast=True, failure_mode=15)
+@check("MM015", "split names: which file / split data.train and data.eval read (val vs validation resolved "
+       "like train)", needs=("tree",), fast=True, failure_mode=15)
 def split_names(ctx):
     """What the resolved run reads for data.train / data.eval, where a split alias decided it (the same
     rule `train` uses: mmtune.data.sources.resolve_split)."""

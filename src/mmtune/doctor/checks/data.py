@@ -103,8 +103,8 @@ def dataset_size(ctx):
     cfg, scan = ctx.need("cfg"), ctx.need("scan")
     yield from _eval_left(cfg, scan)
     train = next((s for s in scan.splits if s.split == "train"), None)
-    if train is None:
-        return
+    if train is None or (train.sampled is not None and train.sampled_by == "--limit"):
+        return  # only the first N rows were read: the split's size is not known
     n, mbs = train.ok, cfg.train.micro_batch_size
     if n < mbs:
         yield error(f"train: {n} usable record(s), fewer than one micro-batch ({mbs})", where="data.train",
@@ -205,6 +205,10 @@ def training_repeats(ctx):
     split (the reports had 5 % and far more); fewer copies are an info with the count. Upsampling on
     purpose is done with weighted sources (data.train: [{path, weight}]), which this does not count."""
     for s in ctx.need("scan").splits:
+        if s.repeated_ids:  # kept, all of them; said because predictions and per-record results name records by id
+            yield info(f"{s.split}: {s.repeated_ids} record(s) repeat the id of an earlier record (all are used; "
+                       "predictions.jsonl names records by id, so two of them read as one)", where=s.repeated_ids_first,
+                       fix="give each record its own id (or drop the id field: records are then numbered)")
         if s.split != "train" or not s.repeated:
             continue
         total = s.ok + s.n_bad

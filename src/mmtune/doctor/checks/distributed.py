@@ -169,7 +169,8 @@ def deepspeed_accumulation(ctx):
                     fix='"train_micro_batch_size_per_gpu": "auto" in the DeepSpeed config')
 
 
-@check("MM049", "the DeepSpeed config leaves the optimizer, scheduler and precision to the run",
+@check("MM049", "the DeepSpeed config named by the launch exists and reads, and leaves optimizer, scheduler "
+       "and precision to the run",
        needs=("cfg", "resolved"), fast=True)
 def deepspeed_config_sections(ctx):
     """mmtune builds its own optimizer (param groups per component) and scheduler and passes them to

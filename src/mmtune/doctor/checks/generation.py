@@ -114,7 +114,8 @@ MEDIA_ID_KEYS = {"image": ("image_token_id", "image_token_index"), "video": ("vi
                  "audio": ("audio_token_id", "audio_token_index")}
 
 
-@check("MM064", "the processor's media token ids are the model's", needs=("cfg", "resolved", "processor_info"))
+@check("MM064", "the processor's media token ids are the model config's (image_token_id / image_token_index "
+       "...)", needs=("cfg", "resolved", "processor_info"))
 def media_token_ids(ctx):
     """The processor expands each placeholder into its media token id; the model finds where to put the
     media features by the id in its config (image_token_id / image_token_index). A tokenizer from another

@@ -13,7 +13,8 @@ from ..findings import error, info, warning
 from ..registry import check
 
 
-@check("MM005", "bf16 is supported by the target GPU", needs=("cfg", "gpu", "resolved"), fast=True, failure_mode=5,
+@check("MM005", "the run's precision on the target GPU (bf16 where unsupported: the run's own fp16 + "
+       "GradScaler decision, reported)", needs=("cfg", "gpu", "resolved"), fast=True, failure_mode=5,
        claims=("gpu",))
 def bf16_supported(ctx):
     d = ctx.need("resolved").decision("train.precision")

@@ -121,7 +121,8 @@ def safetensors_dtypes(folder: Path) -> dict[str, str]:
 FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
 
 
-@check("MM009", "the checkpoint holds one floating dtype and no quantized weights", needs=("cfg",), fast=True,
+@check("MM009", "the checkpoint holds no quantized weights (mixed float dtypes, e.g. fp32 vision beside a "
+       "bf16 LM, are an info: the loader casts to one dtype)", needs=("cfg",), fast=True,
        failure_mode=9)
 def checkpoint_dtypes(ctx):
     from ...errors import ModelLoadError

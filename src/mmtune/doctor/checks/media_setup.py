@@ -58,7 +58,8 @@ def _geometry_pairs(proc, hf):
         yield "image_processor crop (height, width)", tuple(crop), "vision_config.image_size", (size, size)
 
 
-@check("MM057", "the processor's image arithmetic (patch, merge, CLS tokens, crop, tiling) is the model's",
+@check("MM057", "the processor's image arithmetic (patch / merge size, CLS tokens, crop, tiling grid) is "
+       "the model config's",
        needs=("cfg", "resolved", "processor_info"))
 def processor_geometry(ctx):
     """Each number both the processor and the model config hold must agree: the processor writes as many
@@ -81,7 +82,8 @@ def processor_geometry(ctx):
                         f"checkpoint as the model, or set {pkey} to {mval!r} there")
 
 
-@check("MM059", "model.min_pixels is not above model.max_pixels (the pixel cap holds)", needs=("cfg", "resolved"),
+@check("MM059", "model.min_pixels (or the processor's default) is not above model.max_pixels: the pixel cap "
+       "holds", needs=("cfg", "resolved"),
        fast=True)
 def pixel_caps_ordered(ctx):
     """Qwen-VL's smart_resize shrinks an image above max_pixels and grows one below min_pixels, in that
@@ -100,7 +102,8 @@ def pixel_caps_ordered(ctx):
                   fix=f"model.min_pixels={hi} (at most model.max_pixels), or a larger model.max_pixels")
 
 
-@check("MM067", "model.max_pixels / min_pixels act on the model's processor (not a fixed-size one)",
+@check("MM067", "model.max_pixels / min_pixels act on the model's processor (a fixed-size CLIP / SigLIP "
+       "processor ignores them)",
        needs=("cfg", "resolved"), fast=True)
 def pixel_caps_take_effect(ctx):
     """model.max_pixels is the memory knob of pixel-budget processors (Qwen-VL's smart_resize). CLIP /

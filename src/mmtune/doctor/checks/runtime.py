@@ -199,7 +199,8 @@ def _diff(a, b, prefix=""):
                          f"{prefix}{k}.")
 
 
-@check("MM080", "sharded weights (fsdp / zero3): every rank runs the same media towers in each step",
+@check("MM080", "under sharded weights (fsdp / zero3, or your own ZeRO-3 launch), records mixing media "
+       "kinds keep every rank's towers in step",
        needs=("cfg", "resolved", "scan"))
 def towers_in_step(ctx):
     """ZeRO-3 / FSDP gather a tower's weights from every rank in its forward: a rank whose batch has no

@@ -1,0 +1,67 @@
+"""A config file or override that is wrong in one way is one error naming what, where and the fix --
+through the loader, `mmtune data inspect` and the doctor alike; never a traceback, never a silent choice."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from mmtune.cli import app
+from mmtune.config import load_config
+from mmtune.errors import ConfigError
+from tests.data.bad_files import CONFIGS
+
+# name -> (words of the error, words of where, words of the fix)
+EXPECTED = {
+    "duplicate key": ("key 'lr' is given twice in the same section (line 7 and line 9)", ":7 and ", "keep one 'lr'"),
+    "duplicate section": ("key 'data' is given twice in the same section (line 4 and line 8)", ":4 and ",
+                          "merge the two"),
+    "bad override value": ("train.lr: Input should be a valid number", "", ""),
+    "bad override int": ("train.max_steps: Input should be a valid integer", "", ""),
+    "infinite override": ("train.lr: Input should be a finite number", "", ""),
+    "override without =": ("override 'train.lr' is not key=value", "command line", "dotted.key=value"),
+    "top level is a list": ("must hold a mapping of sections (model:, data:, ...), not a list", ".yaml",
+                            "write the config as sections"),
+    "tab indentation": ("is not valid YAML", ".yaml:2", "fix the YAML syntax"),
+}
+
+
+def _write(tmp_path, name):
+    text, overrides = CONFIGS[name]
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path, overrides
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bad_config_is_one_error_with_what_where_and_fix(tmp_path, name):
+    path, overrides = _write(tmp_path, name)
+    what, where, fix = EXPECTED[name]
+    with pytest.raises(ConfigError) as e:
+        load_config(path, overrides)
+    assert what in str(e.value), str(e.value)
+    assert where in (e.value.where or "") and fix in (e.value.fix or "" if fix else ""), (e.value.where, e.value.fix)
+    if "override" in name and "=" in CONFIGS[name][1][0]:  # the problem names the command line as its source
+        assert "[command line: " in str(e.value)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_bad_config_through_the_commands_is_an_error_not_a_traceback(tmp_path, name):
+    path, overrides = _write(tmp_path, name)
+    what = EXPECTED[name][0]
+    r = CliRunner().invoke(app, ["data", "inspect", str(path), *overrides])
+    assert r.exit_code == 2 and "Traceback" not in r.output, r.output
+    assert what in " ".join(r.output.split()), r.output
+    r = CliRunner().invoke(app, ["doctor", str(path), *overrides, "--fast", "--json"])
+    assert r.exit_code == 1 and "Traceback" not in r.output, r.output
+    assert '"MM019"' in r.output and what.split(" (")[0] in r.output
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    """`<<: *defaults` merges on purpose; only a key written twice is refused."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("base: &b {max_steps: 5, lr: 1.0e-4}\noutput_dir: out\nmodel: {name: tiny/qwen2-vl}\n"
+                    "data: {train: synthetic:counting}\ntrain:\n  <<: *b\n  lr: 3.0e-4\n")
+    with pytest.raises(ConfigError) as e:  # `base` is no key of ours: the usual unknown-key error, not a duplicate
+        load_config(path, [])
+    assert "unknown key 'base'" in str(e.value) and "twice" not in str(e.value)
