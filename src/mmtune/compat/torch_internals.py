@@ -37,12 +37,6 @@ suggest_memory_format = need("torch._prims_common", "suggest_memory_format", "to
 # the step-time roofline.
 flop_registry = need("torch.utils.flop_counter", "flop_registry", "torch", _FEATURE)
 
-# torch.utils._device.DeviceContext: the one TorchFunctionMode class that non-reentrant checkpointing
-# re-enters when it recomputes a region in backward (checkpoint.py's `recompute_fn` restores the top
-# DeviceContext of the forward's mode stack and no other function mode). The planner's per-target SDPA
-# routing (plan/attention.py) subclasses it so the recomputed forward takes the same kernel as the
-# forward did. Checked on torch 2.13, 2.14.
-RecomputedFunctionMode = need("torch.utils._device", "DeviceContext", "torch", _FEATURE)
 
 _graph_task_id = need_attr(torch._C, "_current_graph_task_id", "torch", _FEATURE)
 

@@ -437,12 +437,14 @@ def remap_token_ids(config, processor) -> None:
                 setattr(holder, key, tid)
 
 
-def enable_checkpointing(model) -> None:
-    """Non-reentrant activation checkpointing (transformers 5 name first, the v4 name as fallback)."""
+def enable_checkpointing(model, context_fn=None) -> None:
+    """Non-reentrant activation checkpointing (transformers 5 name first, the v4 name as fallback).
+    `context_fn`: torch.utils.checkpoint's (forward context, recomputation context) factory (the planner's)."""
+    kwargs = {"use_reentrant": False, **({"context_fn": context_fn} if context_fn is not None else {})}
     if hasattr(model, "activation_checkpointing_enable"):
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def is_checkpointing(model) -> bool:

@@ -19,8 +19,9 @@ memory-efficient backward, O(seq)).
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from ..compat.torch_internals import RecomputedFunctionMode, private_aten
+from ..compat.torch_internals import private_aten
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _HALF = (torch.float16, torch.bfloat16)
@@ -49,29 +50,19 @@ def kernel_for_call(kernels, q, k, attn_mask=None, enable_gqa=False) -> str:
     return "math"
 
 
-class TargetAttentionMode(RecomputedFunctionMode):
+class TargetAttentionMode(TorchFunctionMode):
     """Routes each `F.scaled_dot_product_attention` call to the target's kernel; counts calls per kernel.
 
-    A function mode (above autograd), so the math composite is differentiated like any model code. It
-    is a `DeviceContext` (device: cpu, the fake tensors' device) because that is the one function mode
-    non-reentrant checkpointing re-enters for its recomputation in backward; without it the recomputed
-    layer would take the CPU kernel and checkpointing refuses the mismatch. Re-entry is nested, so the
-    state DeviceContext keeps per entry is kept per entry here."""
+    A function mode (above autograd), so the math composite is differentiated like any model code. Under
+    checkpointing the recomputation in backward must route as the forward did, or checkpointing refuses
+    the mismatch; torch does not keep function modes there (2.13 re-entered only the forward's
+    DeviceContext, 2.14.1 a fresh one), so the planner also makes this mode checkpointing's recomputation
+    context (its public `context_fn`, planner._trace). Entered nested there, which a plain mode allows."""
 
     def __init__(self, kernels: tuple[str, ...]):
-        super().__init__("cpu")
+        super().__init__()
         self.kernels = kernels
         self.calls: dict[str, int] = {}
-        self._entries: list = []
-
-    def __enter__(self):
-        out = super().__enter__()
-        self._entries.append((self.old_device, self.prev_mode))
-        return out
-
-    def __exit__(self, *exc):
-        self.old_device, self.prev_mode = self._entries.pop()
-        return super().__exit__(*exc)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

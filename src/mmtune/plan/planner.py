@@ -145,6 +145,16 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         pm.decisions.append("loss: Liger's fused linear cross entropy planned as mmtune's chunked loss (same chunks)")
     kernels = attention_kernels or kernels_of(resolved)
     attention = TargetAttentionMode(kernels) if kernels else None
+    if attention is not None and cfg.model.gradient_checkpointing:
+        import contextlib
+
+        from ..models.loading import enable_checkpointing
+
+        # The recomputation in backward routes each SDPA call as its forward did: torch <= 2.14.0 re-entered
+        # the forward's DeviceContext (this mode) there, torch 2.14.1 enters only a fresh DeviceContext of the
+        # device, so the mode is also checkpointing's own recomputation context (its public context_fn).
+        base = pm.model.get_base_model() if hasattr(pm.model, "get_base_model") else pm.model
+        enable_checkpointing(base, context_fn=lambda: (contextlib.nullcontext(), attention))
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
