@@ -1,10 +1,11 @@
 """Planned vs published GPU memory of real fine-tuning runs (benchmarks/published/runs.yaml).
 
 Each row of the YAML is a run someone measured on a GPU and published (ms-swift's benchmark table, the
-Qwen README's profiling table, ms-swift's example scripts): the planner plans the same run through the
-library API `mmtune.plan.predict` (what `mmtune plan` calls) and the script prints the planned figure that
-matches what the row measures (`max_memory_reserved` -> peak reserved; `unstated` -> process total, what
-nvidia-smi shows), the published one and the signed error, then mean / max |error| per group and over
+Qwen README's profiling table, ms-swift's example scripts, torchtune's README): the planner plans the same
+run through the library API `mmtune.plan.predict` (what `mmtune plan` calls) and the script prints the
+planned figure that matches what the row measures (`max_memory_reserved` -> peak reserved;
+`peak_memory_active` -> peak allocated; `unstated` -> process total, what nvidia-smi shows), the published
+one and the signed error, then mean / max |error| per group and over
 every published figure once ("all": rows marked `bound`, a second plan of a figure already in the table,
 are left out of it).
 
@@ -27,8 +28,11 @@ from pathlib import Path
 HERE = Path(__file__).parent
 RUNS = HERE / "published" / "runs.yaml"
 GIB = 2**30
+# what the row's figure measures -> the planned figure it is compared with. peak_memory_active is
+# torchtune's torch.cuda.memory_stats()["active_bytes.all.peak"]: the bytes of blocks in use, which on one
+# stream is max_memory_allocated.
 MEASURES = {"max_memory_reserved": "peak_reserved_bytes", "unstated": "process_total_bytes",
-            "nvidia_smi": "process_total_bytes"}
+            "nvidia_smi": "process_total_bytes", "peak_memory_active": "peak_allocated_bytes"}
 UNITS = {"GiB": 1.0, "G": 1e9 / GIB}  # "G": a table that does not say; read as 10^9 bytes
 REQUIRED = ("id", "group", "source", "model", "method", "seq", "quote", "published", "measures")
 
@@ -149,9 +153,9 @@ def render(results: list[dict], summary: list[dict]) -> str:
                      f"{r['planned_gib']:8.2f} {r['error_pct']:+7.1f}%  {r['tokens']!s:>6s}  {r['peak_phase']}"
                      + (f"  (published read as GiB: {r['error_pct_if_gib']:+.1f}%)" if "error_pct_if_gib" in r else ""))
     lines.append("")
-    lines.append(f"{'group':20s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}")
+    lines.append(f"{'group':22s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}")
     for s in summary:
-        lines.append(f"{s['group']:20s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
+        lines.append(f"{s['group']:22s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
                      f"{s['mean_signed_error_pct']:+10.2f}%")
     return "\n".join(lines)
 

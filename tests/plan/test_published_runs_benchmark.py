@@ -31,7 +31,7 @@ def test_runs_yaml_rows_are_complete_and_sourced():
     pr = _module()
     spec = pr.load_runs()
     rows = spec["rows"]
-    assert len(rows) >= 30
+    assert len(rows) >= 46
     for row in rows:
         src = spec["sources"][row["source"]]
         assert (row.get("url") or src["url"]).startswith("https://github.com/"), row["id"]
@@ -39,12 +39,22 @@ def test_runs_yaml_rows_are_complete_and_sourced():
         assert row["model"] in spec["models"] or row["model"].startswith("Qwen/"), row["id"]
         assert (row.get("record_tokens") or row["seq"]) <= row["seq"], row["id"]
     groups = {r["group"] for r in rows}
-    assert {"swift1-lora", "swift1-full", "qwen-readme-lora", "swift3-mm"} <= groups
+    assert {"swift1-lora", "swift1-full", "qwen-readme-lora", "qwen-readme-lora-1.8b", "qwen-readme-lora-14b",
+            "swift3-mm", "swift3-llm-packed", "torchtune-full"} <= groups
     # Qwen-7B's config.json as a Qwen2 layer for layer: 4096 hidden, 32 layers of 32 full heads (no GQA),
     # SwiGLU 11008 (Qwen1's intermediate_size 22016 split over w1/w2), 151,936 words, untied head.
     q = spec["models"]["qwen-7b-chat"]["config"]
     assert (q["hidden_size"], q["num_hidden_layers"], q["num_attention_heads"], q["num_key_value_heads"],
             q["intermediate_size"], q["vocab_size"], q["tie_word_embeddings"]) == (4096, 32, 32, 32, 11008, 151936, False)
+    # Qwen-1.8B / Qwen-14B the same way (w1/w2 halves of intermediate_size 11008 / 27392), and
+    # Llama-3.2-3B's config.json: 28 layers of 24 heads (8 key/value), hidden 3072, SwiGLU 8192, tied head.
+    shape = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+             "vocab_size", "tie_word_embeddings")
+    cfgs = {name: tuple(spec["models"][name]["config"][k] for k in shape)
+            for name in ("qwen-1.8b-chat", "qwen-14b-chat", "llama-3.2-3b-instruct")}
+    assert cfgs == {"qwen-1.8b-chat": (2048, 24, 16, 16, 5504, 151936, False),
+                    "qwen-14b-chat": (5120, 40, 40, 40, 13696, 152064, False),
+                    "llama-3.2-3b-instruct": (3072, 28, 24, 8, 8192, 128256, True)}
 
 
 def test_load_runs_reports_every_bad_row(tmp_path):
@@ -65,15 +75,20 @@ def test_load_runs_reports_every_bad_row(tmp_path):
 
 def test_one_row_runs_through_the_script(tmp_path):
     out = tmp_path / "published"
-    p = subprocess.run([sys.executable, str(SCRIPT), "--only", "swift1-full-512", "--layers", "2", "--out", str(out)],
+    p = subprocess.run([sys.executable, str(SCRIPT), "--only", "swift1-full-512", "--only", "torchtune-3b-full-packed",
+                        "--layers", "2", "--out", str(out)],
                        capture_output=True, text=True, cwd=ROOT, timeout=600,
                        env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")})
     assert p.returncode == 0, p.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
-    (row,) = data["rows"]
+    row, tt = data["rows"]
     assert data["layers"] == 2 and row["id"] == "swift1-full-512" and row["compared_with"] == "peak_reserved_bytes"
     assert row["tokens"] == 512 and row["planned_gib"] == row["peak_reserved_gib"] > 0
     assert row["alloc_conf"] == "expandable_segments:False"  # measured under torch's default allocator
     assert row["error_pct"] == pytest.approx(100 * (row["planned_gib"] - 73.37) / 73.37, abs=0.01)
-    assert [s["group"] for s in data["summary"]] == ["swift1-full", "all"]
+    # torchtune's "Peak Memory Active" is compared with the planned peak allocated, on a Llama model whose
+    # config the YAML carries, packed into two rows of 4,096 tokens
+    assert tt["id"] == "torchtune-3b-full-packed" and tt["compared_with"] == "peak_allocated_bytes"
+    assert tt["planned_gib"] == tt["peak_allocated_gib"] > 0 and tt["tokens"] == 4096
+    assert [s["group"] for s in data["summary"]] == ["swift1-full", "torchtune-full", "all"]
     assert "swift1-full-512" in out.with_suffix(".txt").read_text()
