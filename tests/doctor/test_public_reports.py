@@ -502,3 +502,295 @@ def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch
                                 "train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
                                 "bf16": {"enabled": "auto"}}))
     assert doctor(TINY_VL, *launch_codes).findings == []
+
+
+# ------------------------------------------------------------------------------- second batch of reports
+
+def _model_folder(tmp_path, name: str, tiny: str = "tiny/qwen2-vl", config_json=None, **overrides):
+    """A local model folder of a tiny architecture as users have them: config.json (with `config_json`
+    edits), processor files and a header-only weights file (the checks here read no tensor)."""
+    import struct
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / name
+    folder.mkdir()
+    config, processor = tiny_config_and_processor(tiny, **overrides)
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if config_json:
+        raw = json.loads((folder / "config.json").read_text())
+        raw.update(config_json)
+        (folder / "config.json").write_text(json.dumps(raw))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
+    return str(folder)
+
+
+@pytest.fixture
+def launch(monkeypatch, tmp_path):
+    """launch(stage, ds_json=None, **env): the environment `accelerate launch` with DeepSpeed sets."""
+    for k in LAUNCH_VARS:
+        monkeypatch.delenv(k, raising=False)
+
+    def set_(stage: int, ds_json=None, **env):
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
+        if ds_json is not None:
+            path = tmp_path / "ds_config.json"
+            path.write_text(json.dumps(ds_json))
+            monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+
+    return set_
+
+
+def test_model_type_this_transformers_does_not_know(doctor, tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/5495, https://github.com/QwenLM/Qwen3-VL/issues/62 ("The
+    checkpoint you are trying to load has model type `qwen2_vl` but Transformers does not recognize this
+    architecture": Qwen2-VL on transformers 4.44). The same setup one release on: a checkpoint whose
+    model_type this transformers does not have is an MM044 error before any download, with the upgrade as
+    the fix; the tiny twin's own folder is silent."""
+    folder = _model_folder(tmp_path, "Qwen9-VL", config_json={"model_type": "qwen9_vl"})
+    rep = doctor({**TINY_VL, "model": {"name": folder, "family": "qwen2-vl"}}, "MM044", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM044", "error")], rep.findings
+    assert "qwen9_vl" in rep.findings[0].message and "pip install -U transformers" in rep.findings[0].fix
+    assert doctor({**TINY_VL, "model": {"name": _model_folder(tmp_path, "ok")}}, "MM044").findings == []
+
+
+def test_qwen2_5_vl_lora_in_fp16_on_a_v100(doctor):
+    """https://github.com/modelscope/ms-swift/issues/5580 (LoRA on Qwen2.5-VL-3B on a V100 with fp16=True:
+    eval_loss nan at every evaluation): Qwen2.5-VL's vision tower overflows in fp16, so fp16 on it is an
+    MM041 warning, and asking for bf16 on a V100 (the run's own switch to fp16) is flagged the same way. The
+    same run in bf16 on an A100 is silent."""
+    tree = {"model": {"name": "Qwen/Qwen2.5-VL-7B-Instruct"}, "data": {"train": "synthetic:counting"},
+            "adapter": {"method": "lora"}, "train": {"precision": "fp16"}}
+    for precision in ("fp16", "bf16"):
+        rep = doctor({**tree, "train": {"precision": precision}}, "MM041", gpu="v100-32gb")
+        assert [(f.code, f.severity) for f in rep.findings] == [("MM041", "warning")], (rep.findings, rep.not_run)
+    assert doctor({**tree, "train": {"precision": "bf16"}}, "MM041", gpu="a100-80gb").findings == []
+
+
+def test_lora_under_zero3_without_the_16bit_gather_saves_empty_weights(doctor, launch, monkeypatch):
+    """https://github.com/huggingface/trl/issues/4416 (LoRA + DeepSpeed ZeRO-3: adapter_model.safetensors of
+    40 bytes, the adapter saved from the rank's empty partitions): a ZeRO-3 launch whose DeepSpeed JSON
+    lacks `stage3_gather_16bit_weights_on_model_save` is an MM045 error (mmtune's checkpoints gather the
+    partitions, which DeepSpeed allows only with it); with it the launch is silent."""
+    lora = {**TINY_VL, "adapter": {"method": "lora"}}
+    launch(3, {"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": "auto"})
+    rep = doctor(lora, "MM045", "MM049")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM045", "error")], rep.findings
+    assert "stage3_gather_16bit_weights_on_model_save" in rep.findings[0].fix
+    launch(3, {"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}})
+    assert doctor(lora, "MM045", "MM049").findings == []
+
+
+def test_qlora_launched_under_zero3(doctor, launch):
+    """https://github.com/huggingface/peft/issues/2016 ("Cannot apply both PEFT QLoRA and DeepSpeed ZeRO3":
+    the 4-bit weights are copied whole to every GPU, OOM), https://github.com/huggingface/peft/issues/1566
+    ("cannot load int8/4 model with deepspeed zero3"): QLoRA under a ZeRO-3 launch is an MM046 error; the
+    same launch at ZeRO-2, and LoRA at ZeRO-3, are silent."""
+    qlora = {**TINY_VL, "adapter": {"method": "qlora"}}
+    launch(3, ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL="true")
+    rep = doctor(qlora, "MM046", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM046", "error")], rep.findings
+    assert doctor({**TINY_VL, "adapter": {"method": "lora"}}, "MM046").findings == []
+    launch(2)
+    assert doctor(qlora, "MM046").findings == []
+
+
+def test_deepspeed_accumulation_that_disagrees_with_the_run(doctor, launch):
+    """https://github.com/hiyouga/LlamaFactory/issues/201 (accelerate config `gradient_accumulation_steps: 4`
+    beside `--gradient_accumulation_steps 2`: "Please correct the following DeepSpeed config values that
+    mismatch TrainingArguments values"): the disagreement is an MM048 error naming both numbers.
+    https://github.com/hiyouga/LlamaFactory/issues/1116 got the same refusal for equal values, the JSON's
+    written as a string ("8" vs 8): mmtune compares the numbers, so that setup is silent."""
+    tree = {**TINY_VL, "train": {"grad_accum": 2}}
+    launch(2, ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4")
+    rep = doctor(tree, "MM048")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM048", "error")], rep.findings
+    assert "gradient_accumulation_steps=4" in rep.findings[0].message and "train.grad_accum=2" in rep.findings[0].message
+    launch(2, {"gradient_accumulation_steps": "8", "train_micro_batch_size_per_gpu": "auto"})
+    assert doctor({**TINY_VL, "train": {"grad_accum": 8}}, "MM048").findings == []
+
+
+def test_base_model_eos_is_not_the_turn_end(tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/7454 (chat SFT of the base Qwen2.5-Math-7B: eos is
+    <|endoftext|>, turns end with <|im_end|>, so the fine-tune never stops under vLLM's defaults): MM063
+    warns that answers are trained to end with a token generation does not stop at; the instruct
+    tokenizer (eos <|im_end|>) is silent."""
+    from doctor_helpers import context_for, run_codes
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+
+    def base_eos(p):
+        p.tokenizer.eos_token = "<|endoftext|>"
+
+    rep = run_codes(context_for(tmp_path, tree, base_eos), "MM063")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM063", "warning")], rep.findings
+    assert "'<|im_end|>'" in rep.findings[0].message and "generation stops at" in rep.findings[0].message
+    assert run_codes(context_for(tmp_path, tree), "MM063").findings == []
+
+
+def test_tokenizer_with_added_tokens_past_the_embedding(doctor, tmp_path):
+    """https://github.com/shibing624/MedicalGPT/issues/275 (SFT of a model whose tokenizer gained tokens in
+    added_tokens.json without resizing the embedding: "Assertion `srcIndex < srcSelectDimSize` failed"),
+    https://github.com/huggingface/transformers/issues/1848 (the same after a custom tokenizer): a
+    checkpoint with fewer embedding rows than its tokenizer has tokens is an MM043 warning (an error when
+    a token the run itself writes is past it); the matching checkpoint is silent."""
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    n_tokens = len(tiny_config_and_processor("tiny/qwen2")[1])
+    small = _model_folder(tmp_path, "grown-tokenizer", tiny="tiny/qwen2", vocab_size=n_tokens - 20)
+    tree = {"model": {"name": small}, "data": {"train": "synthetic:counting", "synthetic_train_size": 8}}
+    rep = doctor(tree, "MM043", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM043", "warning")], (rep.findings, rep.not_run)
+    assert f"{n_tokens} tokens" in rep.findings[0].message
+    tree["model"]["name"] = _model_folder(tmp_path, "matching", tiny="tiny/qwen2")
+    assert doctor(tree, "MM043").findings == []
+
+
+def test_lora_with_gradient_checkpointing_reaches_the_adapters(doctor):
+    """https://github.com/hiyouga/LlamaFactory/issues/3324, https://github.com/datawhalechina/self-llm/issues/172
+    ("element 0 of tensors does not require grad and does not have a grad_fn": LoRA with gradient
+    checkpointing and frozen embeddings, whose reentrant checkpointed blocks get no input that requires
+    grad): mmtune checkpoints non-reentrantly and makes the embedding output require grad when the
+    embeddings are frozen (enable_input_require_grads), so the real backward MM011 runs on the tiny twin
+    reaches every LoRA weight and nothing is flagged; a real step on the run's own model shows the same."""
+    import torch
+
+    tree = {**TINY_VL, "model": {"name": "tiny/qwen2-vl", "gradient_checkpointing": True},
+            "adapter": {"method": "lora"}}
+    rep = doctor(tree, "MM011", "MM013")
+    assert [f for f in rep.findings if f.severity != "info"] == [], rep.findings
+    from mmtune.config.loader import validate
+    from mmtune.doctor.pieces import build_adapted
+    from mmtune.models.loading import is_checkpointing
+    from mmtune.resolve import local_target, resolve_run
+
+    model = build_adapted(resolve_run(validate(tree), local_target("cpu"))).loaded.model
+    assert is_checkpointing(model) and not model.get_input_embeddings().weight.requires_grad
+    model.train()
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    assert lora and all(p.grad is not None for p in lora)
+
+
+def test_chat_template_without_a_generation_prompt(tmp_path):
+    """https://github.com/instructlab/training/pull/232 (the generic chat template saved with a fine-tune
+    omitted the `add_generation_prompt` clause: prompts ended after the user turn, "generation behaves
+    unexpectedly"), https://github.com/huggingface/transformers/issues/28355 (add_generation_prompt adds no
+    assistant start). New check MM069: the eval prompt mmtune builds (encode_prompt) then lacks the assistant
+    header every trained answer follows, a warning naming the header; the model's own template is silent."""
+    import re
+
+    from doctor_helpers import context_for, run_codes
+
+    from mmtune.data.records import Record
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+
+    def no_generation_prompt(p):
+        p.chat_template = re.sub(r"\{%-? if add_generation_prompt -?%\}.*?\{%-? endif -?%\}", "", p.chat_template,
+                                 flags=re.S)
+
+    ctx = context_for(tmp_path, tree, no_generation_prompt)
+    # the premise: the prompt evaluation generates from ends where no trained answer starts
+    enc = ctx.need("encoder")
+    record = Record("r", "t.jsonl:1", [{"role": "user", "content": [{"type": "text", "text": "What is 2+1?"}]},
+                                       {"role": "assistant", "content": [{"type": "text", "text": "3"}]}])
+    prompt = enc.tokenizer.decode(enc.encode_prompt(record)["input_ids"].reshape(-1))
+    assert prompt.endswith("<|im_end|>\n") and "<|im_start|>assistant\n3" in enc.render(
+        enc._template_messages(record.messages))
+    rep = run_codes(ctx, "MM069")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM069", "warning")], rep.findings
+    assert "'<|im_start|>assistant\\n'" in rep.findings[0].message and "add_generation_prompt" in rep.findings[0].fix
+    assert run_codes(context_for(tmp_path, tree), "MM069").findings == []
+
+
+def test_mistral_style_template_needs_no_generation_prompt(tmp_path):
+    """The maintainers' answer in https://github.com/huggingface/transformers/issues/28355: Mistral's answer
+    follows `[/INST]` directly, so a template with no generation prompt is right there; MM069 stays silent."""
+    from doctor_helpers import context_for, run_codes
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+    inst = ("{% for m in messages %}{% if m['role'] == 'user' %}[INST] {% for p in m['content'] %}"
+            "{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %} [/INST]{% else %}"
+            "{% for p in m['content'] %}{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}"
+            "<|im_end|>{% endif %}{% endfor %}")
+
+    def mistral(p):
+        p.chat_template = inst
+
+    assert run_codes(context_for(tmp_path, tree, mistral), "MM069").findings == []
+
+
+def test_images_smaller_than_the_merge_factor(doctor, tmp_path):
+    """https://github.com/QwenLM/Qwen3-VL/issues/220, https://github.com/huggingface/transformers/pull/37264
+    ("height:27 or width:332 must be larger than factor:28": Qwen2-VL's smart_resize refused thin and tiny
+    images): the processor of this transformers enlarges them to the factor, so a 20x20 and a 300x20 image
+    are clean records; the processor itself gives both a patch grid (the run's own call, no ValueError)."""
+    from PIL import Image
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    sizes = [(20, 20), (300, 20)]
+    for i, size in enumerate(sizes):
+        Image.new("RGB", size, "white").save(tmp_path / f"s{i}.png")
+    rows = [{"messages": _msg("<image>What is written?", "a"), "images": [f"s{i}.png"]} for i in range(len(sizes))]
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", rows)}},
+                 "MM014", "MM016", "MM017", "MM018")
+    assert rep.errors == [] and rep.tables["data"].splits[0].ok == len(sizes), rep.findings
+    proc = tiny_config_and_processor("tiny/qwen2-vl")[1]
+    grids = proc.image_processor(images=[Image.new("RGB", s) for s in sizes], return_tensors="pt")["image_grid_thw"]
+    assert grids.shape[0] == len(sizes) and bool((grids[:, 1:] >= 2).all())
+
+
+def test_tokenizer_without_a_pad_token(tmp_path):
+    """https://github.com/huggingface/trl/issues/466, https://github.com/lm-sys/FastChat/issues/718 ("Asking to pad
+    but the tokenizer does not have a padding token"): the resolved run pads with the eos token and says so
+    (a decision with its reason; labels mask padding by position, so the eos after answers stays trained);
+    MM030 is silent. Only a tokenizer with neither pad nor eos is the MM030 error."""
+    import torch
+    from doctor_helpers import context_for, run_codes
+
+    from mmtune.data.collate import Collator
+    from mmtune.resolve.decisions import decide_pad_id
+
+    def no_pad(p):
+        p.tokenizer.pad_token = None
+
+    ctx = context_for(tmp_path, TINY_VL, no_pad)
+    proc = ctx.need("resolved").need_processor()
+    assert proc.tokenizer.pad_token_id is None
+    pad, decision = decide_pad_id(proc)
+    assert pad == proc.tokenizer.eos_token_id and "no pad token" in decision.reason
+    t = torch.tensor
+    batch = Collator(pad)([{"input_ids": t([5, 6, 7]), "labels": t([-100, 6, 7])},
+                           {"input_ids": t([5]), "labels": t([5])}])
+    assert batch["input_ids"][1].tolist() == [5, pad, pad] and batch["labels"][1].tolist() == [5, -100, -100]
+    assert run_codes(ctx, "MM030").findings == []
+
+    def no_pad_no_eos(p):
+        p.tokenizer.pad_token = p.tokenizer.eos_token = None
+
+    rep = run_codes(context_for(tmp_path, TINY_VL, no_pad_no_eos), "MM030")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM030", "error")], rep.findings
+
+
+def test_warmup_as_long_as_the_run(doctor, tmp_path):
+    """https://github.com/PrimeIntellect-ai/prime-rl/issues/968 ("Error when warmup_steps == max_steps": every
+    step a warmup step): in mmtune the run goes on but is all ramp, an MM035 warning; warmup past the run
+    (here through train.epochs on a small set, so the resolved run has fewer steps than the warmup) is the
+    error; a tenth of the run is silent."""
+    rep = doctor({**TINY_VL, "train": {"max_steps": 10, "warmup_steps": 10}}, "MM035", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM035", "warning")], rep.findings
+    rep = doctor({**TINY_VL, "train": {"epochs": 1, "warmup_steps": 100}}, "MM035")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM035", "error")], rep.findings
+    assert "train.warmup_steps=100 >" in rep.findings[0].message
+    assert doctor({**TINY_VL, "train": {"max_steps": 10, "warmup_steps": 1}}, "MM035").findings == []
