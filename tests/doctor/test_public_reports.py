@@ -794,3 +794,104 @@ def test_warmup_as_long_as_the_run(doctor, tmp_path):
     assert [(f.code, f.severity) for f in rep.findings] == [("MM035", "error")], rep.findings
     assert "train.warmup_steps=100 >" in rep.findings[0].message
     assert doctor({**TINY_VL, "train": {"max_steps": 10, "warmup_steps": 1}}, "MM035").findings == []
+
+
+def test_answer_that_truncation_would_cut_away(doctor, tmp_path):
+    """https://github.com/huggingface/trl/issues/6668 (a max_length that cuts the sequence before any
+    completion token: every label -100, "loss: 0.0" and the run looks successful),
+    https://github.com/hiyouga/LlamaFactory/issues/1494 (labels cut by cutoff_len): mmtune never truncates,
+    so a record longer than data.max_length is an MM017 error naming it with the length that fits, never a
+    silent loss 0; the length that fits is silent."""
+    row = {"messages": _msg("You are a helpful assistant. " * 20 + "What is 2 plus 2?", "The answer is 4.")}
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", [row] * 2), "max_length": 48}}
+    rep = doctor(tree, "MM017")
+    found = [f for f in rep.errors if f.code == "MM017"]
+    assert found and "2 of 2 records: too long" in found[0].message and "never truncates" in found[0].message
+    assert found[0].fix.startswith("data.max_length=")
+    import re
+
+    tree["data"]["max_length"] = int(re.match(r"data\.max_length=(\d+)", found[0].fix).group(1))
+    assert doctor(tree, "MM017").errors == []
+
+
+def test_dataset_smaller_than_one_batch(doctor, tmp_path):
+    """https://github.com/RUC-GSAI/YuLan-IR/issues/5 ("There seems to be not a single sample in your
+    epoch_iterator": 9 examples, batch size 64), https://github.com/ProsusAI/finBERT/issues/12 (7 examples,
+    batch 32, "Num steps = 0", division by zero): fewer usable records than one micro-batch is an MM031 error
+    with the micro-batch that fits; a micro-batch the set covers is silent."""
+    rows = [{"messages": _msg(f"What is {i} + 1?", str(i + 1))} for i in range(9)]
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", rows)},
+            "train": {"micro_batch_size": 64}}
+    rep = doctor(tree, "MM031")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM031", "error")], rep.findings
+    assert "9 usable record(s), fewer than one micro-batch (64)" in rep.findings[0].message
+    assert rep.findings[0].fix == "train.micro_batch_size=9"
+    assert doctor({**tree, "train": {"micro_batch_size": 8, "max_steps": 2}}, "MM031").findings == []
+
+
+def test_zero_steps_with_epochs(doctor, tmp_path):
+    """https://github.com/bghira/SimpleTuner/issues/960 (`--num_train_epochs 30` beside `--max_train_steps 0`:
+    ZeroDivisionError in the LR schedule): train.max_steps=0 is refused by the schema (MM019, fast);
+    train.epochs alone is turned into steps by the resolved run (at least one, with its reason) and the
+    schedule check is silent."""
+    rep = doctor({**TINY_VL, "train": {"max_steps": 0, "epochs": 30}}, "MM019", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM019", "error")], rep.findings
+    assert "train.max_steps" in rep.findings[0].message
+    from doctor_helpers import context_for
+
+    ctx = context_for(tmp_path, {**TINY_VL, "train": {"epochs": 30}})
+    steps = ctx.need("resolved").cfg.train.max_steps
+    assert steps >= 1 and any(d.key == "train.max_steps" and "train.epochs=30" in d.reason
+                              for d in ctx.need("resolved").decisions)
+    assert doctor({**TINY_VL, "train": {"epochs": 30}}, "MM019", "MM035").findings == []
+
+
+def test_audio_at_another_sampling_rate(doctor, tmp_path):
+    """https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4699 (Qwen2-Audio: an 8 kHz waveform handed to the
+    16 kHz Whisper extractor was read as half its length, silently): mmtune's loader resamples every clip
+    to the extractor's rate, so 8 kHz and 44.1 kHz clips are clean records and come out at 16 kHz with their
+    real duration."""
+    from mmtune.data import media
+
+    rows = []
+    for sr in (8000, 44100):
+        name = _wav(tmp_path / f"c{sr}.wav", 2.0, sr=sr)
+        rows.append({"messages": _msg("<audio>What was said?", "hello"), "audios": [name]})
+        wave = media.load_audio({"type": "audio", "path": str(tmp_path / name)}, "t", 16000)
+        assert abs(len(wave) - 32000) <= 64, (sr, len(wave))  # 2 s at 16 kHz, not 1 s or 5.5 s
+    rep = doctor({"model": {"name": "tiny/qwen2-audio"}, "data": {"train": _jsonl(tmp_path / "a.jsonl", rows),
+                                                                 "format": "messages"}}, *AUDIO_CODES)
+    assert rep.errors == [] and "MM082" not in rep.codes() and rep.tables["data"].splits[0].ok == 2, rep.findings
+
+
+def test_float_pixels_beside_bf16_weights(tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/8647 ("Input type (torch.cuda.FloatTensor) and weight
+    type (CUDABFloat16Type) should be the same": fp32 pixel_values into a bf16 vision tower, Mistral-3.1 in
+    DPO): the run's collator casts floating media tensors to the compute dtype before any model sees them
+    (whether or not the model's own forward casts, as transformers' Qwen2-VL does), so a real bf16 forward +
+    backward of the tiny Qwen2-VL on an image record runs (pinned clean; MM004 audits the modules' dtypes)."""
+    import torch
+    from PIL import Image
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.data.collate import Collator
+    from mmtune.data.encode import Encoder
+    from mmtune.data.records import Record
+
+    Image.new("RGB", (56, 56), "red").save(tmp_path / "a.png")
+    from doctor_helpers import context_for
+
+    resolved = context_for(tmp_path, {**TINY_VL, "train": {"precision": "bf16"}}).need("resolved")
+    assert resolved.compute_dtype == torch.bfloat16
+    record = Record("r", "t.jsonl:1", [
+        {"role": "user", "content": [{"type": "image", "path": str(tmp_path / "a.png")},
+                                     {"type": "text", "text": "What color?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "red"}]}])
+    item = Encoder.for_run(resolved).encode(record)
+    assert item["pixel_values"].dtype == torch.float32  # what the processor returns
+    batch = Collator(resolved.pad_token_id, resolved.compute_dtype)([item])
+    assert batch["pixel_values"].dtype == torch.bfloat16
+    model = build_model_and_adapters(resolved)[0].model.to(torch.bfloat16)  # the report's bf16 tower
+    loss = model(**batch).loss
+    assert torch.isfinite(loss)
+    loss.backward()
