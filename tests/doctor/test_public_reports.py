@@ -895,3 +895,52 @@ def test_float_pixels_beside_bf16_weights(tmp_path):
     loss = model(**batch).loss
     assert torch.isfinite(loss)
     loss.backward()
+
+
+def test_batched_eval_generation_pads_left(tmp_path):
+    """https://github.com/EvolvingLMMs-Lab/lmms-eval/issues/830 (Qwen2.5-VL evaluated in batches with
+    right padding: "can give bad results", fixed by padding left): evaluation's collator pads prompts on
+    the left, so greedy answers of a batch are the answers each record gets alone (a real generate on the
+    tiny twin); the same batch padded on the right, as the report had it, changes them."""
+    from contextlib import nullcontext
+
+    import torch
+    from doctor_helpers import context_for
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.data.collate import Collator
+    from mmtune.data.encode import Encoder
+    from mmtune.data.records import Record
+    from mmtune.evaluate.run_eval import generate_answers
+
+    resolved = context_for(tmp_path, TINY_VL).need("resolved")
+    torch.manual_seed(0)
+    model = build_model_and_adapters(resolved)[0].model
+    enc = Encoder.for_run(resolved)
+    questions = ["Hi", "What is the capital of France and why is it there?", "Count to three please now"]
+    records = [Record(f"r{i}", f"q.jsonl:{i + 1}", [{"role": "user", "content": [{"type": "text", "text": q}]},
+                                                   {"role": "assistant", "content": [{"type": "text", "text": "a"}]}])
+               for i, q in enumerate(questions)]
+    kw = dict(device="cpu", dtype=None, pad_id=resolved.pad_token_id, max_new_tokens=6, autocast=nullcontext)
+    alone = [generate_answers(model, enc, [r], batch_size=1, **kw)[0] for r in records]
+    assert generate_answers(model, enc, records, batch_size=3, **kw) == alone
+    right = Collator(resolved.pad_token_id, None, padding_side="right")([enc.encode_prompt(r) for r in records])
+    with torch.no_grad():
+        out = model.generate(**right, max_new_tokens=6, do_sample=False, pad_token_id=resolved.pad_token_id)
+    tok = enc.tokenizer
+    assert [s.strip() for s in tok.batch_decode(out[:, right["input_ids"].shape[1]:], skip_special_tokens=True)] != alone
+
+
+def test_dataloader_workers_never_fork_the_training_process(doctor, tmp_path):
+    """https://github.com/modelscope/ms-swift/issues/1553 ("Cannot re-initialize CUDA in forked subprocess"
+    fine-tuning DeepSeek-VL with DataLoader workers): the resolved run starts train.num_workers workers from
+    a fork server or by spawn, never by forking the process that holds CUDA, and says so; MM020 collates a
+    real batch on the CPU and pickles it across (silent)."""
+    from doctor_helpers import context_for
+
+    tree = {**TINY_VL, "train": {"num_workers": 2}}
+    resolved = context_for(tmp_path, tree).need("resolved")
+    assert resolved.loader.num_workers == 2 and resolved.loader.start_method in ("forkserver", "spawn")
+    assert resolved.loader.loader_kwargs()["multiprocessing_context"] != "fork"
+    rep = doctor(tree, "MM020")
+    assert rep.findings == [] and rep.not_run == [], (rep.findings, rep.not_run)
