@@ -502,3 +502,445 @@ def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch
                                 "train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
                                 "bf16": {"enabled": "auto"}}))
     assert doctor(TINY_VL, *launch_codes).findings == []
+
+
+# ------------------------------------------------------------------------------- second batch of reports
+
+def _model_folder(tmp_path, name: str, tiny: str = "tiny/qwen2-vl", config_json=None, **overrides):
+    """A local model folder of a tiny architecture as users have them: config.json (with `config_json`
+    edits), processor files and a header-only weights file (the checks here read no tensor)."""
+    import struct
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / name
+    folder.mkdir()
+    config, processor = tiny_config_and_processor(tiny, **overrides)
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if config_json:
+        raw = json.loads((folder / "config.json").read_text())
+        raw.update(config_json)
+        (folder / "config.json").write_text(json.dumps(raw))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
+    return str(folder)
+
+
+@pytest.fixture
+def launch(monkeypatch, tmp_path):
+    """launch(stage, ds_json=None, **env): the environment `accelerate launch` with DeepSpeed sets."""
+    for k in LAUNCH_VARS:
+        monkeypatch.delenv(k, raising=False)
+
+    def set_(stage: int, ds_json=None, **env):
+        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
+        if ds_json is not None:
+            path = tmp_path / "ds_config.json"
+            path.write_text(json.dumps(ds_json))
+            monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+
+    return set_
+
+
+def test_model_type_this_transformers_does_not_know(doctor, tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/5495, https://github.com/QwenLM/Qwen3-VL/issues/62 ("The
+    checkpoint you are trying to load has model type `qwen2_vl` but Transformers does not recognize this
+    architecture": Qwen2-VL on transformers 4.44). The same setup one release on: a checkpoint whose
+    model_type this transformers does not have is an MM044 error before any download, with the upgrade as
+    the fix; the tiny twin's own folder is silent."""
+    folder = _model_folder(tmp_path, "Qwen9-VL", config_json={"model_type": "qwen9_vl"})
+    rep = doctor({**TINY_VL, "model": {"name": folder, "family": "qwen2-vl"}}, "MM044", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM044", "error")], rep.findings
+    assert "qwen9_vl" in rep.findings[0].message and "pip install -U transformers" in rep.findings[0].fix
+    assert doctor({**TINY_VL, "model": {"name": _model_folder(tmp_path, "ok")}}, "MM044").findings == []
+
+
+def test_qwen2_5_vl_lora_in_fp16_on_a_v100(doctor):
+    """https://github.com/modelscope/ms-swift/issues/5580 (LoRA on Qwen2.5-VL-3B on a V100 with fp16=True:
+    eval_loss nan at every evaluation): Qwen2.5-VL's vision tower overflows in fp16, so fp16 on it is an
+    MM041 warning, and asking for bf16 on a V100 (the run's own switch to fp16) is flagged the same way. The
+    same run in bf16 on an A100 is silent."""
+    tree = {"model": {"name": "Qwen/Qwen2.5-VL-7B-Instruct"}, "data": {"train": "synthetic:counting"},
+            "adapter": {"method": "lora"}, "train": {"precision": "fp16"}}
+    for precision in ("fp16", "bf16"):
+        rep = doctor({**tree, "train": {"precision": precision}}, "MM041", gpu="v100-32gb")
+        assert [(f.code, f.severity) for f in rep.findings] == [("MM041", "warning")], (rep.findings, rep.not_run)
+    assert doctor({**tree, "train": {"precision": "bf16"}}, "MM041", gpu="a100-80gb").findings == []
+
+
+def test_lora_under_zero3_without_the_16bit_gather_saves_empty_weights(doctor, launch, monkeypatch):
+    """https://github.com/huggingface/trl/issues/4416 (LoRA + DeepSpeed ZeRO-3: adapter_model.safetensors of
+    40 bytes, the adapter saved from the rank's empty partitions): a ZeRO-3 launch whose DeepSpeed JSON
+    lacks `stage3_gather_16bit_weights_on_model_save` is an MM045 error (mmtune's checkpoints gather the
+    partitions, which DeepSpeed allows only with it); with it the launch is silent."""
+    lora = {**TINY_VL, "adapter": {"method": "lora"}}
+    launch(3, {"zero_optimization": {"stage": 3}, "gradient_accumulation_steps": "auto"})
+    rep = doctor(lora, "MM045", "MM049")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM045", "error")], rep.findings
+    assert "stage3_gather_16bit_weights_on_model_save" in rep.findings[0].fix
+    launch(3, {"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": True}})
+    assert doctor(lora, "MM045", "MM049").findings == []
+
+
+def test_qlora_launched_under_zero3(doctor, launch):
+    """https://github.com/huggingface/peft/issues/2016 ("Cannot apply both PEFT QLoRA and DeepSpeed ZeRO3":
+    the 4-bit weights are copied whole to every GPU, OOM), https://github.com/huggingface/peft/issues/1566
+    ("cannot load int8/4 model with deepspeed zero3"): QLoRA under a ZeRO-3 launch is an MM046 error; the
+    same launch at ZeRO-2, and LoRA at ZeRO-3, are silent."""
+    qlora = {**TINY_VL, "adapter": {"method": "qlora"}}
+    launch(3, ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL="true")
+    rep = doctor(qlora, "MM046", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM046", "error")], rep.findings
+    assert doctor({**TINY_VL, "adapter": {"method": "lora"}}, "MM046").findings == []
+    launch(2)
+    assert doctor(qlora, "MM046").findings == []
+
+
+def test_deepspeed_accumulation_that_disagrees_with_the_run(doctor, launch):
+    """https://github.com/hiyouga/LlamaFactory/issues/201 (accelerate config `gradient_accumulation_steps: 4`
+    beside `--gradient_accumulation_steps 2`: "Please correct the following DeepSpeed config values that
+    mismatch TrainingArguments values"): the disagreement is an MM048 error naming both numbers.
+    https://github.com/hiyouga/LlamaFactory/issues/1116 got the same refusal for equal values, the JSON's
+    written as a string ("8" vs 8): mmtune compares the numbers, so that setup is silent."""
+    tree = {**TINY_VL, "train": {"grad_accum": 2}}
+    launch(2, ACCELERATE_GRADIENT_ACCUMULATION_STEPS="4")
+    rep = doctor(tree, "MM048")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM048", "error")], rep.findings
+    assert "gradient_accumulation_steps=4" in rep.findings[0].message and "train.grad_accum=2" in rep.findings[0].message
+    launch(2, {"gradient_accumulation_steps": "8", "train_micro_batch_size_per_gpu": "auto"})
+    assert doctor({**TINY_VL, "train": {"grad_accum": 8}}, "MM048").findings == []
+
+
+def test_base_model_eos_is_not_the_turn_end(tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/7454 (chat SFT of the base Qwen2.5-Math-7B: eos is
+    <|endoftext|>, turns end with <|im_end|>, so the fine-tune never stops under vLLM's defaults): MM063
+    warns that answers are trained to end with a token generation does not stop at; the instruct
+    tokenizer (eos <|im_end|>) is silent."""
+    from doctor_helpers import context_for, run_codes
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+
+    def base_eos(p):
+        p.tokenizer.eos_token = "<|endoftext|>"
+
+    rep = run_codes(context_for(tmp_path, tree, base_eos), "MM063")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM063", "warning")], rep.findings
+    assert "'<|im_end|>'" in rep.findings[0].message and "generation stops at" in rep.findings[0].message
+    assert run_codes(context_for(tmp_path, tree), "MM063").findings == []
+
+
+def test_tokenizer_with_added_tokens_past_the_embedding(doctor, tmp_path):
+    """https://github.com/shibing624/MedicalGPT/issues/275 (SFT of a model whose tokenizer gained tokens in
+    added_tokens.json without resizing the embedding: "Assertion `srcIndex < srcSelectDimSize` failed"),
+    https://github.com/huggingface/transformers/issues/1848 (the same after a custom tokenizer): a
+    checkpoint with fewer embedding rows than its tokenizer has tokens is an MM043 warning (an error when
+    a token the run itself writes is past it); the matching checkpoint is silent."""
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    n_tokens = len(tiny_config_and_processor("tiny/qwen2")[1])
+    small = _model_folder(tmp_path, "grown-tokenizer", tiny="tiny/qwen2", vocab_size=n_tokens - 20)
+    tree = {"model": {"name": small}, "data": {"train": "synthetic:counting", "synthetic_train_size": 8}}
+    rep = doctor(tree, "MM043", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM043", "warning")], (rep.findings, rep.not_run)
+    assert f"{n_tokens} tokens" in rep.findings[0].message
+    tree["model"]["name"] = _model_folder(tmp_path, "matching", tiny="tiny/qwen2")
+    assert doctor(tree, "MM043").findings == []
+
+
+def test_lora_with_gradient_checkpointing_reaches_the_adapters(doctor):
+    """https://github.com/hiyouga/LlamaFactory/issues/3324, https://github.com/datawhalechina/self-llm/issues/172
+    ("element 0 of tensors does not require grad and does not have a grad_fn": LoRA with gradient
+    checkpointing and frozen embeddings, whose reentrant checkpointed blocks get no input that requires
+    grad): mmtune checkpoints non-reentrantly and makes the embedding output require grad when the
+    embeddings are frozen (enable_input_require_grads), so the real backward MM011 runs on the tiny twin
+    reaches every LoRA weight and nothing is flagged; a real step on the run's own model shows the same."""
+    import torch
+
+    tree = {**TINY_VL, "model": {"name": "tiny/qwen2-vl", "gradient_checkpointing": True},
+            "adapter": {"method": "lora"}}
+    rep = doctor(tree, "MM011", "MM013")
+    assert [f for f in rep.findings if f.severity != "info"] == [], rep.findings
+    from mmtune.config.loader import validate
+    from mmtune.doctor.pieces import build_adapted
+    from mmtune.models.loading import is_checkpointing
+    from mmtune.resolve import local_target, resolve_run
+
+    model = build_adapted(resolve_run(validate(tree), local_target("cpu"))).loaded.model
+    assert is_checkpointing(model) and not model.get_input_embeddings().weight.requires_grad
+    model.train()
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    lora = [p for n, p in model.named_parameters() if "lora_" in n]
+    assert lora and all(p.grad is not None for p in lora)
+
+
+def test_chat_template_without_a_generation_prompt(tmp_path):
+    """https://github.com/instructlab/training/pull/232 (the generic chat template saved with a fine-tune
+    omitted the `add_generation_prompt` clause: prompts ended after the user turn, "generation behaves
+    unexpectedly"), https://github.com/huggingface/transformers/issues/28355 (add_generation_prompt adds no
+    assistant start). New check MM069: the eval prompt mmtune builds (encode_prompt) then lacks the assistant
+    header every trained answer follows, a warning naming the header; the model's own template is silent."""
+    import re
+
+    from doctor_helpers import context_for, run_codes
+
+    from mmtune.data.records import Record
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+
+    def no_generation_prompt(p):
+        p.chat_template = re.sub(r"\{%-? if add_generation_prompt -?%\}.*?\{%-? endif -?%\}", "", p.chat_template,
+                                 flags=re.S)
+
+    ctx = context_for(tmp_path, tree, no_generation_prompt)
+    # the premise: the prompt evaluation generates from ends where no trained answer starts
+    enc = ctx.need("encoder")
+    record = Record("r", "t.jsonl:1", [{"role": "user", "content": [{"type": "text", "text": "What is 2+1?"}]},
+                                       {"role": "assistant", "content": [{"type": "text", "text": "3"}]}])
+    prompt = enc.tokenizer.decode(enc.encode_prompt(record)["input_ids"].reshape(-1))
+    assert prompt.endswith("<|im_end|>\n") and "<|im_start|>assistant\n3" in enc.render(
+        enc._template_messages(record.messages))
+    rep = run_codes(ctx, "MM069")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM069", "warning")], rep.findings
+    assert "'<|im_start|>assistant\\n'" in rep.findings[0].message and "add_generation_prompt" in rep.findings[0].fix
+    assert run_codes(context_for(tmp_path, tree), "MM069").findings == []
+
+
+def test_mistral_style_template_needs_no_generation_prompt(tmp_path):
+    """The maintainers' answer in https://github.com/huggingface/transformers/issues/28355: Mistral's answer
+    follows `[/INST]` directly, so a template with no generation prompt is right there; MM069 stays silent."""
+    from doctor_helpers import context_for, run_codes
+
+    train = _jsonl(tmp_path / "t.jsonl", [{"messages": _msg("What is 2+1?", "3")}])
+    tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": train, "format": "messages"}}
+    inst = ("{% for m in messages %}{% if m['role'] == 'user' %}[INST] {% for p in m['content'] %}"
+            "{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %} [/INST]{% else %}"
+            "{% for p in m['content'] %}{% if p['type'] == 'text' %}{{ p['text'] }}{% endif %}{% endfor %}"
+            "<|im_end|>{% endif %}{% endfor %}")
+
+    def mistral(p):
+        p.chat_template = inst
+
+    assert run_codes(context_for(tmp_path, tree, mistral), "MM069").findings == []
+
+
+def test_images_smaller_than_the_merge_factor(doctor, tmp_path):
+    """https://github.com/QwenLM/Qwen3-VL/issues/220, https://github.com/huggingface/transformers/pull/37264
+    ("height:27 or width:332 must be larger than factor:28": Qwen2-VL's smart_resize refused thin and tiny
+    images): the processor of this transformers enlarges them to the factor, so a 20x20 and a 300x20 image
+    are clean records; the processor itself gives both a patch grid (the run's own call, no ValueError)."""
+    from PIL import Image
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    sizes = [(20, 20), (300, 20)]
+    for i, size in enumerate(sizes):
+        Image.new("RGB", size, "white").save(tmp_path / f"s{i}.png")
+    rows = [{"messages": _msg("<image>What is written?", "a"), "images": [f"s{i}.png"]} for i in range(len(sizes))]
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", rows)}},
+                 "MM014", "MM016", "MM017", "MM018")
+    assert rep.errors == [] and rep.tables["data"].splits[0].ok == len(sizes), rep.findings
+    proc = tiny_config_and_processor("tiny/qwen2-vl")[1]
+    grids = proc.image_processor(images=[Image.new("RGB", s) for s in sizes], return_tensors="pt")["image_grid_thw"]
+    assert grids.shape[0] == len(sizes) and bool((grids[:, 1:] >= 2).all())
+
+
+def test_tokenizer_without_a_pad_token(tmp_path):
+    """https://github.com/huggingface/trl/issues/466, https://github.com/lm-sys/FastChat/issues/718 ("Asking to pad
+    but the tokenizer does not have a padding token"): the resolved run pads with the eos token and says so
+    (a decision with its reason; labels mask padding by position, so the eos after answers stays trained);
+    MM030 is silent. Only a tokenizer with neither pad nor eos is the MM030 error."""
+    import torch
+    from doctor_helpers import context_for, run_codes
+
+    from mmtune.data.collate import Collator
+    from mmtune.resolve.decisions import decide_pad_id
+
+    def no_pad(p):
+        p.tokenizer.pad_token = None
+
+    ctx = context_for(tmp_path, TINY_VL, no_pad)
+    proc = ctx.need("resolved").need_processor()
+    assert proc.tokenizer.pad_token_id is None
+    pad, decision = decide_pad_id(proc)
+    assert pad == proc.tokenizer.eos_token_id and "no pad token" in decision.reason
+    t = torch.tensor
+    batch = Collator(pad)([{"input_ids": t([5, 6, 7]), "labels": t([-100, 6, 7])},
+                           {"input_ids": t([5]), "labels": t([5])}])
+    assert batch["input_ids"][1].tolist() == [5, pad, pad] and batch["labels"][1].tolist() == [5, -100, -100]
+    assert run_codes(ctx, "MM030").findings == []
+
+    def no_pad_no_eos(p):
+        p.tokenizer.pad_token = p.tokenizer.eos_token = None
+
+    rep = run_codes(context_for(tmp_path, TINY_VL, no_pad_no_eos), "MM030")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM030", "error")], rep.findings
+
+
+def test_warmup_as_long_as_the_run(doctor, tmp_path):
+    """https://github.com/PrimeIntellect-ai/prime-rl/issues/968 ("Error when warmup_steps == max_steps": every
+    step a warmup step): in mmtune the run goes on but is all ramp, an MM035 warning; warmup past the run
+    (here through train.epochs on a small set, so the resolved run has fewer steps than the warmup) is the
+    error; a tenth of the run is silent."""
+    rep = doctor({**TINY_VL, "train": {"max_steps": 10, "warmup_steps": 10}}, "MM035", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM035", "warning")], rep.findings
+    rep = doctor({**TINY_VL, "train": {"epochs": 1, "warmup_steps": 100}}, "MM035")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM035", "error")], rep.findings
+    assert "train.warmup_steps=100 >" in rep.findings[0].message
+    assert doctor({**TINY_VL, "train": {"max_steps": 10, "warmup_steps": 1}}, "MM035").findings == []
+
+
+def test_answer_that_truncation_would_cut_away(doctor, tmp_path):
+    """https://github.com/huggingface/trl/issues/6668 (a max_length that cuts the sequence before any
+    completion token: every label -100, "loss: 0.0" and the run looks successful),
+    https://github.com/hiyouga/LlamaFactory/issues/1494 (labels cut by cutoff_len): mmtune never truncates,
+    so a record longer than data.max_length is an MM017 error naming it with the length that fits, never a
+    silent loss 0; the length that fits is silent."""
+    row = {"messages": _msg("You are a helpful assistant. " * 20 + "What is 2 plus 2?", "The answer is 4.")}
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", [row] * 2), "max_length": 48}}
+    rep = doctor(tree, "MM017")
+    found = [f for f in rep.errors if f.code == "MM017"]
+    assert found and "2 of 2 records: too long" in found[0].message and "never truncates" in found[0].message
+    assert found[0].fix.startswith("data.max_length=")
+    import re
+
+    tree["data"]["max_length"] = int(re.match(r"data\.max_length=(\d+)", found[0].fix).group(1))
+    assert doctor(tree, "MM017").errors == []
+
+
+def test_dataset_smaller_than_one_batch(doctor, tmp_path):
+    """https://github.com/RUC-GSAI/YuLan-IR/issues/5 ("There seems to be not a single sample in your
+    epoch_iterator": 9 examples, batch size 64), https://github.com/ProsusAI/finBERT/issues/12 (7 examples,
+    batch 32, "Num steps = 0", division by zero): fewer usable records than one micro-batch is an MM031 error
+    with the micro-batch that fits; a micro-batch the set covers is silent."""
+    rows = [{"messages": _msg(f"What is {i} + 1?", str(i + 1))} for i in range(9)]
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": _jsonl(tmp_path / "t.jsonl", rows)},
+            "train": {"micro_batch_size": 64}}
+    rep = doctor(tree, "MM031")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM031", "error")], rep.findings
+    assert "9 usable record(s), fewer than one micro-batch (64)" in rep.findings[0].message
+    assert rep.findings[0].fix == "train.micro_batch_size=9"
+    assert doctor({**tree, "train": {"micro_batch_size": 8, "max_steps": 2}}, "MM031").findings == []
+
+
+def test_zero_steps_with_epochs(doctor, tmp_path):
+    """https://github.com/bghira/SimpleTuner/issues/960 (`--num_train_epochs 30` beside `--max_train_steps 0`:
+    ZeroDivisionError in the LR schedule): train.max_steps=0 is refused by the schema (MM019, fast);
+    train.epochs alone is turned into steps by the resolved run (at least one, with its reason) and the
+    schedule check is silent."""
+    rep = doctor({**TINY_VL, "train": {"max_steps": 0, "epochs": 30}}, "MM019", fast=True)
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM019", "error")], rep.findings
+    assert "train.max_steps" in rep.findings[0].message
+    from doctor_helpers import context_for
+
+    ctx = context_for(tmp_path, {**TINY_VL, "train": {"epochs": 30}})
+    steps = ctx.need("resolved").cfg.train.max_steps
+    assert steps >= 1 and any(d.key == "train.max_steps" and "train.epochs=30" in d.reason
+                              for d in ctx.need("resolved").decisions)
+    assert doctor({**TINY_VL, "train": {"epochs": 30}}, "MM019", "MM035").findings == []
+
+
+def test_audio_at_another_sampling_rate(doctor, tmp_path):
+    """https://github.com/NVIDIA-NeMo/Megatron-Bridge/pull/4699 (Qwen2-Audio: an 8 kHz waveform handed to the
+    16 kHz Whisper extractor was read as half its length, silently): mmtune's loader resamples every clip
+    to the extractor's rate, so 8 kHz and 44.1 kHz clips are clean records and come out at 16 kHz with their
+    real duration."""
+    from mmtune.data import media
+
+    rows = []
+    for sr in (8000, 44100):
+        name = _wav(tmp_path / f"c{sr}.wav", 2.0, sr=sr)
+        rows.append({"messages": _msg("<audio>What was said?", "hello"), "audios": [name]})
+        wave = media.load_audio({"type": "audio", "path": str(tmp_path / name)}, "t", 16000)
+        assert abs(len(wave) - 32000) <= 64, (sr, len(wave))  # 2 s at 16 kHz, not 1 s or 5.5 s
+    rep = doctor({"model": {"name": "tiny/qwen2-audio"}, "data": {"train": _jsonl(tmp_path / "a.jsonl", rows),
+                                                                 "format": "messages"}}, *AUDIO_CODES)
+    assert rep.errors == [] and "MM082" not in rep.codes() and rep.tables["data"].splits[0].ok == 2, rep.findings
+
+
+def test_float_pixels_beside_bf16_weights(tmp_path):
+    """https://github.com/hiyouga/LlamaFactory/issues/8647 ("Input type (torch.cuda.FloatTensor) and weight
+    type (CUDABFloat16Type) should be the same": fp32 pixel_values into a bf16 vision tower, Mistral-3.1 in
+    DPO): the run's collator casts floating media tensors to the compute dtype before any model sees them
+    (whether or not the model's own forward casts, as transformers' Qwen2-VL does), so a real bf16 forward +
+    backward of the tiny Qwen2-VL on an image record runs (pinned clean; MM004 audits the modules' dtypes)."""
+    import torch
+    from PIL import Image
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.data.collate import Collator
+    from mmtune.data.encode import Encoder
+    from mmtune.data.records import Record
+
+    Image.new("RGB", (56, 56), "red").save(tmp_path / "a.png")
+    from doctor_helpers import context_for
+
+    resolved = context_for(tmp_path, {**TINY_VL, "train": {"precision": "bf16"}}).need("resolved")
+    assert resolved.compute_dtype == torch.bfloat16
+    record = Record("r", "t.jsonl:1", [
+        {"role": "user", "content": [{"type": "image", "path": str(tmp_path / "a.png")},
+                                     {"type": "text", "text": "What color?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "red"}]}])
+    item = Encoder.for_run(resolved).encode(record)
+    assert item["pixel_values"].dtype == torch.float32  # what the processor returns
+    batch = Collator(resolved.pad_token_id, resolved.compute_dtype)([item])
+    assert batch["pixel_values"].dtype == torch.bfloat16
+    model = build_model_and_adapters(resolved)[0].model.to(torch.bfloat16)  # the report's bf16 tower
+    loss = model(**batch).loss
+    assert torch.isfinite(loss)
+    loss.backward()
+
+
+def test_batched_eval_generation_pads_left(tmp_path):
+    """https://github.com/EvolvingLMMs-Lab/lmms-eval/issues/830 (Qwen2.5-VL evaluated in batches with
+    right padding: "can give bad results", fixed by padding left): evaluation's collator pads prompts on
+    the left, so greedy answers of a batch are the answers each record gets alone (a real generate on the
+    tiny twin); the same batch padded on the right, as the report had it, changes them."""
+    from contextlib import nullcontext
+
+    import torch
+    from doctor_helpers import context_for
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.data.collate import Collator
+    from mmtune.data.encode import Encoder
+    from mmtune.data.records import Record
+    from mmtune.evaluate.run_eval import generate_answers
+
+    resolved = context_for(tmp_path, TINY_VL).need("resolved")
+    torch.manual_seed(0)
+    model = build_model_and_adapters(resolved)[0].model
+    enc = Encoder.for_run(resolved)
+    questions = ["Hi", "What is the capital of France and why is it there?", "Count to three please now"]
+    records = [Record(f"r{i}", f"q.jsonl:{i + 1}", [{"role": "user", "content": [{"type": "text", "text": q}]},
+                                                   {"role": "assistant", "content": [{"type": "text", "text": "a"}]}])
+               for i, q in enumerate(questions)]
+    kw = dict(device="cpu", dtype=None, pad_id=resolved.pad_token_id, max_new_tokens=6, autocast=nullcontext)
+    alone = [generate_answers(model, enc, [r], batch_size=1, **kw)[0] for r in records]
+    assert generate_answers(model, enc, records, batch_size=3, **kw) == alone
+    right = Collator(resolved.pad_token_id, None, padding_side="right")([enc.encode_prompt(r) for r in records])
+    with torch.no_grad():
+        out = model.generate(**right, max_new_tokens=6, do_sample=False, pad_token_id=resolved.pad_token_id)
+    tok = enc.tokenizer
+    assert [s.strip() for s in tok.batch_decode(out[:, right["input_ids"].shape[1]:], skip_special_tokens=True)] != alone
+
+
+def test_dataloader_workers_never_fork_the_training_process(doctor, tmp_path):
+    """https://github.com/modelscope/ms-swift/issues/1553 ("Cannot re-initialize CUDA in forked subprocess"
+    fine-tuning DeepSeek-VL with DataLoader workers): the resolved run starts train.num_workers workers from
+    a fork server or by spawn, never by forking the process that holds CUDA, and says so; MM020 collates a
+    real batch on the CPU and pickles it across (silent)."""
+    from doctor_helpers import context_for
+
+    tree = {**TINY_VL, "train": {"num_workers": 2}}
+    resolved = context_for(tmp_path, tree).need("resolved")
+    assert resolved.loader.num_workers == 2 and resolved.loader.start_method in ("forkserver", "spawn")
+    assert resolved.loader.loader_kwargs()["multiprocessing_context"] != "fork"
+    rep = doctor(tree, "MM020")
+    assert rep.findings == [] and rep.not_run == [], (rep.findings, rep.not_run)

@@ -187,3 +187,30 @@ def test_mm066_video_positions_need_the_clip_rate(doctor, tmp_path, model, fps, 
         assert "assumed 2 fps" in f.message and f.where.startswith(f"{train}:1") and "files" in f.fix
     else:
         assert rep.findings == []
+
+
+@pytest.mark.parametrize("model", ["tiny/qwen2", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio",
+                                   "tiny/qwen2.5-omni", "tiny/llava", "tiny/llava-next", "tiny/llava-onevision"])
+def test_mm069_every_tiny_family_template_has_its_generation_prompt(tmp_path, model):
+    # instructlab/training#232: a template without the add_generation_prompt clause is flagged
+    # (tests/doctor/test_public_reports.py); every family's own template here writes its header.
+    train = _jsonl(tmp_path / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
+    rep = run_codes(context_for(tmp_path, {**_tree(train), "model": {"name": model}}), "MM069")
+    assert rep.findings == [] and rep.not_run == [], (rep.findings, rep.not_run)
+
+
+def test_mm069_llava_style_template_without_its_assistant_prompt(tmp_path):
+    # LLaVA-1.5-hf's template ends with {% if add_generation_prompt %}ASSISTANT:{% endif %}; dropping it is flagged.
+    train = _jsonl(tmp_path / "train.jsonl", [{"messages": _msg("Say hi.", "hi")}])
+    body = ("{% for m in messages %}{{ m['role'].upper() }}: {% for p in m['content'] %}{% if p['type'] == 'text' %}"
+            "{{ p['text'] }}{% endif %}{% endfor %}{% if m['role'] == 'assistant' %}<|im_end|>{% endif %} {% endfor %}")
+
+    def with_prompt(p):
+        p.chat_template = body + "{% if add_generation_prompt %}ASSISTANT:{% endif %}"
+
+    def without(p):
+        p.chat_template = body
+
+    assert run_codes(context_for(tmp_path, _tree(train), with_prompt), "MM069").findings == []
+    (f,) = run_codes(context_for(tmp_path, _tree(train), without), "MM069").findings
+    assert (f.code, f.severity) == ("MM069", "warning") and "'ASSISTANT: '" in f.message

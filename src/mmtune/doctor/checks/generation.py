@@ -110,6 +110,38 @@ def trained_stop_token(ctx):
                           "in the checkpoint's tokenizer_config.json")
 
 
+@check("MM069", "the chat template writes the assistant header when asked for a generation prompt",
+       needs=("cfg", "resolved", "processor_info"))
+def generation_prompt(ctx):
+    """Training renders each answer after its assistant header (`<|im_start|>assistant\\n`); evaluation and
+    `mmtune chat` build their prompt with add_generation_prompt=True, expecting the template to end it with
+    that header. A template without the `{% if add_generation_prompt %}` clause (a hand-written or generic
+    template saved with a fine-tune) ends the prompt after the user turn: the model has never seen an answer
+    start there, so it writes the header itself or continues the user turn, and exact-match scores are
+    wrong. Training is unaffected (the encoder finds each answer by its text), hence a warning. Templates
+    whose answer follows the user turn directly (Mistral's `[/INST]`) need no header and stay silent."""
+    enc = _exact_encoder(ctx)
+    msgs = enc._template_messages(probe_record().messages)
+    try:
+        full = enc.render(msgs)
+        bare = enc.render(msgs[:1])
+        prompt = enc.render(msgs[:1], add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe is MM030's / the encoder's finding
+        return
+    if prompt != bare or not full.startswith(bare):
+        return
+    start = full.find("7", len(bare))
+    header = full[len(bare):start] if start >= 0 else ""
+    if not header.strip():
+        return
+    yield warning(f"the chat template ignores add_generation_prompt: evaluation and `mmtune chat` prompts end after "
+                  f"the user turn, without the assistant header {header!r} every trained answer follows, so the model "
+                  "starts its answers with that header (or continues the user turn) and generated answers are "
+                  "scored wrong", where="model.name",
+                  fix="end the chat template with {% if add_generation_prompt %}{{ " + repr(header) +
+                      " }}{% endif %} (the model's own chat_template.jinja has it)")
+
+
 MEDIA_ID_KEYS = {"image": ("image_token_id", "image_token_index"), "video": ("video_token_id", "video_token_index"),
                  "audio": ("audio_token_id", "audio_token_index")}
 
