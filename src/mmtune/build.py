@@ -146,12 +146,12 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         _bnb_config,
         _decide,
         _model_class,
+        apply_checkpointing,
         as_torch_dtype,
         build_from_config,
         build_on_meta,
         check_dtypes,
         check_no_meta,
-        enable_checkpointing,
         meta_config,
         model_folder,
         quantize_decoder_4bit,
@@ -263,17 +263,10 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
                 p.data = p.data.float()
                 n += p.numel()
         _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
-    if cfg.model.gradient_checkpointing and family.custom:
-        from .models.custom import enable_part_checkpointing
-
-        parts = enable_part_checkpointing(model)
-        _decide(decisions, "gradient checkpointing: " + (f"on (non-reentrant) in {', '.join(parts)}" if parts else
-                                                         f"off: no part of {type(model).__name__} supports it"))
-    elif cfg.model.gradient_checkpointing and getattr(model, "supports_gradient_checkpointing", False):
-        # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
-        enable_checkpointing(model)
-        model.config.use_cache = False
-        _decide(decisions, "gradient checkpointing: on (non-reentrant)")
+    if cfg.model.gradient_checkpointing:
+        how = apply_checkpointing(model, family)
+        if family.custom or how.startswith("on"):
+            _decide(decisions, "gradient checkpointing: " + how)
     _decide(decisions, f"dtype: {dtype} for every floating parameter; device: {device}")
     from .models.loading import LoadedModel
 

@@ -221,7 +221,7 @@ def load_custom_processor(cfg):
                              fix=f"a folder saved with processor.save_pretrained, or pkg.module:make_processor ({DOC})") from None
 
 
-def enable_part_checkpointing(model) -> list[str]:
+def enable_part_checkpointing(model, context_fn=None) -> list[str]:
     """Non-reentrant activation checkpointing on each transformers part of a custom model (its vision
     tower, its language model) that supports it; returns their names."""
     from .loading import enable_checkpointing
@@ -231,7 +231,7 @@ def enable_part_checkpointing(model) -> list[str]:
         if not name or any(name.startswith(d + ".") for d in done):
             continue
         if getattr(mod, "supports_gradient_checkpointing", False) and hasattr(mod, "config"):
-            enable_checkpointing(mod)
+            enable_checkpointing(mod, context_fn)
             mod.config.use_cache = False
             done.append(name)
     return done

@@ -447,6 +447,24 @@ def enable_checkpointing(model, context_fn=None) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
+def apply_checkpointing(model, family, context_fn=None) -> str:
+    """Non-reentrant activation checkpointing as a run has it (model.gradient_checkpointing): on each
+    transformers part of a brought model, else on the model where it supports it; returns the decision's
+    text. `context_fn`: torch.utils.checkpoint's (forward, recomputation) contexts (the planner's routing)."""
+    if family.custom:
+        from .custom import enable_part_checkpointing
+
+        parts = enable_part_checkpointing(model, context_fn)
+        return (f"on (non-reentrant) in {', '.join(parts)}" if parts else
+                f"off: no part of {type(model).__name__} supports it")
+    if getattr(model, "supports_gradient_checkpointing", False):
+        # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
+        enable_checkpointing(model, context_fn)
+        model.config.use_cache = False
+        return "on (non-reentrant)"
+    return f"off: {type(model).__name__} does not support it"
+
+
 def is_checkpointing(model) -> bool:
     for attr in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), attr) or hasattr(model, attr):

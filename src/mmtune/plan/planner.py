@@ -148,13 +148,13 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     if attention is not None and cfg.model.gradient_checkpointing:
         import contextlib
 
-        from ..models.loading import enable_checkpointing
+        from ..models.loading import apply_checkpointing
 
-        # The recomputation in backward routes each SDPA call as its forward did: torch <= 2.14.0 re-entered
-        # the forward's DeviceContext (this mode) there, torch 2.14.1 enters only a fresh DeviceContext of the
-        # device, so the mode is also checkpointing's own recomputation context (its public context_fn).
+        # The recomputation in backward routes each SDPA call as its forward did: torch keeps no function
+        # mode there (2.13 re-entered only the forward's DeviceContext, 2.14.1 a fresh one), so the routing
+        # mode is checkpointing's recomputation context (its public context_fn), set as the build set it.
         base = pm.model.get_base_model() if hasattr(pm.model, "get_base_model") else pm.model
-        enable_checkpointing(base, context_fn=lambda: (contextlib.nullcontext(), attention))
+        apply_checkpointing(base, pm.family, context_fn=lambda: (contextlib.nullcontext(), attention))
     try:
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
