@@ -33,7 +33,8 @@ from ..errors import MMTuneError
 
 # Versions each entry was checked on (the docstrings repeat the ones that matter for that entry).
 CHECKED = {
-    "torch": "2.13, 2.14 (CPU); the GPU machines' 2.11 was not installable on this CPU machine",
+    "torch": ("2.13 (CPU build), 2.14.1 (CUDA build, run on a CPU-only machine); the GPU machines' 2.11 was not "
+              "installable on this CPU machine"),
     "transformers": "5.17, 5.23",
     "accelerate": "1.15",
     "peft": "0.21",

@@ -1,7 +1,7 @@
 """Private torch utilities the planner uses outside FakeTensorMode itself.
 
-Checked on torch 2.13 and 2.14 (CPU builds); the GPU machines' 2.11 could not be installed here
-(no CPU wheel of it on this machine's index), so it is covered only by these names existing since 2.4.
+Checked on torch 2.13 (CPU build) and 2.14.1 (CUDA build on a CPU-only machine); the GPU machines' 2.11
+could not be installed here (no CPU wheel of it on this machine's index), so it is covered only by these names existing since 2.4.
 Each name is resolved at import of this module (the planner imports it, nothing at `import mmtune`),
 and a missing one is a CompatError naming torch's version and the planner, not an AttributeError.
 """
