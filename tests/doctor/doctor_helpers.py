@@ -30,3 +30,25 @@ def run_codes(ctx, *codes: str):
     from mmtune.doctor.runner import run_checks
 
     return run_checks(ctx, [c for c in all_checks() if c.code in codes])
+
+
+def model_folder(tmp_path, tiny="tiny/qwen2", name="m", config_json=None, **overrides):
+    """A local model folder of a tiny architecture: config.json, processor files, a (header-only) weights
+    file. `config_json` edits the written config.json (keys as the hub's files have them)."""
+    import json
+    import struct
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / name
+    folder.mkdir()
+    config, processor = tiny_config_and_processor(tiny, **overrides)
+    config.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    if config_json:
+        raw = json.loads((folder / "config.json").read_text())
+        raw.update(config_json)
+        (folder / "config.json").write_text(json.dumps(raw))
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
+    return folder

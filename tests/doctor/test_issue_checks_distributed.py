@@ -3,32 +3,8 @@ environment variables accelerate's DeepSpeed plugin reads (set here as the launc
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from doctor_helpers import TINY_VL
-
-LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
-               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
-               "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL")
-
-
-@pytest.fixture
-def launch(monkeypatch, tmp_path):
-    """launch(stage=2, ds_json=None): the environment `accelerate launch` with a DeepSpeed config sets."""
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-
-    def set_(stage=2, ds_json=None):
-        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
-        if ds_json is not None:
-            path = tmp_path / "ds.json"
-            path.write_text(json.dumps(ds_json))
-            monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
-
-    return set_
-
 
 NEW = ("MM045", "MM046", "MM047", "MM048", "MM049", "MM054", "MM055")
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from doctor_helpers import TINY_VL
+from doctor_helpers import TINY_VL, model_folder
 
 AUDIO_CODES = ("MM014", "MM017", "MM018", "MM082")
-LAUNCH_VARS = ("ACCELERATE_USE_DEEPSPEED", "ACCELERATE_DEEPSPEED_ZERO_STAGE", "ACCELERATE_DEEPSPEED_CONFIG_FILE",
-               "ACCELERATE_GRADIENT_ACCUMULATION_STEPS", "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
-               "ACCELERATE_GRADIENT_CLIPPING", "ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL")
 
 
 def _msg(question: str, answer: str = "3"):
@@ -481,14 +478,12 @@ def test_docs_table_lists_every_report_test():
 
 
 @pytest.mark.parametrize("content", [None, "{not json", "[1, 2]"], ids=["missing", "not-json", "a-list"])
-def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch, content):
+def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch, clean_launch, content):
     """https://github.com/deepspeedai/DeepSpeed/issues/4156, https://github.com/QwenLM/Qwen/issues/1171
     ("Expected a string path to an existing deepspeed config, or a dictionary ... Received:
     finetune/ds_config_zero3.json"): under `accelerate launch` with a DeepSpeed JSON that is missing or not a
     JSON object, MM049 is the error (a JSON list crashed seven launch checks before: MM099); a readable
     file with "auto" values is silent."""
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
     path = tmp_path / "ds_config_zero2.json"
     if content is not None:
         path.write_text(content)
@@ -506,45 +501,6 @@ def test_deepspeed_config_file_that_cannot_be_read(doctor, tmp_path, monkeypatch
 
 # ------------------------------------------------------------------------------- second batch of reports
 
-def _model_folder(tmp_path, name: str, tiny: str = "tiny/qwen2-vl", config_json=None, **overrides):
-    """A local model folder of a tiny architecture as users have them: config.json (with `config_json`
-    edits), processor files and a header-only weights file (the checks here read no tensor)."""
-    import struct
-
-    from mmtune.models.tiny import tiny_config_and_processor
-
-    folder = tmp_path / name
-    folder.mkdir()
-    config, processor = tiny_config_and_processor(tiny, **overrides)
-    config.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    if config_json:
-        raw = json.loads((folder / "config.json").read_text())
-        raw.update(config_json)
-        (folder / "config.json").write_text(json.dumps(raw))
-    header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
-    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
-    return str(folder)
-
-
-@pytest.fixture
-def launch(monkeypatch, tmp_path):
-    """launch(stage, ds_json=None, **env): the environment `accelerate launch` with DeepSpeed sets."""
-    for k in LAUNCH_VARS:
-        monkeypatch.delenv(k, raising=False)
-
-    def set_(stage: int, ds_json=None, **env):
-        monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
-        monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", str(stage))
-        if ds_json is not None:
-            path = tmp_path / "ds_config.json"
-            path.write_text(json.dumps(ds_json))
-            monkeypatch.setenv("ACCELERATE_DEEPSPEED_CONFIG_FILE", str(path))
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
-
-    return set_
-
 
 def test_model_type_this_transformers_does_not_know(doctor, tmp_path):
     """https://github.com/hiyouga/LlamaFactory/issues/5495, https://github.com/QwenLM/Qwen3-VL/issues/62 ("The
@@ -552,11 +508,12 @@ def test_model_type_this_transformers_does_not_know(doctor, tmp_path):
     architecture": Qwen2-VL on transformers 4.44). The same setup one release on: a checkpoint whose
     model_type this transformers does not have is an MM044 error before any download, with the upgrade as
     the fix; the tiny twin's own folder is silent."""
-    folder = _model_folder(tmp_path, "Qwen9-VL", config_json={"model_type": "qwen9_vl"})
+    folder = str(model_folder(tmp_path, name="Qwen9-VL", tiny="tiny/qwen2-vl", config_json={"model_type": "qwen9_vl"}))
     rep = doctor({**TINY_VL, "model": {"name": folder, "family": "qwen2-vl"}}, "MM044", fast=True)
     assert [(f.code, f.severity) for f in rep.findings] == [("MM044", "error")], rep.findings
     assert "qwen9_vl" in rep.findings[0].message and "pip install -U transformers" in rep.findings[0].fix
-    assert doctor({**TINY_VL, "model": {"name": _model_folder(tmp_path, "ok")}}, "MM044").findings == []
+    ok = str(model_folder(tmp_path, name="ok", tiny="tiny/qwen2-vl"))
+    assert doctor({**TINY_VL, "model": {"name": ok}}, "MM044").findings == []
 
 
 def test_qwen2_5_vl_lora_in_fp16_on_a_v100(doctor):
@@ -643,12 +600,12 @@ def test_tokenizer_with_added_tokens_past_the_embedding(doctor, tmp_path):
     from mmtune.models.tiny import tiny_config_and_processor
 
     n_tokens = len(tiny_config_and_processor("tiny/qwen2")[1])
-    small = _model_folder(tmp_path, "grown-tokenizer", tiny="tiny/qwen2", vocab_size=n_tokens - 20)
+    small = str(model_folder(tmp_path, name="grown-tokenizer", tiny="tiny/qwen2", vocab_size=n_tokens - 20))
     tree = {"model": {"name": small}, "data": {"train": "synthetic:counting", "synthetic_train_size": 8}}
     rep = doctor(tree, "MM043", fast=True)
     assert [(f.code, f.severity) for f in rep.findings] == [("MM043", "warning")], (rep.findings, rep.not_run)
     assert f"{n_tokens} tokens" in rep.findings[0].message
-    tree["model"]["name"] = _model_folder(tmp_path, "matching", tiny="tiny/qwen2")
+    tree["model"]["name"] = str(model_folder(tmp_path, name="matching", tiny="tiny/qwen2"))
     assert doctor(tree, "MM043").findings == []
 
 
