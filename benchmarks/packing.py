@@ -65,7 +65,7 @@ def _count_cpu_seconds() -> list[float]:
     import mmtune.train.step as step
 
     per_step: list[float] = []
-    draw, opt = loop._next_micro_batch, step.optimizer_step
+    draw, opt = loop.next_micro_batch, step.optimizer_step
     pending = [0.0]
 
     def timed_draw(*a, **k):
@@ -83,7 +83,7 @@ def _count_cpu_seconds() -> list[float]:
             per_step.append(pending[0] + time.process_time() - t)
             pending[0] = 0.0
 
-    loop._next_micro_batch, step.optimizer_step = timed_draw, timed_step
+    loop.next_micro_batch, step.optimizer_step = timed_draw, timed_step
     return per_step
 
 

@@ -51,7 +51,7 @@ class _DS:
 
 def test_dataloader_order_and_resume_skip():
     from mmtune.data.batches import BatchStream, micro_batches_of_epoch
-    from mmtune.train.loop import _FromStream
+    from mmtune.train.feed import _FromStream
 
     col = Collator(0)
     args = dict(n=10, seed=5, micro_batch_size=3, epoch=2)

@@ -75,7 +75,7 @@ def test_record_inputs_target_cells_and_records_without_target(tmp_path):
 
 
 def _micro_batches(run, aux, k=2):
-    from mmtune.train.loop import EncodedDataset
+    from mmtune.train.feed import EncodedDataset
 
     ds = EncodedDataset(run.train_set.records, run.encoder, aux_losses=[t.loss for t in aux])
     n = run.cfg.train.micro_batch_size
@@ -117,7 +117,7 @@ def test_step_adds_the_weighted_aux_mean_with_gradients_and_unscaled_logs(tmp_pa
     `loss` = lm + w * aux, and the gradients equal those of that objective computed here directly."""
     from mmtune.build import build_run
     from mmtune.loss import loss_sum_and_output
-    from mmtune.train.loop import aux_terms
+    from mmtune.train.prepare import aux_terms
     from mmtune.train.step import optimizer_step
 
     run = build_run(_cfg(tmp_path), with_optimizer=False)

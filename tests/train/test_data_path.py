@@ -13,7 +13,8 @@ from mmtune.build import build_run
 from mmtune.config import load_config
 from mmtune.data.encode import Encoder
 from mmtune.errors import DataError
-from mmtune.train.loop import BAD, EncodedDataset, train
+from mmtune.train.feed import BAD, EncodedDataset
+from mmtune.train.loop import train
 
 
 def _rows(out: Path):

@@ -53,7 +53,7 @@ def cpu_collate(ctx):
     if cfg.train.num_workers > 0:
         # Workers (fork server or spawn: data/workers.py) receive the dataset and collator by pickling;
         # the training process is never forked.
-        from ...train.loop import EncodedDataset
+        from ...train.feed import EncodedDataset
 
         try:
             pickle.dumps((EncodedDataset(records, encoder), collator))
