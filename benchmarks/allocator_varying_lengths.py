@@ -75,11 +75,7 @@ def replay_curve(events, expandable: bool, capacity: int, ends: list[int]) -> li
     m = (ExpandableAllocatorModel if expandable else CachingAllocatorModel)(capacity)
     out, j = [], 0
     for end in ends:
-        for ev in events[j:end]:
-            if ev.nbytes > 0:
-                m.malloc(ev.serial, ev.nbytes)
-            else:
-                m.free(ev.serial)
+        m.apply(events[j:end])
         j = end
         out.append(m.peak_reserved)
     return out

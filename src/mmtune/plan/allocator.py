@@ -137,6 +137,14 @@ class CachingAllocatorModel:
         self.allocated += b.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
 
+    def apply(self, events) -> None:
+        """Replay traced events (nbytes > 0: an allocation, < 0: a free) from the model's current state."""
+        for ev in events:
+            if ev.nbytes > 0:
+                self.malloc(ev.serial, ev.nbytes)
+            else:
+                self.free(ev.serial)
+
     def free(self, serial: int) -> None:
         b = self._live.pop(serial, None)
         if b is None:
@@ -226,10 +234,5 @@ def replay(events, capacity: int | None = None, *, expandable: bool = False) -> 
     """Peak allocated / reserved of the traced events through the caching allocator model (`expandable`:
     under expandable_segments:True)."""
     m = (ExpandableAllocatorModel if expandable else CachingAllocatorModel)(capacity)
-    for ev in events:
-        if ev.nbytes > 0:
-            if ev.nbytes:
-                m.malloc(ev.serial, ev.nbytes)
-        else:
-            m.free(ev.serial)
+    m.apply(events)
     return AllocatorPeak(m.peak_allocated, m.peak_reserved, len(m._segments))

@@ -107,14 +107,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
         s = tracker.register(b, "setup")
         if s is not None:
             ex.param_serials.setdefault(s, "weights")
-    # Integer inputs (ids, masks, grids) stay real; floating media become fake.
-    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-                  for k, v in micro_batch.items()}
-    for v in fake_batch.values():
-        if isinstance(v, torch.Tensor):
-            s = tracker.register(v, "setup")
-            if s is not None:
-                ex.input_serials.add(s)
+    fake_batch, serials = _fake_inputs(micro_batch, mode, tracker, "setup")
+    ex.input_serials.update(serials)
 
     def pre_step(opt, args, kwargs):
         tracker.phase, tracker.tag = "optimizer", ""
@@ -148,17 +142,14 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     try:
         # attention: plan/attention.TargetAttentionMode on CUDA targets (each SDPA call as the target runs it)
         with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), dedup:
-            for i in range(steps if step_batches is None else len(step_batches)):
-                last = i == (steps if step_batches is None else len(step_batches)) - 1
+            n_steps = steps if step_batches is None else len(step_batches)
+            for i in range(n_steps):
+                last = i == n_steps - 1
                 tracker.record_costs = last
                 n_mb = min(grad_accum, 2) if last else 1
                 if step_batches is not None:  # this step's own batch, alive for the step only
                     n_mb = 1
-                    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                                      else v) for k, v in step_batches[i].items()}
-                    for v in fake_batch.values():
-                        if isinstance(v, torch.Tensor):
-                            tracker.register(v, "setup")
+                    fake_batch, _ = _fake_inputs(step_batches[i], mode, tracker, "setup")
                 optimizer_step(model, optimizer, scheduler, [fake_batch] * n_mb, accelerator=acc,
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params,
                                # auxiliary losses at full weight: the plan holds what they keep
@@ -170,6 +161,15 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
             h.remove()
     ex.copied_layers = {g.path: g.n - 4 for g in dedup_groups or [] if g.spliced}
     return ex
+
+
+def _fake_inputs(batch: dict, mode, tracker, phase: str) -> tuple[dict, set]:
+    """The batch as the trace feeds it -- integer inputs (ids, masks, grids) stay real, floating media become
+    fake -- with its tensors registered in `phase`; returns it and their serials."""
+    fake = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+            for k, v in batch.items()}
+    serials = {tracker.register(v, phase) for v in fake.values() if isinstance(v, torch.Tensor)}
+    return fake, serials - {None}
 
 
 def breakdown_at_peak(ex: Execution) -> dict[str, int]:
@@ -230,8 +230,6 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     from .fake import ValueFunctionMode
 
     tracker = ex.tracker
-    fake_batch = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-                  for k, v in eval_batch.items()}
     info = {"batch_size": int(eval_batch["input_ids"].shape[0]), "prompt_tokens": int(eval_batch["input_ids"].shape[1]),
             "max_new_tokens": int(max_new_tokens) if generate else 0, "kv_cache_bytes": 0}
     was_training = model.training
@@ -239,12 +237,10 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     acc = PlanAccelerator(compute_dtype)
     mode.tracker = tracker
     tracker.record_costs = False
+    fake_batch, _ = _fake_inputs(eval_batch, mode, tracker, "eval_loss")
     try:
         with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), torch.no_grad(), acc.autocast():
             tracker.phase, tracker.tag = "eval_loss", ""
-            for v in fake_batch.values():
-                if isinstance(v, torch.Tensor):
-                    tracker.register(v, "eval_loss")
             total, n = loss_sum(model, fake_batch)
             del total, n
             if generate:

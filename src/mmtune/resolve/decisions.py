@@ -43,6 +43,14 @@ ALLOC_ENV = "PYTORCH_CUDA_ALLOC_CONF"
 EXPANDABLE = "expandable_segments:True"
 
 
+def is_expandable(conf: str) -> bool:
+    """Whether allocator settings select expandable segments (the last `expandable_segments:` wins)."""
+    import re
+
+    found = re.findall(r"expandable_segments\s*:\s*(\w+)", conf or "", flags=re.IGNORECASE)
+    return bool(found) and found[-1].lower() == "true"
+
+
 def decide_cuda_allocator(env) -> tuple[str, bool, Decision]:
     """(settings, expandable segments?, decision) for PyTorch's CUDA caching allocator.
 
@@ -52,13 +60,10 @@ def decide_cuda_allocator(env) -> tuple[str, bool, Decision]:
     docs/plan.md); expandable segments map pages at the end of one growing segment per pool, so the run
     stays near the planned step. A setting in the environment (PYTORCH_CUDA_ALLOC_CONF, or torch's
     newer PYTORCH_ALLOC_CONF) is the user's and is kept; the plan models the segment kind it selects."""
-    import re
-
     for name in (ALLOC_ENV, "PYTORCH_ALLOC_CONF"):
         user = (env.get(name) or "").strip()
         if user:
-            found = re.findall(r"expandable_segments\s*:\s*(\w+)", user, flags=re.IGNORECASE)
-            expandable = bool(found) and found[-1].lower() == "true"
+            expandable = is_expandable(user)
             kind = "expandable segments" if expandable else "fixed segments (torch's default)"
             return user, expandable, Decision(ALLOC_ENV, user, f"{name} set in the environment: kept; planned "
                                               f"with {kind}, its other settings are not modelled by the plan")

@@ -82,12 +82,18 @@ class ResolvedRun:
     loader: Any = None  # data.workers.LoaderPlan: the training DataLoader's workers (decide_loader)
     # PyTorch's CUDA caching allocator (decide_cuda_allocator): applied by build, modelled by the plan
     cuda_alloc_conf: str = ""
-    expandable_segments: bool = False
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
     def device(self) -> str:
         return self.target.device
+
+    @property
+    def expandable_segments(self) -> bool:
+        """The CUDA allocator the run uses has expandable segments (what the plan's allocator model follows)."""
+        from .decisions import is_expandable
+
+        return is_expandable(self.cuda_alloc_conf)
 
     @property
     def compute_dtype(self):
@@ -170,11 +176,11 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     decisions.append(decide_trainable_dtype(cfg.train, precision))
-    alloc_conf, expandable = "", False  # the CPU has no caching allocator to set
+    alloc_conf = ""  # the CPU has no caching allocator to set
     if target.gpu is not None:
         import os
 
-        alloc_conf, expandable, d = decide_cuda_allocator(os.environ)
+        alloc_conf, _, d = decide_cuda_allocator(os.environ)
         decisions.append(d)
     from ..models.fused_kernels import liger_problem
 
@@ -236,7 +242,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf, expandable_segments=expandable,
+                  trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor
