@@ -45,7 +45,8 @@ def test_python_and_numpy_are_seeded_from_train_seed(tiny_vl_config):
     import random
 
     import numpy as np
-    import torch
+
+    from mmtune.train.checkpoint import read_checkpoint_state
 
     states = []
     for noise in (1, 2):
@@ -53,6 +54,6 @@ def test_python_and_numpy_are_seeded_from_train_seed(tiny_vl_config):
         np.random.seed(noise)
         cfg = load_config(tiny_vl_config(train={"max_steps": 1, "seed": 3, "resume": False}), [])
         train(build_run(cfg))
-        saved = torch.load(Path(cfg.output_dir) / "checkpoint-1" / "state.pt", weights_only=False)["rng"]
+        saved = read_checkpoint_state(Path(cfg.output_dir) / "checkpoint-1")["rng"]
         states.append((saved["python"], saved["numpy"][1].tolist()))
     assert states[0] == states[1]

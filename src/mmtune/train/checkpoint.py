@@ -4,8 +4,10 @@ A checkpoint folder `checkpoint-<step>/` holds:
 - `adapter/` (PEFT format, `PeftModel.from_pretrained` loads it) or `model/` (full fine-tuning:
   `from_pretrained`-loadable), plus the processor;
 - `trainable.safetensors`: every trainable tensor by parameter name, the exact resume source;
-- `state.pt`: optimizer, scheduler, grad scaler, RNG states (python, numpy, torch, cuda), step,
-  data position (epoch, batch index within the epoch), best-metric bookkeeping;
+- `state.json` + `state.safetensors`: optimizer, scheduler, grad scaler, RNG states (python, numpy, torch,
+  cuda), step, data position (epoch, batch index within the epoch), best-metric bookkeeping, the data
+  fingerprint -- no pickle anywhere (train/state_files.py); a checkpoint of the earlier format
+  (`state.pt`) is read through a guarded converter that executes nothing (train/legacy_state.py);
 - `meta.json`: step, metrics at save time; `config.json`: the run's config (the resume guard compares it);
 - `manifest.json`, written last: every other file's size and sha256.
 Written to a temporary folder, every file fsynced, then renamed (and the parent folder fsynced), so a
@@ -24,6 +26,7 @@ import shutil
 from pathlib import Path
 
 from .durable import fsync_dir, fsync_tree, verify_manifest, write_manifest
+from .state_files import write_state
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 TMP_PREFIX = ".tmp-checkpoint-"
@@ -33,9 +36,9 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     d = Path(output_dir)
     if not d.is_dir():
         return []
-    # A folder with a manifest is listed even when state.pt is gone, so the damage is named on resume.
+    # A folder with a manifest is listed even when its state is gone, so the damage is named on resume.
     found = [(int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := CKPT_RE.match(p.name))
-             and ((p / "state.pt").is_file() or (p / "manifest.json").is_file())]
+             and any((p / f).is_file() for f in ("state.json", "state.pt", "manifest.json"))]
     return [p for _, p in sorted(found)]
 
 
@@ -194,7 +197,6 @@ def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = No
 
 
 def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> Path:
-    import torch
     from safetensors.torch import save_file
 
     from ..sharding import full_state_dict
@@ -225,7 +227,7 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     acc.wait_for_everyone()
     if not main:
         return final
-    # ---- the main rank: loadable weights, state.pt, meta, config; then manifest and rename
+    # ---- the main rank: loadable weights, state, meta, config; then manifest and rename
     if zero:
         export_weights(model, run, tmp, state_dict=trainable if run.cfg.adapter.method != "full" else whole)
         save_file(trainable, str(tmp / "trainable.safetensors"))
@@ -236,14 +238,14 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
         export_weights(model, run, tmp, state_dict=gathered)
     elif run.processor is not None and hasattr(run.processor, "save_pretrained"):
         run.processor.save_pretrained(str(tmp / "processor"))
-    torch.save({
+    write_state(tmp, "state", {
         "optimizer": None if sharded or zero else run.optimizer.state_dict(),  # in sharded/ or deepspeed/
         "scheduler": run.scheduler.state_dict(),
         "scaler": run.scaler_state(),
         "rng": rng_state(),
         "world_size": acc.num_processes,
         "train_state": train_state,
-    }, tmp / "state.pt")
+    })
     (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}}, indent=2))
     (tmp / "config.json").write_text(json.dumps(run.cfg.model_dump(mode="json"), indent=2))
     fsync_tree(tmp)
@@ -299,22 +301,71 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
             where=str(ckpt),
             fix="use the config that wrote it; to start fresh, train.resume=false or a new output_dir",
         )
+    # A shape that differs (another adapter rank) would fail inside copy_ as a bare RuntimeError.
+    shapes = [f"{n}: saved {tuple(t.shape)}, this run {tuple(params[n].shape)}" for n, t in saved.items()
+              if tuple(t.shape) != tuple(params[n].shape)]
+    if shapes:
+        from ..errors import MMTuneError
+
+        raise MMTuneError(f"checkpoint {ckpt} holds tensors of other shapes than this run's ({len(shapes)}, e.g. "
+                          f"{shapes[0]}): it was written with another adapter rank or model",
+                          where=str(ckpt), fix="use the config that wrote it; to start fresh, train.resume=false or a "
+                                               "new output_dir")
     with torch.no_grad():
         for n, t in saved.items():
             params[n].copy_(t.to(params[n].device, params[n].dtype))
 
 
+def read_checkpoint_state(ckpt: Path) -> dict:
+    """The state a checkpoint holds (optimizer, scheduler, scaler, RNG, train_state) as plain values and
+    tensors: `state.json` + `state.safetensors`, or an earlier checkpoint's `state.pt` through the guarded
+    converter. Nothing read is executed; a state that is not one mmtune wrote is an MMTuneError."""
+    from ..errors import MMTuneError
+    from .legacy_state import LegacyStateRefused, read_legacy_state
+    from .state_files import StateFormatError, has_state, read_state
+
+    try:
+        if has_state(ckpt, "state"):
+            state = read_state(ckpt, "state")
+        elif (ckpt / "state.pt").is_file():
+            state = read_legacy_state(ckpt / "state.pt")
+        else:
+            raise StateFormatError("it holds neither state.json nor state.pt")
+        if not isinstance(state, dict) or not isinstance(state.get("train_state"), dict):
+            raise StateFormatError("its state lacks the train state (step, data position)")
+        return state
+    except (StateFormatError, LegacyStateRefused) as e:
+        raise MMTuneError(f"cannot resume from {ckpt.name}: {e}", where=str(ckpt), fix=_other_checkpoint_fix(ckpt)) \
+            from None
+
+
+def _other_checkpoint_fix(ckpt: Path) -> str:
+    older = [c for c in reversed(list_checkpoints(ckpt.parent)) if c.name != ckpt.name and verify_manifest(c) is None]
+    return ((f"move {ckpt} out of the run folder to resume from {older[0].name}, or " if older else "")
+            + "start over with train.resume=false (or a new output_dir)")
+
+
 def load_checkpoint(run, ckpt: Path) -> dict:
     """Restore trainable tensors, optimizer, scheduler, scaler and RNG (this rank's own where it was
-    saved); return the saved train_state. Every rank calls it."""
-    import torch
+    saved); return the saved train_state. Every rank calls it. A state whose values do not fit this run
+    (a file edited by hand) is an MMTuneError naming the checkpoint, not a traceback."""
+    from ..errors import MMTuneError
 
+    state = read_checkpoint_state(ckpt)
+    try:
+        return _restore(run, ckpt, state)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise MMTuneError(f"cannot resume from {ckpt.name}: its state does not fit this run "
+                          f"({e.__class__.__name__}: {str(e)[:300]})", where=str(ckpt),
+                          fix=_other_checkpoint_fix(ckpt)) from None
+
+
+def _restore(run, ckpt: Path, state: dict) -> dict:
     from ..console import console
     from ..errors import MMTuneError
     from .deepspeed_checkpoint import has_deepspeed, load_deepspeed, writes_deepspeed
     from .sharded_checkpoint import has_sharded, load_sharded, rank_rng, writes_sharded
 
-    state = torch.load(ckpt / "state.pt", map_location="cpu", weights_only=False)
     fresh = [{k: v for k, v in g.items() if k != "params"} for g in run.optimizer.param_groups]
     if has_deepspeed(ckpt) != writes_deepspeed(run):  # the optimizer state of one cannot go into the other
         wrote, n = state_strategy(ckpt), state.get("world_size")

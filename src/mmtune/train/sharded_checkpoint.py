@@ -6,10 +6,12 @@ one process holds them, so each rank writes its own shards into `sharded/` (DCP'
 rank plus `.metadata`). DCP reshards on load, so a checkpoint written by 2 ranks resumes on 1 (a plain
 model) or on 4. Frozen weights are not saved: they are the base model's, rebuilt from its config.
 
-Every rank's RNG (python, numpy, torch, CUDA) is saved as `rng/rank-R.pt`: ranks draw different random
-numbers (LoRA dropout on different records), so resuming all ranks from rank 0's state would make a
-resumed run differ from the straight one. On a different world size the saved states no longer match
-the ranks: rank R takes `rank-R.pt` if there is one, else rank 0's, and the run says so.
+Every rank's RNG (python, numpy, torch, CUDA) is saved as `rng/rank-R.json` + `rng/rank-R.safetensors`
+(no pickle: train/state_files.py; an earlier checkpoint's `rng/rank-R.pt` is read through the guarded
+converter of train/legacy_state.py): ranks draw different random numbers (LoRA dropout on different
+records), so resuming all ranks from rank 0's state would make a resumed run differ from the straight
+one. On a different world size the saved states no longer match the ranks: rank R takes its own file if
+there is one, else the main state's RNG, and the run says so.
 """
 
 from __future__ import annotations
@@ -73,20 +75,33 @@ def has_sharded(ckpt: Path) -> bool:
 
 
 def save_rank_rng(folder: Path, rank: int, world: int, state: dict) -> None:
-    import torch
+    from .state_files import write_state
 
     (folder / RNG_DIR).mkdir(exist_ok=True)
-    torch.save({"rank": rank, "world_size": world, **state}, folder / RNG_DIR / f"rank-{rank}.pt")
+    write_state(folder / RNG_DIR, f"rank-{rank}", {"rank": rank, "world_size": world, **state})
 
 
 def rank_rng(ckpt: Path, rank: int, world: int) -> tuple[dict | None, str | None]:
     """(this rank's saved RNG state or None, a note when the world size changed since the save)."""
-    import torch
+    from ..errors import MMTuneError
+    from .legacy_state import LegacyStateRefused, read_legacy_state
+    from .state_files import StateFormatError, has_state, read_state
 
-    path = Path(ckpt) / RNG_DIR / f"rank-{rank}.pt"
-    if not path.is_file():
-        return None, None
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    folder = Path(ckpt) / RNG_DIR
+    legacy = folder / f"rank-{rank}.pt"
+    try:
+        if has_state(folder, f"rank-{rank}"):
+            state = read_state(folder, f"rank-{rank}")
+        elif legacy.is_file():
+            state = read_legacy_state(legacy)
+        else:
+            return None, None
+        if not isinstance(state, dict):
+            raise StateFormatError(f"rank-{rank}'s RNG state is a {type(state).__name__}, not a dict")
+    except (StateFormatError, LegacyStateRefused) as e:
+        raise MMTuneError(f"cannot resume from {Path(ckpt).name}: {RNG_DIR}/{e}", where=str(folder),
+                          fix="start over with train.resume=false, or move this checkpoint out of the run folder "
+                              "to resume from the one before") from None
     note = None
     if state.get("world_size") != world:
         note = (f"the checkpoint was written by {state.get('world_size')} processes and resumes on {world}: "
