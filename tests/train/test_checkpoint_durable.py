@@ -71,7 +71,9 @@ def test_real_save_writes_a_manifest_and_resume_falls_back(tiny_vl_config, capsy
     reference = (out / "checkpoint-4" / "trainable.safetensors").read_bytes()
     for step in (2, 4):
         manifest = json.loads((out / f"checkpoint-{step}" / "manifest.json").read_text())
-        assert {"trainable.safetensors", "state.pt", "meta.json", "config.json"} <= set(manifest["files"])
+        assert {"trainable.safetensors", "state.json", "state.safetensors", "meta.json", "config.json",
+                "rng/rank-0.json", "rng/rank-0.safetensors"} <= set(manifest["files"])
+        assert not [f for f in manifest["files"] if f.endswith((".pt", ".bin", ".pkl"))]  # no pickle anywhere
         assert verify_manifest(out / f"checkpoint-{step}") is None
     # A crash left the latest checkpoint with a truncated weight file, and a half-written save behind.
     w = out / "checkpoint-4" / "trainable.safetensors"

@@ -8,7 +8,7 @@ A checkpoint folder `checkpoint-<step>/` holds:
   cuda), step, data position (epoch, batch index within the epoch), best-metric bookkeeping, the data
   fingerprint -- no pickle anywhere (train/state_files.py); a checkpoint of the earlier format
   (`state.pt`) is read through a guarded converter that executes nothing (train/legacy_state.py);
-- `meta.json`: step, metrics at save time; `config.json`: the run's config (the resume guard compares it);
+- `meta.json`: step, metrics at save time, the data fingerprint; `config.json`: the run's config (the resume guard compares it);
 - `manifest.json`, written last: every other file's size and sha256.
 Written to a temporary folder, every file fsynced, then renamed (and the parent folder fsynced), so a
 kill or power loss mid-save never leaves a half checkpoint that resume would pick up. On resume the
@@ -25,11 +25,12 @@ import re
 import shutil
 from pathlib import Path
 
-from .durable import fsync_dir, fsync_tree, verify_manifest, write_manifest
+from .durable import fmt_bytes, fsync_dir, fsync_tree, is_disk_full, verify_manifest, write_manifest
 from .state_files import write_state
 
 CKPT_RE = re.compile(r"^checkpoint-(\d+)$")
 TMP_PREFIX = ".tmp-checkpoint-"
+REPLACED = ".replaced"  # a complete checkpoint moved aside while a new save of the same step takes its name
 
 
 def list_checkpoints(output_dir: str | Path) -> list[Path]:
@@ -66,6 +67,11 @@ def clean_leftovers(output_dir: str | Path) -> list[str]:
     gone = []
     if d.is_dir():
         for p in d.iterdir():
+            if p.name.startswith(TMP_PREFIX) and p.name.endswith(REPLACED) and p.is_dir():
+                final = d / f"checkpoint-{p.name[len(TMP_PREFIX):-len(REPLACED)]}"
+                if not final.exists():  # killed between the two renames: the old checkpoint is the one to keep
+                    p.rename(final)
+                    continue
             if p.name.startswith(TMP_PREFIX) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
                 gone.append(p.name)
@@ -166,8 +172,8 @@ def check_disk(run) -> None:
     free = shutil.disk_usage(out).free
     if free < need:
         raise MMTuneError(
-            f"not enough free disk for a checkpoint: {free / 2**30:.2f} GiB free, one checkpoint needs about "
-            f"{need / 2**30:.2f} GiB", where=str(out),
+            f"not enough free disk for a checkpoint: {fmt_bytes(free)} free, one checkpoint needs about "
+            f"{fmt_bytes(need)}", where=str(out),
             fix="free space on that disk (old runs, caches) or point output_dir at a larger disk, then run the "
                 "same command again: training resumes from the last checkpoint")
 
@@ -175,9 +181,8 @@ def check_disk(run) -> None:
 def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = None) -> Path:
     """Write checkpoint-<step> durably; every rank calls it (each writes its RNG state, and under a
     sharded strategy its shards; the main rank writes the rest, the manifest and renames). A full disk
-    or an I/O error is an MMTuneError and leaves no temporary folder behind."""
-    import errno
-
+    or an I/O error at any write is an MMTuneError saying how much space is needed and free; the
+    temporary folder is removed and the checkpoints saved before are left as they were."""
     from ..errors import MMTuneError
 
     check_disk(run)  # on every rank: the same folder, the same answer, so no rank waits for another in vain
@@ -185,12 +190,27 @@ def save_checkpoint(run, step: int, train_state: dict, metrics: dict | None = No
     tmp = out / f"{TMP_PREFIX}{step}"
     try:
         return _write_checkpoint(run, step, train_state, metrics, out, tmp)
-    except OSError as e:
+    except BaseException as e:
+        # Whatever stopped the save (a full disk, an I/O error, a signal's second KeyboardInterrupt): the
+        # partial folder is useless and would keep the disk full; the error itself goes on unchanged
+        # unless it is the disk's, which is said in words below.
+        written = folder_bytes(tmp) if tmp.is_dir() else 0
         shutil.rmtree(tmp, ignore_errors=True)
-        full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+        if not isinstance(e, OSError) and not (isinstance(e, Exception) and is_disk_full(e)):
+            raise
+        full = is_disk_full(e)
+        what = "the disk is full" if full else (e.strerror or str(e))
+        try:
+            free = f"; {fmt_bytes(shutil.disk_usage(out).free)} free now"
+        except OSError:
+            free = ""
+        need = f"; this save needs about {fmt_bytes(estimate_checkpoint_bytes(run))} (it had written " \
+               f"{fmt_bytes(written)} when it failed){free}" if full else ""
+        where = getattr(e, "filename", None) if isinstance(e, OSError) else None
         raise MMTuneError(
-            f"saving checkpoint-{step} failed: {'the disk is full' if full else e.strerror or e} "
-            f"({e.__class__.__name__}, errno {e.errno})", where=str(getattr(e, "filename", None) or tmp),
+            f"saving checkpoint-{step} failed: {what} ({e.__class__.__name__}"
+            + (f", errno {e.errno}" if isinstance(e, OSError) else "") + f"){need}; the earlier checkpoints are "
+            "intact and the partial one was removed", where=str(where or tmp),
             fix=("free space on that disk or use a larger one for output_dir" if full else
                  "check that output_dir is writable and its disk healthy")
             + "; then run the same command again: training resumes from the last good checkpoint") from None
@@ -238,6 +258,8 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
         export_weights(model, run, tmp, state_dict=gathered)
     elif run.processor is not None and hasattr(run.processor, "save_pretrained"):
         run.processor.save_pretrained(str(tmp / "processor"))
+    data = train_state.get("data")
+    train_state = {k: v for k, v in train_state.items() if k != "data"}
     write_state(tmp, "state", {
         "optimizer": None if sharded or zero else run.optimizer.state_dict(),  # in sharded/ or deepspeed/
         "scheduler": run.scheduler.state_dict(),
@@ -246,13 +268,20 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
         "world_size": acc.num_processes,
         "train_state": train_state,
     })
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}}, indent=2))
+    # The data fingerprint taken at start (train/data_fingerprint.py) goes into meta.json, which the
+    # resume guard reads before the state itself.
+    (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}, "data": data}, indent=2))
     (tmp / "config.json").write_text(json.dumps(run.cfg.model_dump(mode="json"), indent=2))
     fsync_tree(tmp)
     write_manifest(tmp)  # last: its presence says every file above is complete
-    if final.exists():
-        shutil.rmtree(final)
-    tmp.rename(final)
+    if final.exists():  # the same step saved again (a resumed run's signal save): the old one moves aside
+        aside = out / f"{TMP_PREFIX}{step}{REPLACED}"  # deleted only once the new one holds the name
+        shutil.rmtree(aside, ignore_errors=True)
+        final.rename(aside)
+        tmp.rename(final)
+        shutil.rmtree(aside, ignore_errors=True)  # a kill before this: clean_leftovers removes it
+    else:
+        tmp.rename(final)
     fsync_dir(out)  # the rename itself survives a power loss
     return final
 
@@ -314,6 +343,23 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
     with torch.no_grad():
         for n, t in saved.items():
             params[n].copy_(t.to(params[n].device, params[n].dtype))
+
+
+def read_meta(ckpt: Path) -> dict:
+    """meta.json: {"step", "metrics", "data"}; an MMTuneError naming it when it is missing or not ours
+    (a checkpoint from before manifests has nothing else to vouch for it)."""
+    from ..errors import MMTuneError
+
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        meta = e
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int) or isinstance(meta.get("step"), bool):
+        raise MMTuneError(f"cannot resume from {ckpt.name}: its meta.json is missing or does not hold the step",
+                          where=str(ckpt / "meta.json"), fix=_other_checkpoint_fix(ckpt))
+    if not isinstance(meta.get("metrics", {}), dict):
+        meta["metrics"] = {}
+    return meta
 
 
 def read_checkpoint_state(ckpt: Path) -> dict:

@@ -219,7 +219,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                 track_best(cfg, best, eval_metrics, step)
             if at_eval or at_save or last or stopping:
                 checkpoint_now(run, step, {"step": step, "position": cursor.position(), "best": best,
-                                        "accepted_changes": history}, eval_metrics)
+                                        "accepted_changes": history, "data": st.data}, eval_metrics)
                 last_save = time.monotonic()
             if stopping and not last:
                 sinks.close()

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from ..console import console
 from ..errors import MMTuneError
-from .checkpoint import clean_leftovers, list_checkpoints, load_checkpoint, newest_valid_checkpoint
+from .checkpoint import clean_leftovers, list_checkpoints, load_checkpoint, newest_valid_checkpoint, read_meta
+from .data_fingerprint import fingerprint
 
 
 @dataclass
@@ -25,6 +26,7 @@ class Start:
     history: list = field(default_factory=list)  # config changes accepted on resume, carried from checkpoint to checkpoint
     checkpoint: Path | None = None  # the checkpoint resumed from
     finished: dict | None = None  # the summary of a run that already finished: nothing to do
+    data: dict = field(default_factory=dict)  # the training data's fingerprint at start, saved with each checkpoint
 
 
 def prepare_output(run) -> Start:
@@ -37,12 +39,13 @@ def prepare_output(run) -> Start:
         out.mkdir(parents=True, exist_ok=True)
         for name in clean_leftovers(out):
             console.print(f"removed {name}: the leftover of a checkpoint save that did not finish")
+    st.data = fingerprint(cfg)  # before the guard compares it, as the data is now
     ckpt = st.checkpoint = resume_source(out) if cfg.train.resume else None
     if ckpt is not None:
         from . import resume_guard
 
-        meta = json.loads((ckpt / "meta.json").read_text())
-        changes = resume_guard.check(ckpt, cfg, meta["step"])
+        meta = read_meta(ckpt)
+        changes = resume_guard.check(ckpt, cfg, meta["step"], meta.get("data"))
         state = load_checkpoint(run, ckpt)
         st.step, st.position, st.best = state["step"], state["position"], state["best"]
         st.eval_metrics = meta.get("metrics", {})

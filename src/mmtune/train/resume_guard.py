@@ -5,6 +5,11 @@ or whose schedule jumps because max_steps changed, is not the run anyone asked f
 change what the run means are compared; a difference is an error listing each one, unless
 `train.accept_changes=true` says it is on purpose -- then the new values are applied for real
 (optimizer hyperparameters, schedule, batch position) and recorded in metrics.jsonl and summary.json.
+
+The data is compared too, not only its name: the checkpoint's data fingerprint (train/data_fingerprint.py:
+files' paths, sizes, modification times, first and last records; media roots) against the data as it is
+now. Some changes cannot be applied to a checkpoint at all -- the adapter's rank, targets or method decide
+which tensors exist and their shapes -- and are refused even with accept_changes, with the reason.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ MEANING: dict[str, tuple[str, ...] | None] = {
     "model": ("name", "class", "factory", "processor", "components", "loss", "revision", "family",
               "max_pixels", "min_pixels", "video_frames", "video_fps",
               "audio_max_seconds"),
-    "data": ("train", "format", "columns", "max_length", "system_prompt", "synthetic_train_size", "synthetic_seed",
-             "group_by_length", "packing", "streaming", "shuffle_buffer", "startup_scan"),
+    "data": ("train", "format", "columns", "media_root", "dataset_info", "mixture_size", "mixture_seed", "max_length",
+             "system_prompt", "synthetic_train_size", "synthetic_seed", "group_by_length", "packing", "streaming",
+             "shuffle_buffer", "startup_scan"),
     "adapter": None,  # every adapter key
     # stages: which parameters each step updates, and its LR multiplier; aux_losses: what the step
     # minimises. Either changes the run from the checkpoint on, so both are compared like the LR.
@@ -29,7 +35,20 @@ MEANING: dict[str, tuple[str, ...] | None] = {
 
 # What a key meant before it existed: a checkpoint saved before train.stages / train.aux_losses /
 # model.loss were settings had none of the first two and mmtune's own loss, the same run as now.
-ABSENT_MEANS = {"train.stages": [], "train.aux_losses": [], "model.loss": "logits", "data.streaming": False,
+# Changes no resume can apply, whatever accept_changes says: they decide which tensors the checkpoint
+# holds and their shapes, so its weights and optimizer state have no place in the new run.
+CANNOT_APPLY = {
+    "adapter.method": "the checkpoint trained other parameters (LoRA matrices or the whole model)",
+    "adapter.r": "the rank is the adapter matrices' size: the saved LoRA tensors do not fit matrices of another rank",
+    "adapter.target_modules": "other layers would carry adapters: the saved tensors and optimizer state belong to "
+                              "the old set",
+    "adapter.use_dora": "DoRA adds a magnitude vector per adapted layer, which the checkpoint has or lacks",
+    "adapter.train_components": "another set of parameters would train: the optimizer state belongs to the old set",
+    "adapter.freeze_components": "another set of parameters would train: the optimizer state belongs to the old set",
+}
+
+ABSENT_MEANS = {"data.media_root": None, "data.dataset_info": None, "data.mixture_size": None, "data.mixture_seed": 0,
+                "train.stages": [], "train.aux_losses": [], "model.loss": "logits", "data.streaming": False,
                 "data.shuffle_buffer": 1000, "data.startup_scan": "auto"}
 
 
@@ -38,6 +57,7 @@ def differences(saved: dict, now: dict) -> dict[str, tuple]:
     diffs = {}
     for section, keys in MEANING.items():
         a, b = saved.get(section, {}) or {}, now.get(section, {}) or {}
+        a, b = (a if isinstance(a, dict) else {}), (b if isinstance(b, dict) else {})
         for k in (keys if keys is not None else sorted(set(a) | set(b))):
             default = ABSENT_MEANS.get(f"{section}.{k}")
             old, new = a.get(k, default), b.get(k, default)
@@ -46,8 +66,40 @@ def differences(saved: dict, now: dict) -> dict[str, tuple]:
     return diffs
 
 
-def check(ckpt: Path, cfg, step: int) -> dict[str, tuple]:
-    """The accepted differences (empty when none); raises ConfigError when there are unaccepted ones."""
+def saved_config(ckpt: Path) -> dict | None:
+    """The config a checkpoint was written with, or None (before configs were saved with it). A file that
+    is not a JSON object is a ConfigError naming it (the manifest verified it, so it was edited)."""
+    from ..errors import ConfigError
+
+    path = ckpt / "config.json"
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        saved = e
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path} cannot be read as the config that wrote {ckpt.name}", where=str(path),
+                          fix="start over with train.resume=false, or move this checkpoint out of the run folder "
+                              "to resume from the one before")
+    return saved
+
+
+def compare(ckpt: Path, cfg, saved_data: dict | None) -> tuple[dict[str, tuple], dict[str, str]]:
+    """(every difference {key: (then, now)}, those no resume can apply {key: why}) between a checkpoint
+    and the config in force (the resolved one: what train runs and what the checkpoint recorded) with
+    the data as it is now. Used by train and by the doctor's MM023 alike."""
+    from .data_fingerprint import changes, fingerprint
+
+    saved = saved_config(ckpt)
+    diffs = differences(saved, cfg.model_dump(mode="json")) if saved is not None else {}
+    diffs.update(changes(saved_data, fingerprint(cfg)))
+    return diffs, {k: CANNOT_APPLY[k] for k in diffs if k in CANNOT_APPLY}
+
+
+def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None) -> dict[str, tuple]:
+    """The accepted differences (empty when none); raises ConfigError when there are unaccepted ones, or
+    ones that cannot be applied (whatever train.accept_changes says)."""
     from ..errors import ConfigError
 
     if step > cfg.train.max_steps:
@@ -55,17 +107,23 @@ def check(ckpt: Path, cfg, step: int) -> dict[str, tuple]:
                           where=str(ckpt),
                           fix=f"train.max_steps={step} or more (with train.accept_changes=true), or train.resume=false "
                               "to start over")
-    saved_path = ckpt / "config.json"
-    if not saved_path.exists():  # a checkpoint from before configs were saved with it: nothing to compare
-        return {}
-    diffs = differences(json.loads(saved_path.read_text()), cfg.model_dump(mode="json"))
+    diffs, fixed = compare(ckpt, cfg, saved_data)
+    if fixed:
+        lines = "; ".join(f"{k}: {diffs[k][0]!r} -> {diffs[k][1]!r} ({why})" for k, why in fixed.items())
+        raise ConfigError(
+            f"resuming from {ckpt.name} with a change no resume can apply, not even with train.accept_changes=true: "
+            f"{lines}", where=str(ckpt),
+            fix="restore " + ", ".join(fixed) + " to resume; or train.resume=false / a new output_dir to start a "
+                "run with the new values")
     if diffs and not cfg.train.accept_changes:
         lines = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in ((k, *v) for k, v in diffs.items()))
+        data = any(" " in k for k in diffs)  # the data fingerprint's keys are words; config keys are dotted names
         raise ConfigError(
-            f"resuming from {ckpt.name} with a config that changes the run: {lines}", where=str(ckpt),
-            fix="restore those values to resume exactly; or add train.accept_changes=true to continue with the new "
-                "values on purpose (they are applied and recorded); or train.resume=false / a new output_dir to "
-                "start over")
+            f"resuming from {ckpt.name} with a config{' or data' if data else ''} that changes the run: {lines}",
+            where=str(ckpt),
+            fix="restore those values" + (" (and the data as it was)" if data else "") + " to resume exactly; or add "
+                "train.accept_changes=true to continue with the new values on purpose (they are applied and "
+                "recorded); or train.resume=false / a new output_dir to start over")
     return diffs
 
 
