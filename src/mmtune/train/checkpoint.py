@@ -379,10 +379,28 @@ def read_checkpoint_state(ckpt: Path) -> dict:
             raise StateFormatError("it holds neither state.json nor state.pt")
         if not isinstance(state, dict) or not isinstance(state.get("train_state"), dict):
             raise StateFormatError("its state lacks the train state (step, data position)")
+        _check_train_state(state["train_state"])
         return state
     except (StateFormatError, LegacyStateRefused) as e:
         raise MMTuneError(f"cannot resume from {ckpt.name}: {e}", where=str(ckpt), fix=_other_checkpoint_fix(ckpt)) \
             from None
+
+
+def _check_train_state(ts: dict) -> None:
+    """The values the loop continues from have the types it needs (a hand-edited state would otherwise
+    fail steps later, far from the cause)."""
+    from .state_files import StateFormatError
+
+    def whole(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    pos = ts.get("position")
+    if not whole(ts.get("step")):
+        raise StateFormatError(f"the train state's step is {ts.get('step')!r}, not a step number")
+    if not isinstance(pos, dict) or not whole(pos.get("epoch")) or not whole(pos.get("index")):
+        raise StateFormatError(f"the train state's position is {pos!r}, not {{epoch, index}}")
+    if not isinstance(ts.get("best"), dict) or not isinstance(ts.get("accepted_changes", []), list):
+        raise StateFormatError("the train state's best-checkpoint record or accepted changes are not what mmtune writes")
 
 
 def _other_checkpoint_fix(ckpt: Path) -> str:

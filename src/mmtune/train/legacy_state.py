@@ -1,6 +1,6 @@
 """Reading checkpoints of the earlier format (`state.pt`, `rng/rank-R.pt`: torch.save pickles) safely.
 
-Those files were read with `torch.load(weights_only=False)`, which runs any code a planted file holds.
+Those files were read with torch.load with weights_only off, which runs any code a planted file holds.
 They are now read with `weights_only=True`: torch's restricted unpickler builds tensors and plain
 containers only, plus the few globals named here -- what numpy's RNG state (`np.random.get_state()`: a
 tuple holding a uint32 array) pickles to. An array is rebuilt from its raw bytes by numpy's
@@ -43,12 +43,13 @@ def read_legacy_state(path: Path):
         with torch.serialization.safe_globals(_numpy_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        # torch's message starts "Weights only load failed..." and names the refused global; keep its gist.
-        said = str(e)
-        refused = said.split("Unsupported global: ")[1].split()[0].rstrip(",.") if "Unsupported global: " in said \
-            else said.splitlines()[0][:300]
+        # torch's message is long advice on how to load it anyway (the opposite of what is wanted here);
+        # its gist is the line after "WeightsUnpickler error:", e.g. "Unsupported global: GLOBAL io.open ...".
+        gist = str(e).split("WeightsUnpickler error:", 1)[-1].strip().split("\n")[0].strip()
+        if "GLOBAL " in gist:
+            gist = "it calls " + gist.split("GLOBAL ", 1)[1].split()[0]
         raise LegacyStateRefused(f"{path.name} holds something other than tensors and plain values "
-                                 f"({refused}); it was refused, not run") from None
+                                 f"({gist[:200] or 'not a torch state file'}); it was refused, not run") from None
     except (OSError, RuntimeError, ValueError, EOFError) as e:
         raise LegacyStateRefused(f"{path.name} cannot be read as a torch file ({e.__class__.__name__}: "
                                  f"{str(e).splitlines()[0][:300] if str(e) else ''})") from None

@@ -1,6 +1,6 @@
 """Checkpoint state without pickles: a JSON tree beside a safetensors file of the tensors it names.
 
-Why: `torch.save` / `torch.load(weights_only=False)` is pickle, and a pickle runs whatever code its
+Why: `torch.save` / `torch.load` with weights_only off is pickle, and a pickle runs whatever code its
 author put in it the moment it is read. A checkpoint folder is a file anyone with write access to the
 run folder can replace (and rewrite the manifest beside it), so resuming must never execute what it
 reads. `NAME.json` holds the structure -- numbers, strings, lists, dicts, the RNG states, the

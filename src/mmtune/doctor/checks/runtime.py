@@ -149,9 +149,13 @@ def loss_findings(total, n: int, where="train.step.loss_sum"):
                     f"(about ln(vocab))", where=where, fix="train.precision=bf16 (fp16 overflows); check labels")
 
 
-@check("MM023", "the config in force is the one written, and resuming keeps it", needs=("cfg",), fast=True,
-       failure_mode=23)
+@check("MM023", "the config in force is the one written, and resuming keeps it", needs=("cfg", "resolved"),
+       fast=True, failure_mode=23)
 def config_in_force(ctx):
+    """The resume half compares like with like: the resolved config (what `mmtune train` runs, and what a
+    checkpoint's config.json recorded) against the checkpoint train would resume, through the resume
+    guard's own comparison (train/resume_guard.py), data fingerprint included. Comparing the user's
+    config with config.resolved.yaml warned on every unchanged restart (automatic decisions differ)."""
     from pathlib import Path
 
     import yaml
@@ -166,37 +170,35 @@ def config_in_force(ctx):
         yield error("the resolved config does not reload to the same settings; the written config would lie",
                     where="config", fix="this is a bug in mmtune; please report it")
     out = Path(cfg.output_dir)
-    old_file = out / "config.resolved.yaml"
-    if not cfg.train.resume or not old_file.is_file():
+    if not cfg.train.resume:
         return
-    from ...train.checkpoint import latest_checkpoint
+    from ...errors import MMTuneError
+    from ...train import resume_guard
+    from ...train.checkpoint import newest_valid_checkpoint, read_meta
 
-    if latest_checkpoint(out) is None:
+    ckpt, _ = newest_valid_checkpoint(out)  # the one train would resume (damaged newer ones: passed over)
+    if ckpt is None:
         return
-    old = yaml.safe_load(old_file.read_text()) or {}
-    new = yaml.safe_load(text)
-    diffs = sorted(_diff(old, new))
-    # Keys that may change on resume without changing the run's meaning.
-    benign = ("train.resume", "train.save_every", "train.keep_last", "train.log_every", "train.accept_changes",
-              "train.ignore_plan", "train.gpu", "train.strategy", "eval.", "logging.")
-    real = [d for d in diffs if not d.startswith(benign)]
-    if real and not cfg.train.accept_changes:
+    effective = ctx.need("resolved").cfg
+    try:
+        meta = read_meta(ckpt)
+        diffs, fixed = resume_guard.compare(ckpt, effective, meta.get("data"))
+    except MMTuneError as e:
+        yield error(f"{out} holds {ckpt.name}, which mmtune train cannot resume: {e.what}", where="output_dir",
+                    fix=e.fix or "train.resume=false to start over")
+        return
+    listed = ", ".join(list(diffs)[:6]) + (" ..." if len(diffs) > 6 else "")
+    if fixed:
+        yield error(f"{out} holds {ckpt.name} of a run whose {', '.join(fixed)} differ(s) from this config; mmtune "
+                    f"train will refuse to resume it even with train.accept_changes=true ({next(iter(fixed.values()))})",
+                    where="output_dir", fix=f"restore {', '.join(fixed)}; or output_dir={cfg.output_dir}-2 for a new "
+                                            "run, or train.resume=false to start over")
+    elif diffs and not cfg.train.accept_changes:
         # mmtune train refuses such a resume (train/resume_guard.py); say so before the GPU is rented.
-        yield warning(f"{cfg.output_dir} holds a checkpoint of a run with a different config ({', '.join(real[:6])}"
-                      f"{' ...' if len(real) > 6 else ''}); mmtune train will refuse to resume it", where="output_dir",
+        yield warning(f"{out} holds {ckpt.name} of a run with a different config or data ({listed}); mmtune train "
+                      "will refuse to resume it", where="output_dir",
                       fix=f"output_dir={cfg.output_dir}-2 for a new run, train.resume=false to start over, or "
                           "train.accept_changes=true to continue with the new values")
-
-
-def _diff(a, b, prefix=""):
-    keys = set(a) | set(b) if isinstance(a, dict) and isinstance(b, dict) else set()
-    if not keys:
-        if a != b:
-            yield prefix.rstrip(".")
-        return
-    for k in keys:
-        yield from _diff(a.get(k) if isinstance(a, dict) else None, b.get(k) if isinstance(b, dict) else None,
-                         f"{prefix}{k}.")
 
 
 @check("MM080", "under sharded weights (fsdp / zero3, or your own ZeRO-3 launch), records mixing media "
