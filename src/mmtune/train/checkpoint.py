@@ -79,7 +79,17 @@ def clean_leftovers(output_dir: str | Path) -> list[str]:
 
 
 def folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    """The disk space a folder's files take: allocated blocks where larger than the size (every small file
+    takes a whole block: a checkpoint of many small processor files needs more than its sizes add up to)."""
+    total = 0
+    for f in folder.rglob("*"):
+        try:
+            st = f.stat()
+        except OSError:  # removed meanwhile
+            continue
+        if f.is_file():
+            total += max(st.st_size, getattr(st, "st_blocks", 0) * 512)
+    return total
 
 
 def estimate_checkpoint_bytes(run) -> int:
