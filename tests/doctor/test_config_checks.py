@@ -171,20 +171,28 @@ def test_mm027_max_length_beyond_positions(doctor):
     assert doctor(GOOD, "MM027").findings == []
 
 
-def test_mm023_resume_into_a_run_with_another_config(doctor, tmp_path):
-    from mmtune.config import dump_config
-    from mmtune.config.loader import validate
-    from mmtune.train.checkpoint import CKPT_RE
+def test_mm023_compares_like_with_like_an_unchanged_restart_is_silent(doctor, tmp_path):
+    """A real run's folder: restarting with the same config says nothing (the resolved config against the
+    checkpoint's, as train compares them -- not the user's config against config.resolved.yaml); a changed
+    lr is the warning that train will refuse; a changed adapter rank the error that nothing can apply it."""
+    import yaml
 
-    out = tmp_path / "run"
-    name = next(n for n in ("step-5", "step_5", "checkpoint-5", "step-000005", "ckpt-5") if CKPT_RE.match(n))
-    (out / name).mkdir(parents=True)
-    (out / name / "state.pt").write_bytes(b"")
-    old = validate({**GOOD, "output_dir": str(out), "train": {"lr": 1e-3}})
-    (out / "config.resolved.yaml").write_text(dump_config(old))
-    from mmtune.train.checkpoint import latest_checkpoint
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.train.loop import train
 
-    assert latest_checkpoint(out) is not None
-    rep = doctor({**GOOD, "output_dir": str(out), "train": {"lr": 2e-4}}, "MM023")
-    assert "MM023" in rep.codes("warning") and "train.lr" in rep.findings[0].message
-    assert doctor({**GOOD, "output_dir": str(out), "train": {"lr": 1e-3}}, "MM023").findings == []
+    tree = {**GOOD, "output_dir": str(tmp_path / "run"), "adapter": {"r": 4, "dropout": 0.0},
+            "train": {"max_steps": 1, "micro_batch_size": 2, "grad_accum": 1, "precision": "fp32", "device": "cpu",
+                      "save_every": 1},
+            "logging": {"tensorboard": False}}
+    path = tmp_path / "first.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    train(build_run(load_config(path, [])))
+    assert doctor(tree, "MM023").findings == []
+    assert doctor(tree, "MM023", overrides=["train.max_steps=1", "eval.every=5"]).findings == []  # benign keys
+    rep = doctor(tree, "MM023", overrides=["train.lr=5e-3"])
+    assert rep.codes("warning") == {"MM023"} and "train.lr" in rep.findings[0].message
+    assert doctor(tree, "MM023", overrides=["train.lr=5e-3", "train.accept_changes=true"]).findings == []
+    rep = doctor(tree, "MM023", overrides=["adapter.r=8", "train.accept_changes=true"])
+    assert rep.codes("error") == {"MM023"} and "adapter.r" in rep.findings[0].message
+    assert "even with train.accept_changes=true" in rep.findings[0].message

@@ -123,3 +123,70 @@ def test_a_checkpoint_from_before_stages_and_aux_losses_compares_as_none_of_eith
     staged = {"train": {"lr": 1e-3, "stages": [{"until": None, "train": ["projector"], "lr_multiplier": 1.0}],
                         "aux_losses": []}}
     assert set(differences({"train": {"lr": 1e-3}}, staged)) == {"train.stages"}
+
+
+def test_a_data_file_edited_in_place_is_refused_then_applied_when_accepted(tiny_vl_config):
+    """Same path, same size, one answer changed in the middle: the config is unchanged, the data is not."""
+    import os
+
+    cfg = load_config(tiny_vl_config(train=BASE), [])
+    out, data = Path(cfg.output_dir), Path(cfg.data.train)
+    assert train(build_run(cfg), stop_after=2) is None
+    text = data.read_text()
+    i = text.index('"content": "', len(text) // 2) + len('"content": "')
+    data.write_text(text[:i] + ("9" if text[i] != "9" else "8") + text[i + 1:])
+    st = data.stat()
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(tiny_vl_config(train=BASE), [])))
+    assert f"data file {data.resolve()}" in e.value.what and "modified" in e.value.what
+    assert "config or data that changes the run" in e.value.what and "train.accept_changes=true" in e.value.fix
+    summary = train(build_run(load_config(tiny_vl_config(train=BASE), ["train.accept_changes=true"])))
+    assert f"data file {data.resolve()}" in summary["accepted_changes"][0]["changes"]
+    # The checkpoints written after the accepted change carry the data as it is now: a restart is silent.
+    assert json.loads((out / "checkpoint-4" / "meta.json").read_text())["data"]["files"][str(data.resolve())]["mtime_ns"] \
+        == data.stat().st_mtime_ns
+
+
+def test_a_changed_media_root_is_refused(tiny_vl_config, tmp_path):
+    cfg = load_config(tiny_vl_config(train=BASE), [])
+    assert train(build_run(cfg), stop_after=2) is None
+    media = tmp_path / "media-copy"
+    shutil.copytree(Path(cfg.data.train).parent, media)  # the same images, another folder
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(tiny_vl_config(train=BASE, data={"media_root": str(media)}), [])))
+    assert f"data.media_root: None -> '{media}'" in e.value.what
+    assert f"data.train media root: 'none' -> '{media.resolve()}'" in e.value.what
+
+
+def test_an_adapter_rank_change_is_refused_even_when_accepted_naming_why(tiny_vl_config):
+    cfg = load_config(tiny_vl_config(train=BASE), [])
+    assert train(build_run(cfg), stop_after=2) is None
+    for change in ({"r": 8}, {"target_modules": ["q_proj"]}, {"method": "full"}):
+        with pytest.raises(ConfigError) as e:
+            train(build_run(load_config(tiny_vl_config(train=BASE, adapter=change), ["train.accept_changes=true"])))
+        key = f"adapter.{next(iter(change))}"
+        assert "not even with train.accept_changes=true" in e.value.what and key in e.value.what
+        assert f"restore {key}" in e.value.fix
+    assert "the rank is the adapter matrices' size" in str(_refusal(tiny_vl_config, {"r": 8}))
+    # The unchanged config still resumes.
+    assert train(build_run(load_config(tiny_vl_config(train=BASE), [])))["steps"] == 4
+
+
+def _refusal(tiny_vl_config, adapter):
+    with pytest.raises(ConfigError) as e:
+        train(build_run(load_config(tiny_vl_config(train=BASE, adapter=adapter), ["train.accept_changes=true"])))
+    return e.value.what
+
+
+def test_a_checkpoint_of_other_shapes_is_an_error_not_a_runtime_error(tiny_vl_config):
+    """Past the guard (a config.json removed, say), load_trainable still names the mismatch."""
+    from mmtune.errors import MMTuneError
+    from mmtune.train.checkpoint import load_trainable
+
+    cfg = load_config(tiny_vl_config(train=BASE), [])
+    assert train(build_run(cfg), stop_after=2) is None
+    other = build_run(load_config(tiny_vl_config(train=BASE, adapter={"r": 8}), ["train.resume=false"]))
+    with pytest.raises(MMTuneError, match="tensors of other shapes") as e:
+        load_trainable(other.unwrapped_model(), Path(cfg.output_dir) / "checkpoint-2")
+    assert "saved (4, " in e.value.what
