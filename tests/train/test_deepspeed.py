@@ -81,7 +81,7 @@ def test_zero_checkpoints_resume_bit_identical_and_export(tmp_path):
         parts = sorted(p.name for p in (ckpt / "deepspeed" / "state").glob("*optim_states.pt"))
         assert len(parts) == 2, parts  # each rank wrote its optimizer partition
         manifest = json.loads((ckpt / "manifest.json").read_text())["files"]
-        assert {f"deepspeed/state/{p}" for p in parts} <= set(manifest) and "rng/rank-1.pt" in manifest
+        assert {f"deepspeed/state/{p}" for p in parts} <= set(manifest) and "rng/rank-1.json" in manifest
         trainable = load_file(str(ckpt / "trainable.safetensors"))
         assert trainable and all(t.numel() > 0 for t in trainable.values())  # gathered, not ZeRO-3's placeholders
 

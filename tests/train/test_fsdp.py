@@ -133,12 +133,13 @@ def test_sharded_checkpoints_resume_exactly_on_any_world_size_and_export(tmp_pat
     for s in ("fsdp", "ddp"):
         assert two[f"resumed-{s}"] == two[f"straight-{s}"], (s, two[f"resumed-{s}"], two[f"straight-{s}"])
         ckpt = tmp_path / case / f"run-killed-{s}" / "checkpoint-3"
-        assert sorted(p.name for p in (ckpt / "rng").iterdir()) == ["rank-0.pt", "rank-1.pt"]
+        assert sorted(p.name for p in (ckpt / "rng").iterdir()) == [f"rank-{r}.{x}" for r in (0, 1)
+                                                                    for x in ("json", "safetensors")]
         assert has_sharded(ckpt) == (s == "fsdp")
     sharded = tmp_path / case / "run-killed-fsdp" / "checkpoint-3" / "sharded"
     assert len(list(sharded.glob("*.distcp"))) == 2  # each rank wrote its own shards
     manifest = json.loads((sharded.parent / "manifest.json").read_text())["files"]
-    assert any(k.startswith("sharded/") for k in manifest) and "rng/rank-1.pt" in manifest
+    assert any(k.startswith("sharded/") for k in manifest) and "rng/rank-1.json" in manifest
 
     straight = two["straight0"]
     # 1 -> 2: a one-process checkpoint resumed on 2 ranks continues the same run.
