@@ -126,12 +126,17 @@ def test_a_checkpoint_from_before_stages_and_aux_losses_compares_as_none_of_eith
 
 
 def test_a_data_file_edited_in_place_is_refused_then_applied_when_accepted(tiny_vl_config):
-    """Same path, same size, one answer changed in the middle: the config is unchanged, the data is not."""
+    """Same path, same size, one answer changed in the middle: the config is unchanged, the data is not.
+    The same bytes written again (a preparation script run twice) are the same data: resumed silently."""
     import os
 
     cfg = load_config(tiny_vl_config(train=BASE), [])
     out, data = Path(cfg.output_dir), Path(cfg.data.train)
     assert train(build_run(cfg), stop_after=2) is None
+    data.write_bytes(data.read_bytes())
+    st = data.stat()
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert train(build_run(cfg), stop_after=3) is None
     text = data.read_text()
     i = text.index('"content": "', len(text) // 2) + len('"content": "')
     data.write_text(text[:i] + ("9" if text[i] != "9" else "8") + text[i + 1:])
@@ -139,7 +144,7 @@ def test_a_data_file_edited_in_place_is_refused_then_applied_when_accepted(tiny_
     os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 5 * 10**9))
     with pytest.raises(ConfigError) as e:
         train(build_run(load_config(tiny_vl_config(train=BASE), [])))
-    assert f"data file {data.resolve()}" in e.value.what and "modified" in e.value.what
+    assert f"data file {data.resolve()}" in e.value.what and "its first records differ" in e.value.what
     assert "config or data that changes the run" in e.value.what and "train.accept_changes=true" in e.value.fix
     summary = train(build_run(load_config(tiny_vl_config(train=BASE), ["train.accept_changes=true"])))
     assert f"data file {data.resolve()}" in summary["accepted_changes"][0]["changes"]
@@ -190,3 +195,32 @@ def test_a_checkpoint_of_other_shapes_is_an_error_not_a_runtime_error(tiny_vl_co
     with pytest.raises(MMTuneError, match="tensors of other shapes") as e:
         load_trainable(other.unwrapped_model(), Path(cfg.output_dir) / "checkpoint-2")
     assert "saved (4, " in e.value.what
+
+
+def test_fingerprint_of_large_files_middle_edits_and_the_hashing_budget(tmp_path, monkeypatch):
+    """Unit level: an edit between the first and last 64 KiB of a file is found by the whole-file hash;
+    past the hashing budget the modification time decides; a media root is compared by where it points."""
+    import os
+    from types import SimpleNamespace
+
+    from mmtune.train import data_fingerprint as F
+
+    data = tmp_path / "big.jsonl"
+    lines = [json.dumps({"id": i, "answer": "x" * 50}) for i in range(5000)]  # ~350 KiB
+    data.write_text("\n".join(lines) + "\n")
+    cfg = SimpleNamespace(data=SimpleNamespace(train=str(data), media_root=str(tmp_path), dataset_info=None))
+    before = F.fingerprint(cfg)
+    text = data.read_text()
+    mid = text.index('"id": 2500')
+    data.write_text(text[:mid] + text[mid:].replace('"answer": "x', '"answer": "y', 1))
+    assert F.changes(before, F.fingerprint(cfg)) == {
+        f"data file {data.resolve()}": ("as read", "records between its first and last differ (same size)")}
+    monkeypatch.setattr(F, "FULL_BUDGET", 0)
+    before = F.fingerprint(cfg)
+    st = data.stat()
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    (what,) = F.changes(before, F.fingerprint(cfg)).values()
+    assert what[1].startswith("modified ") and "too large to hash whole" in what[1]
+    moved = SimpleNamespace(data=SimpleNamespace(train=str(data), media_root=str(tmp_path / "gone"), dataset_info=None))
+    assert F.changes(before, F.fingerprint(moved))["data.train media root"] == (
+        str(tmp_path.resolve()), f"{(tmp_path / 'gone').resolve()} (missing)")
