@@ -265,3 +265,38 @@ def test_state_round_trip_keeps_every_type_exactly(tmp_path):
     assert back["nan"] != back["nan"] and back["tiny"] == 1e-300 and back["__tensor__"] == tree["__tensor__"]
     with pytest.raises(TypeError, match="plain values and tensors only"):
         write_state(tmp_path, "t", {"x": object()})
+
+
+def test_library_pickles_are_gated_before_the_library_opens_them(tmp_path):
+    """torch.distributed.checkpoint's .metadata (pickle.load) and DeepSpeed's .pt files (torch.load with
+    weights_only off, inside DeepSpeed) are read as opcodes first: a real DCP checkpoint passes, a planted
+    one is refused naming what it would call, and its code never runs."""
+    import pickle
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from mmtune.train.pickle_gate import DEEPSPEED_GLOBALS, guard_folder
+    from mmtune.train.sharded_checkpoint import SHARDED_DIR, load_sharded_weights
+
+    ckpt = tmp_path / "checkpoint-3"
+    model = torch.nn.Linear(3, 2)
+    dcp.save({"model": {k: v.detach().clone() for k, v in model.state_dict().items()}},
+             checkpoint_id=str(ckpt / SHARDED_DIR))
+    with torch.no_grad():
+        model.weight.zero_()
+    load_sharded_weights(model, ckpt)  # the real metadata passes the gate, and the weights come back
+    assert model.weight.abs().sum() > 0
+    marker = tmp_path / "PLANTED-RAN"
+    (ckpt / SHARDED_DIR / ".metadata").write_bytes(pickle.dumps(_Planted(marker)))
+    with pytest.raises(MMTuneError, match=r"\.metadata would call io.open.*refused, not run"):
+        load_sharded_weights(model, ckpt)
+    ds = ckpt / "deepspeed" / "state"
+    ds.mkdir(parents=True)
+    torch.save({"module": {"w": torch.ones(2, dtype=torch.bfloat16)}, "ds_version": "0.18"},
+               ds / "mp_rank_00_model_states.pt")
+    guard_folder(ckpt / "deepspeed", "*.pt", DEEPSPEED_GLOBALS, ckpt)  # tensors and plain values: fine
+    torch.save({"optimizer_state_dict": _Planted(marker)}, ds / "zero_pp_rank_0_mp_rank_00_optim_states.pt")
+    with pytest.raises(MMTuneError, match="optim_states.pt:.* would call io.open"):
+        guard_folder(ckpt / "deepspeed", "*.pt", DEEPSPEED_GLOBALS, ckpt)
+    assert not marker.exists()

@@ -59,6 +59,10 @@ def load_deepspeed(run, ckpt: Path, saved_world: int | None) -> None:
                           where=str(ckpt / DEEPSPEED_DIR),
                           fix=f"resume on {saved_world} processes (torchrun --nproc_per_node {saved_world}), or use "
                               "train.strategy=fsdp, whose checkpoints reshard onto any world size")
+    # DeepSpeed unpickles its files with code execution allowed: their globals are checked first.
+    from .pickle_gate import DEEPSPEED_GLOBALS, guard_folder
+
+    guard_folder(ckpt / DEEPSPEED_DIR, "*.pt", DEEPSPEED_GLOBALS, ckpt)
     path, _ = run.model.load_checkpoint(str(ckpt / DEEPSPEED_DIR), tag=TAG, load_module_strict=False,
                                         load_optimizer_states=True, load_lr_scheduler_states=False)
     if path is None:

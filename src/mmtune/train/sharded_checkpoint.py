@@ -51,6 +51,7 @@ def load_sharded(run, ckpt: Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    _guard(ckpt)
     optimizer = _torch_optimizer(run.optimizer)
     model_sd, optim_sd = get_state_dict(run.model, optimizer, options=_state_dict_options())
     state = {"model": model_sd, "optimizer": optim_sd}
@@ -64,10 +65,18 @@ def load_sharded_weights(model, ckpt: Path) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
+    _guard(ckpt)
     sd = get_model_state_dict(model, options=_state_dict_options())
     state = {"model": sd}
     dcp.load(state, checkpoint_id=str(ckpt / SHARDED_DIR))
     set_model_state_dict(model, state["model"], options=_state_dict_options(strict=False))
+
+
+def _guard(ckpt: Path) -> None:
+    """DCP unpickles `.metadata` with code execution allowed: its globals are checked first (pickle_gate.py)."""
+    from .pickle_gate import DCP_GLOBALS, guard_folder
+
+    guard_folder(Path(ckpt) / SHARDED_DIR, ".metadata", DCP_GLOBALS, Path(ckpt))
 
 
 def has_sharded(ckpt: Path) -> bool:
