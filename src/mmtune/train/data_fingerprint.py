@@ -15,7 +15,8 @@ the budget (hashing gigabytes at every start costs minutes), size, first/last re
 modification time decide, so an edit in the middle of a large file is still caught by its time.
 
 Cost: a stat and two 64 KiB reads per file plus up to FULL_BUDGET bytes read, for at most MAX_FILES
-files per source (a folder of more is fingerprinted on its first MAX_FILES by name plus its file count).
+record files per source (a folder's files named as records are: JSONL, JSON, parquet, Arrow, CSV...; a
+folder of more is fingerprinted on its first MAX_FILES by name plus its file count).
 Media files themselves are not hashed (there can be millions): they are named by the records, whose
 files are.
 """
@@ -28,6 +29,8 @@ from pathlib import Path
 EDGE = 64 * 1024
 MAX_FILES = 2000
 FULL_BUDGET = 256 * 2**20
+# The files of a dataset folder that hold records (a folder may also hold its images: media, not hashed).
+RECORD_SUFFIXES = frozenset({".jsonl", ".json", ".parquet", ".arrow", ".csv", ".tsv", ".txt", ".yaml", ".yml"})
 
 
 def _sources(cfg) -> list[tuple[str, str, str | None]]:
@@ -83,7 +86,7 @@ def fingerprint(cfg) -> dict:
                 files[str(p.resolve())] = _file(p, budget)
                 sources[label] = {"kind": "file", "path": str(p.resolve())}
             elif p.is_dir():
-                found = sorted(q for q in p.rglob("*") if q.is_file())
+                found = sorted(q for q in p.rglob("*") if q.suffix.lower() in RECORD_SUFFIXES and q.is_file())
                 for q in found[:MAX_FILES]:
                     files[str(q.resolve())] = _file(q, budget)
                 sources[label] = {"kind": "folder", "path": str(p.resolve()), "files": len(found)}

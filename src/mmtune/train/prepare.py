@@ -45,7 +45,7 @@ def prepare_output(run) -> Start:
         from . import resume_guard
 
         meta = read_meta(ckpt)
-        changes = resume_guard.check(ckpt, cfg, meta["step"], meta.get("data"))
+        changes = resume_guard.check(ckpt, cfg, meta["step"], meta.get("data"), st.data)
         state = load_checkpoint(run, ckpt)
         st.step, st.position, st.best = state["step"], state["position"], state["best"]
         st.eval_metrics = meta.get("metrics", {})

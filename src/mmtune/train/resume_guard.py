@@ -85,7 +85,8 @@ def saved_config(ckpt: Path) -> dict | None:
     return saved
 
 
-def compare(ckpt: Path, cfg, saved_data: dict | None) -> tuple[dict[str, tuple], dict[str, str]]:
+def compare(ckpt: Path, cfg, saved_data: dict | None, now_data: dict | None = None
+            ) -> tuple[dict[str, tuple], dict[str, str]]:
     """(every difference {key: (then, now)}, those no resume can apply {key: why}) between a checkpoint
     and the config in force (the resolved one: what train runs and what the checkpoint recorded) with
     the data as it is now. Used by train and by the doctor's MM023 alike."""
@@ -93,11 +94,12 @@ def compare(ckpt: Path, cfg, saved_data: dict | None) -> tuple[dict[str, tuple],
 
     saved = saved_config(ckpt)
     diffs = differences(saved, cfg.model_dump(mode="json")) if saved is not None else {}
-    diffs.update(changes(saved_data, fingerprint(cfg)))
+    diffs.update(changes(saved_data, now_data if now_data is not None else fingerprint(cfg)))
     return diffs, {k: CANNOT_APPLY[k] for k in diffs if k in CANNOT_APPLY}
 
 
-def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None) -> dict[str, tuple]:
+def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None, now_data: dict | None = None
+          ) -> dict[str, tuple]:
     """The accepted differences (empty when none); raises ConfigError when there are unaccepted ones, or
     ones that cannot be applied (whatever train.accept_changes says)."""
     from ..errors import ConfigError
@@ -107,7 +109,7 @@ def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None) -> dict[st
                           where=str(ckpt),
                           fix=f"train.max_steps={step} or more (with train.accept_changes=true), or train.resume=false "
                               "to start over")
-    diffs, fixed = compare(ckpt, cfg, saved_data)
+    diffs, fixed = compare(ckpt, cfg, saved_data, now_data)
     if fixed:
         lines = "; ".join(f"{k}: {diffs[k][0]!r} -> {diffs[k][1]!r} ({why})" for k, why in fixed.items())
         raise ConfigError(
