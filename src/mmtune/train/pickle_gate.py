@@ -5,7 +5,7 @@ against the few the library writes; any other is refused before the library ever
 Why: mmtune's own state is pickle-free (train/state_files.py), but two formats it hands to libraries are
 pickles those libraries load with code execution allowed -- torch.distributed.checkpoint's `.metadata`
 (`pickle.load`) under `train.strategy=fsdp`, and DeepSpeed's model / optimizer-partition files
-(`torch.load(weights_only=False)` inside DeepSpeed) under zero2 / zero3. A planted file there would run
+(`torch.load` with weights_only off, inside DeepSpeed) under zero2 / zero3. A planted file there would run
 on resume just as a planted `state.pt` did. Reading the globals statically is fail-closed: a global whose
 name cannot be read from the opcodes (built some other way) counts as refused.
 """
