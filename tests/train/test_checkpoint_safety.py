@@ -300,3 +300,27 @@ def test_library_pickles_are_gated_before_the_library_opens_them(tmp_path):
     with pytest.raises(MMTuneError, match="optim_states.pt:.* would call io.open"):
         guard_folder(ckpt / "deepspeed", "*.pt", DEEPSPEED_GLOBALS, ckpt)
     assert not marker.exists()
+
+
+def test_the_converter_reads_numpy_1_pickles_of_the_rng_state(tmp_path):
+    """numpy 1 pickled its array rebuild function as numpy.core.multiarray._reconstruct (numpy 2:
+    numpy._core): a checkpoint written under numpy 1 converts too. The file is rewritten the way numpy 1
+    would have named it (torch.save's pickle protocol 2 names globals as text lines)."""
+    import zipfile
+
+    import numpy as np
+    import torch
+
+    from mmtune.train.legacy_state import read_legacy_state
+
+    state = np.random.get_state()
+    torch.save({"numpy": state}, tmp_path / "np2.pt")
+    with zipfile.ZipFile(tmp_path / "np2.pt") as src, zipfile.ZipFile(tmp_path / "np1.pt", "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            if info.filename.endswith("data.pkl"):
+                assert b"cnumpy._core.multiarray\n" in data
+                data = data.replace(b"cnumpy._core.multiarray\n", b"cnumpy.core.multiarray\n")
+            dst.writestr(info, data)
+    back = read_legacy_state(tmp_path / "np1.pt")["numpy"]
+    assert back[0] == "MT19937" and np.array_equal(back[1], state[1]) and back[2:] == state[2:]
