@@ -145,6 +145,20 @@ def test_a_planted_pickle_is_refused_and_never_runs(runs, tmp_path, where):
     assert "train.resume=false" in e.value.fix
 
 
+def test_what_mmtune_adds_to_a_checkpoint_later_is_not_damage(runs, tmp_path):
+    """mmtune eval's eval.json and mmtune export's folders (and a killed export's staging folder) live in
+    the checkpoint after its save: the manifest check passes them; anything else unlisted fails it."""
+    out, _ = _copy(runs, "straight", tmp_path)
+    ckpt = out / "checkpoint-4"
+    (ckpt / "eval.json").write_text("{}")
+    for d in ("export", "export-merged", ".export.partial-abc123"):
+        (ckpt / d).mkdir()
+        (ckpt / d / "adapter_model.safetensors").write_bytes(b"x")
+    assert verify_manifest(ckpt) is None
+    (ckpt / "adapter" / "extra.json").write_text("{}")
+    assert verify_manifest(ckpt) == "adapter/extra.json is not in manifest.json: added after the save"
+
+
 def test_a_planted_file_the_manifest_does_not_list_fails_the_check(runs, tmp_path, capsys):
     """A new-format checkpoint with an extra file dropped in: passed over for the one before (which the
     straight run's checkpoint-2 is), and the run continues from there exactly."""

@@ -14,8 +14,10 @@ from pathlib import Path
 
 MANIFEST = "manifest.json"
 # What mmtune itself adds to a checkpoint after its save, and never reads on resume: `mmtune eval`'s
-# eval.json and `mmtune export`'s default output folders. Any other file the manifest does not list fails.
+# eval.json, `mmtune export`'s default output folders and their staging folders (export.py: .NAME.partial-*,
+# left by a killed export). Any other file the manifest does not list fails.
 LATER = ("eval.json", "export", "export-merged")
+LATER_STAGING = (".export.partial-", ".export-merged.partial-")
 _CHUNK = 1 << 20
 
 
@@ -120,7 +122,7 @@ def verify_manifest(folder: Path) -> str | None:
         return f"{MANIFEST} {problem}"
     files = doc["files"]
     unlisted = sorted(rel for p in _files(folder) if (rel := p.relative_to(folder).as_posix()) not in files
-                      and rel.split("/")[0] not in LATER)
+                      and rel.split("/")[0] not in LATER and not rel.startswith(LATER_STAGING))
     if unlisted:
         return f"{unlisted[0]} is not in {MANIFEST}" + (f" (and {len(unlisted) - 1} more)" if len(unlisted) > 1 else "") \
             + ": added after the save"
