@@ -22,14 +22,19 @@ def build_server(target: str, options: ServeOptions, *, device: str | None = Non
     """(engine, batcher, app) for TARGET; nothing listens yet."""
     from ..chat import load_session
     from ..errors import MMTuneError
-    from .app import create_app
-    from .batcher import Batcher
 
     missing = missing_serve_deps()
     if missing:
         raise MMTuneError(f"mmtune serve needs {', '.join(missing)}, which is not installed",
                           fix="pip install 'mmtune[serve]'")
-    session = load_session(target, device=device, max_new_tokens=options.max_new_tokens)
+    return server_for(load_session(target, device=device, max_new_tokens=options.max_new_tokens), target, options)
+
+
+def server_for(session, target: str, options: ServeOptions):
+    """(engine, batcher, app) over an already loaded chat session (tests serve one model several ways)."""
+    from .app import create_app
+    from .batcher import Batcher
+
     settings = decide(target, session.encoder.cfg, session.model.config, session.encoder.modalities, options)
     engine = Engine(session, settings)
     batcher = Batcher(session, max_batch=settings.max_batch, window_s=settings.window_s,
@@ -37,4 +42,4 @@ def build_server(target: str, options: ServeOptions, *, device: str | None = Non
     return engine, batcher, create_app(engine, batcher)
 
 
-__all__ = ["Engine", "ServeOptions", "ServeSettings", "build_server", "decide", "missing_serve_deps"]
+__all__ = ["Engine", "ServeOptions", "ServeSettings", "build_server", "decide", "server_for", "missing_serve_deps"]

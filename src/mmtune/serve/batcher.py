@@ -53,7 +53,7 @@ class Job:
         if self.cancelled.is_set():
             self._end("cancelled")
             return
-        if token == eos_id:
+        if token == eos_id and not self.sampling.ignore_eos:
             self.eos_seen = 1
             self._end("stop")
             return
@@ -236,7 +236,8 @@ class Batcher:
                 torch.manual_seed(sampling.seed)  # this worker is the only thread that generates
         self.stats.batches += 1
         self.stats.largest_batch = max(self.stats.largest_batch, len(jobs))
-        generate_batch(s.model, batch, device=s.device, autocast=s.autocast, pad_id=s.pad_id, eos_token_id=self._eos,
+        eos = None if sampling.ignore_eos else self._eos  # one batch, one setting (ignore_eos is in the batch key)
+        generate_batch(s.model, batch, device=s.device, autocast=s.autocast, pad_id=s.pad_id, eos_token_id=eos,
                        max_new_tokens=max(j.sampling.max_tokens for j in jobs),
                        stopping_criteria=_criteria(jobs, self._tok, self._eos), **kwargs)
         for j in jobs:

@@ -43,6 +43,7 @@ class Sampling:
     top_p: float
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    ignore_eos: bool = False  # vLLM's extension: the answer runs to max_tokens (load tests: fixed lengths)
 
     @property
     def greedy(self) -> bool:
@@ -50,8 +51,8 @@ class Sampling:
 
     def batch_key(self, job_id: int) -> tuple:
         if self.greedy:
-            return ("greedy",)
-        return ("sample", self.temperature, self.top_p, job_id if self.seed is not None else None)
+            return ("greedy", self.ignore_eos)
+        return ("sample", self.temperature, self.top_p, self.ignore_eos, job_id if self.seed is not None else None)
 
 
 @dataclass
@@ -98,12 +99,15 @@ def parse_request(payload, *, default_max_tokens: int, allow_local_media: Path |
     stream = payload.get("stream", False)
     if not isinstance(stream, bool):
         raise ApiError(400, "'stream' must be true or false", param="stream")
+    ignore_eos = payload.get("ignore_eos", False)
+    if not isinstance(ignore_eos, bool):
+        raise ApiError(400, "'ignore_eos' must be true or false", param="ignore_eos")
     options = payload.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
     return ChatRequest(model=model, messages=out, stream=stream, include_usage=include_usage, media_count=counts,
                        max_tokens_given=given,
                        sampling=Sampling(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                                         stop=tuple(stop), seed=seed))
+                                         stop=tuple(stop), seed=seed, ignore_eos=ignore_eos))
 
 
 def _number(value, name: str, kind, lo, hi):
