@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from .protocol import ApiError, Sampling
 
 
-@dataclass
+@dataclass(eq=False)  # a job is itself (compared by identity), never equal to another with equal fields
 class Job:
     """One admitted request: its encoded prompt, how it decodes, and what it has produced so far."""
 
@@ -197,18 +197,18 @@ class Batcher:
                 self._fail(jobs, e)
                 return
             _free_cached_memory()
-            fresh = [j for j in jobs if j.sent == 0 and not j.tokens]
-            if len(jobs) > 1 and fresh:
+            if len(jobs) > 1:
                 # A batch too large for memory: each request that has sent nothing yet is tried on its own,
                 # so one long prompt does not fail the short ones batched with it.
-                for j in (j for j in jobs if j not in fresh):
-                    j.fail(_oom_error(e))
-                for j in fresh:
-                    self._generate([j])
+                for j in jobs:
+                    if j.sent == 0:
+                        self._generate([j])
+                    else:
+                        self.stats.errors += 1
+                        j.fail(_oom_error(e))
                 return
-            for j in jobs:
-                self.stats.errors += 1
-                j.fail(_oom_error(e))
+            self.stats.errors += 1
+            jobs[0].fail(_oom_error(e))
         except Exception as e:  # noqa: BLE001 - the worker is the server's boundary: one request fails, serving goes on
             self._fail(jobs, e)
 
