@@ -20,7 +20,7 @@ RETRY_AFTER_S = "1"
 def create_app(engine: Engine, batcher: Batcher):
     from fastapi import FastAPI, Request
     from fastapi.responses import JSONResponse, StreamingResponse
-    from starlette.exceptions import HTTPException
+    from fastapi.exceptions import StarletteHTTPException as HTTPException
 
     settings = engine.settings
     created = int(time.time())
@@ -75,7 +75,7 @@ def create_app(engine: Engine, batcher: Batcher):
             raise ApiError(503, f"the server is at capacity ({settings.max_pending} requests in flight); retry shortly",
                            code="over_capacity", headers={"Retry-After": RETRY_AFTER_S})
         try:
-            from starlette.concurrency import run_in_threadpool
+            from fastapi.concurrency import run_in_threadpool
 
             loop = asyncio.get_running_loop()
             events: asyncio.Queue = asyncio.Queue()
