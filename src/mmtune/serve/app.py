@@ -19,8 +19,8 @@ RETRY_AFTER_S = "1"
 
 def create_app(engine: Engine, batcher: Batcher):
     from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse, StreamingResponse
     from fastapi.exceptions import StarletteHTTPException as HTTPException
+    from fastapi.responses import JSONResponse, StreamingResponse
 
     settings = engine.settings
     created = int(time.time())

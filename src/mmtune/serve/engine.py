@@ -49,12 +49,15 @@ class ServeSettings:
 
 
 def served_name_of(target: str) -> str:
-    """`runs/demo` -> `demo`; `runs/demo/checkpoint-40` -> `demo/checkpoint-40`; a model id stays itself."""
+    """`runs/demo` -> `demo`; `runs/demo/checkpoint-40` -> `demo/checkpoint-40`; an export inside a run
+    (`runs/demo/checkpoint-40/export-merged`) -> `demo`; another folder -> its name; a model id stays itself."""
     p = Path(target).expanduser()
     if not p.exists():
         return target
     p = p.resolve()
-    return f"{p.parent.name}/{p.name}" if p.name.startswith("checkpoint-") or p.name.startswith("export") else p.name
+    if p.name.startswith("export") and p.parent.name.startswith("checkpoint-"):
+        return p.parent.parent.name
+    return f"{p.parent.name}/{p.name}" if p.name.startswith("checkpoint-") else p.name
 
 
 def model_context(config) -> int | None:

@@ -22,12 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import MMTuneError
-from .train.checkpoint import resolve_checkpoint
+from ..errors import MMTuneError
+from ..train.checkpoint import resolve_checkpoint
 
 
 def run_config_of(ckpt: Path):
-    from .config import load_config
+    from ..config import load_config
 
     for candidate in (ckpt / "config.resolved.yaml", ckpt.parent / "config.resolved.yaml"):
         if candidate.is_file():
@@ -134,14 +134,14 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
         return out
     from peft import PeftModel
 
-    from .build import load_model
-    from .resolve import local_target, resolve_run
+    from ..build import load_model
+    from ..resolve import local_target, resolve_run
 
     cfg = run_config_of(ckpt)
     if cfg.adapter.method == "qlora":
         # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
-    from .console import TaskBar
+    from ..console import TaskBar
 
     with TaskBar("export: base model, adapter, merge, save", 4) as bar:
         resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU, in the compute dtype
@@ -176,10 +176,10 @@ def _refuse_random_weights(ckpt: Path) -> None:
 def _gather_full_model(ckpt: Path, out: Path) -> Path:
     """A full fine-tune saved as shards: the base model rebuilt from the run's config, the trained
     weights read from the shards onto it (torch.distributed.checkpoint reshards to one process), saved."""
-    from .build import build_model_and_adapters
-    from .resolve import local_target, resolve_run
-    from .train.checkpoint import load_trainable
-    from .train.sharded_checkpoint import has_sharded
+    from ..build import build_model_and_adapters
+    from ..resolve import local_target, resolve_run
+    from ..train.checkpoint import load_trainable
+    from ..train.sharded_checkpoint import has_sharded
 
     if not has_sharded(ckpt):
         raise MMTuneError(f"{ckpt} holds neither model/, adapter/ nor sharded weights", where=str(ckpt),
