@@ -176,3 +176,10 @@ def test_over_capacity_is_503_with_retry_after(serve, trained):
             assert e.value.code == "over_capacity" and batcher.stats.rejected == 1
         _wait_until(lambda: batcher.load()["admitted"] == 0, "the slot freed")
         _still_serves(url, trained)
+
+
+def test_body_over_the_cap_is_413(serve, trained):
+    with serve(max_body_mb=0.01) as (url, _):  # 10 KiB: an inline image of 64 KiB is over it
+        body = {"model": MODEL, "messages": _one_image(png_bytes() + b"\0" * 65536)}
+        assert "over" in _error(_post(url, body), 413)["message"]
+        _still_serves(url, trained)

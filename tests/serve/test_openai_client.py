@@ -121,3 +121,25 @@ def test_api_key(serve, trained):
         r = client(url, api_key="s3cret").chat.completions.create(model=MODEL, messages=question(rows, data_dir, 0))
         assert r.choices[0].message.content is not None
         assert httpx.get(url + "/health").status_code == 200  # a load balancer's probe needs no key
+
+
+def test_audio_as_input_audio_answers_as_chat(tmp_path):
+    """A model that hears: `input_audio` (base64 WAV) is the same audio `mmtune chat --audio` reads."""
+    import base64
+
+    import numpy as np
+    import soundfile as sf
+
+    from mmtune.chat import load_session
+    from mmtune.serve import ServeOptions, server_for
+    from mmtune.serve.server import Running
+
+    wav = tmp_path / "a.wav"
+    sf.write(wav, (0.1 * np.sin(np.arange(16000) / 5)).astype("float32"), 16000)
+    session = load_session("tiny/qwen2-audio", max_new_tokens=5)
+    _, batcher, app = server_for(session, "tiny/qwen2-audio", ServeOptions(max_new_tokens=5))
+    with Running(app, batcher) as url:
+        r = client(url).chat.completions.create(model="tiny/qwen2-audio", messages=[{"role": "user", "content": [
+            {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.read_bytes()).decode(), "format": "wav"}},
+            {"type": "text", "text": "What is said?"}]}])
+    assert r.choices[0].message.content == session.ask("What is said?", [session.media_part("audio", wav)])

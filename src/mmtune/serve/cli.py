@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", help="how long a request waits for others"),
         max_pending: int = typer.Option(64, "--max-pending", help="requests in flight before 503 + Retry-After"),
         max_media_per_prompt: int = typer.Option(4, "--max-media-per-prompt", help="images (videos, audios) per request"),
+        max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="largest request body (images inline)"),
         device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda (default: the run's train.device)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="vllm: print the command instead of running it"),
     ):
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
         options = ServeOptions(served_name=served_model_name, max_model_len=max_model_len, max_new_tokens=max_new_tokens,
                                max_batch=max_batch, window_ms=batch_window_ms, max_pending=max_pending,
                                media_per_prompt=max_media_per_prompt, allow_local_media=allow_local_media,
-                               api_key=api_key)
+                               api_key=api_key, max_body_mb=max_body_mb)
         if host not in (LOCALHOST, "localhost", "::1") and not api_key:
             console.print(f"[yellow]warning:[/] --host {host} answers other machines and no --api-key is set: "
                           "anyone who reaches this port can use the model")
