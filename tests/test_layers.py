@@ -43,6 +43,7 @@ SIDEWAYS = {
     ("serve", "chat"): "the server loads a run as chat does (what is served is what chat answers)",
     ("serve", "evaluate"): "the server generates through evaluation's generate_batch",
     ("serve", "export"): "--backend vllm reads a run's config and its export as export writes it",
+    ("serve", "train"): "--backend vllm finds a run's checkpoint as chat and export do",
 }
 
 
