@@ -20,7 +20,7 @@ RETRY_AFTER_S = "1"
 def create_app(engine: Engine, batcher: Batcher):
     from fastapi import FastAPI, Request
     from fastapi.exceptions import StarletteHTTPException as HTTPException
-    from fastapi.responses import JSONResponse, StreamingResponse
+    from fastapi.responses import JSONResponse
 
     settings = engine.settings
     created = int(time.time())
@@ -62,10 +62,12 @@ def create_app(engine: Engine, batcher: Batcher):
         authorize(request)
         size = request.headers.get("content-length")
         if size is not None and size.isdigit() and int(size) > settings.max_body_bytes:
-            raise ApiError(413, f"the request body is over {settings.max_body_bytes // 2**20} MiB (--max-body-mb)")
-        raw = await request.body()
-        if len(raw) > settings.max_body_bytes:
-            raise ApiError(413, f"the request body is over {settings.max_body_bytes // 2**20} MiB (--max-body-mb)")
+            raise ApiError(413, f"the request body is over {settings.max_body_bytes / 2**20:g} MiB (--max-body-mb)")
+        raw = bytearray()
+        async for piece in request.stream():  # read with the cap: a chunked body never grows past it in memory
+            raw += piece
+            if len(raw) > settings.max_body_bytes:
+                raise ApiError(413, f"the request body is over {settings.max_body_bytes / 2**20:g} MiB (--max-body-mb)")
         try:
             payload = json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
@@ -89,8 +91,8 @@ def create_app(engine: Engine, batcher: Batcher):
         rid = f"chatcmpl-{job.id}-{int(job.arrived * 1000) % 10**9}"
         head = {"id": rid, "created": int(time.time()), "model": settings.served_name}
         if req.stream:
-            return StreamingResponse(_sse(job, events, head, req.include_usage, batcher), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
+            return _Stream(_sse(job, events, head, req.include_usage), on_close=lambda: _finish(job, batcher),
+                           media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
         try:
             text, reason, usage = "", None, None
             while reason is None:
@@ -102,13 +104,36 @@ def create_app(engine: Engine, batcher: Batcher):
                 else:
                     raise ev[1]
         finally:
-            job.cancel()  # nothing left to do for a finished job; a client gone stops its row
-            batcher.release()
+            _finish(job, batcher)
         return {**head, "object": "chat.completion", "usage": usage,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
                              "logprobs": None}]}
 
     return app
+
+
+def _finish(job: Job, batcher: Batcher) -> None:
+    """A response is over (sent, failed, or its client gone): its row stops if still generating, its slot is
+    freed, once."""
+    job.cancel()
+    if not job.released:
+        job.released = True
+        batcher.release()
+
+
+def _Stream(body, *, on_close, **kw):
+    """A StreamingResponse that calls `on_close` however it ends: finished, or cancelled by a client that hung
+    up, even before the body's first chunk (when a generator's own `finally` would never run)."""
+    from fastapi.responses import StreamingResponse
+
+    class Stream(StreamingResponse):
+        async def __call__(self, scope, receive, send):
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                on_close()
+
+    return Stream(body, **kw)
 
 
 def _post(loop, queue, event) -> None:
@@ -129,9 +154,9 @@ async def _next_event(events: asyncio.Queue, request, job: Job):
                 raise asyncio.CancelledError from None
 
 
-async def _sse(job: Job, events: asyncio.Queue, head: dict, include_usage: bool, batcher: Batcher):
+async def _sse(job: Job, events: asyncio.Queue, head: dict, include_usage: bool):
     """Server-sent events as OpenAI streams them: a role chunk, content chunks, a finish chunk, [DONE].
-    A client that disconnects cancels this generator (Starlette), which cancels the job's row."""
+    A client that disconnects cancels the response (Starlette), whose `on_close` cancels the job's row."""
 
     def chunk(delta: dict, reason=None, usage=None) -> str:
         body = {**head, "object": "chat.completion.chunk",
@@ -141,21 +166,17 @@ async def _sse(job: Job, events: asyncio.Queue, head: dict, include_usage: bool,
             body["usage"] = usage
         return f"data: {json.dumps(body)}\n\n"
 
-    try:
-        yield chunk({"role": "assistant", "content": ""})
-        while True:
-            ev = await events.get()
-            if ev[0] == "delta":
-                yield chunk({"content": ev[1]})
-            elif ev[0] == "done":
-                yield chunk({}, ev[1])
-                if include_usage:
-                    yield chunk(None, usage=ev[2])
-                break
-            else:  # an error after the stream began: OpenAI's clients raise it from the stream
-                yield f"data: {json.dumps(ev[1].body())}\n\n"
-                break
-        yield "data: [DONE]\n\n"
-    finally:
-        job.cancel()
-        batcher.release()
+    yield chunk({"role": "assistant", "content": ""})
+    while True:
+        ev = await events.get()
+        if ev[0] == "delta":
+            yield chunk({"content": ev[1]})
+        elif ev[0] == "done":
+            yield chunk({}, ev[1])
+            if include_usage:
+                yield chunk(None, usage=ev[2])
+            break
+        else:  # an error after the stream began: OpenAI's clients raise it from the stream
+            yield f"data: {json.dumps(ev[1].body())}\n\n"
+            break
+    yield "data: [DONE]\n\n"

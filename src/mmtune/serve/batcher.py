@@ -36,6 +36,7 @@ class Job:
     sent: int = 0
     finish: str | None = None
     eos_seen: int = 0
+    released: bool = False  # its admission slot given back (once, by the HTTP layer)
 
     @property
     def prompt_tokens(self) -> int:

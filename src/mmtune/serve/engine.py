@@ -106,7 +106,12 @@ class Engine:
     """A loaded session + its settings: checks a request and encodes it as training would."""
 
     def __init__(self, session, settings: ServeSettings):
+        import threading
+
         self.session, self.settings = session, settings
+        # Requests are encoded on a thread pool; one at a time, because a fast tokenizer whose padding or
+        # truncation setting changes between calls mutates shared state ("Already borrowed" when concurrent).
+        self._encode_lock = threading.Lock()
 
     def parse(self, payload) -> ChatRequest:
         req = parse_request(payload, default_max_tokens=self.settings.default_max_tokens,
@@ -131,7 +136,8 @@ class Engine:
 
         record = Record(id=f"request-{job_id}", source="request", messages=req.messages)
         try:
-            inputs = self.session.encoder.encode_prompt(record)
+            with self._encode_lock:
+                inputs = self.session.encoder.encode_prompt(record)
         except MMTuneError as e:  # DataError / BadRecord: an image that does not decode, a missing placeholder...
             raise ApiError(400, e.what + (f" ({e.fix})" if e.fix else ""), param="messages") from None
         n = int(inputs["input_ids"].shape[-1])
