@@ -1,4 +1,4 @@
-"""One tiny trained run per test module, and servers over it on free 127.0.0.1 ports (real uvicorn, real HTTP)."""
+"""One tiny trained run for the whole session, and servers over it on free 127.0.0.1 ports (real uvicorn, real HTTP)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.train.conftest import make_dataset
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     """A 4-step LoRA run of tiny Qwen2-VL with an eval at its end: (run folder, eval predictions, data rows, data dir)."""
     from mmtune.cli import app
@@ -41,14 +41,14 @@ def trained(tmp_path_factory):
     return run, preds, rows, root / "data"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def session(trained):
     from mmtune.chat import load_session
 
     return load_session(str(trained[0]))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def serve(session, trained):
     """`with serve(**ServeOptions fields) as (url, batcher):` a server over the trained run."""
     from mmtune.serve import ServeOptions, server_for

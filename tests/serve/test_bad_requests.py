@@ -159,6 +159,11 @@ def test_client_that_disconnects_mid_stream(serve, trained):
         # closed after two chunks of 1500: the server notices, stops that row and frees its slot
         _wait_until(lambda: batcher.stats.cancelled == 1 and batcher.load()["admitted"] == 0, "the stream cancelled")
         assert batcher.stats.generated_tokens < 1500
+        # Not streamed: the client gives up waiting (its read timeout) and closes; the server notices too.
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url + "/v1/chat/completions", json={**body, "stream": False}, timeout=httpx.Timeout(60, read=0.5))
+        _wait_until(lambda: batcher.stats.cancelled == 2 and batcher.load()["admitted"] == 0, "the request cancelled")
+        assert batcher.stats.generated_tokens < 3000
         _still_serves(url, trained)
 
 

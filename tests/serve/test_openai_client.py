@@ -143,3 +143,24 @@ def test_audio_as_input_audio_answers_as_chat(tmp_path):
             {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav.read_bytes()).decode(), "format": "wav"}},
             {"type": "text", "text": "What is said?"}]}])
     assert r.choices[0].message.content == session.ask("What is said?", [session.media_part("audio", wav)])
+
+
+def test_video_frames_from_the_allowed_folder_answer_as_chat(tmp_path):
+    """`video_url` with a folder of frames under --allow-local-media: the video `mmtune chat --video` reads."""
+    from PIL import Image
+
+    from mmtune.chat import load_session
+    from mmtune.serve import ServeOptions, server_for
+    from mmtune.serve.server import Running
+
+    frames = tmp_path / "clip"
+    frames.mkdir()
+    for k in range(8):
+        Image.new("RGB", (64, 64), (30 * k, 100, 100)).save(frames / f"{k:02d}.png")
+    session = load_session("tiny/qwen3-vl", max_new_tokens=5)
+    _, batcher, app = server_for(session, "tiny/qwen3-vl", ServeOptions(max_new_tokens=5, allow_local_media=tmp_path))
+    with Running(app, batcher) as url:
+        r = client(url).chat.completions.create(model="tiny/qwen3-vl", messages=[{"role": "user", "content": [
+            {"type": "video_url", "video_url": {"url": "clip"}},  # relative: under the allowed folder
+            {"type": "text", "text": "What happens?"}]}])
+    assert r.choices[0].message.content == session.ask("What happens?", [session.media_part("video", frames)])

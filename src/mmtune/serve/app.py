@@ -93,10 +93,11 @@ def create_app(engine: Engine, batcher: Batcher):
         if req.stream:
             return _Stream(_sse(job, events, head, req.include_usage), on_close=lambda: _finish(job, batcher),
                            media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        watcher = asyncio.create_task(_cancel_when_gone(request, job))
         try:
             text, reason, usage = "", None, None
             while reason is None:
-                ev = await _next_event(events, request, job)
+                ev = await events.get()
                 if ev[0] == "delta":
                     text += ev[1]
                 elif ev[0] == "done":
@@ -104,6 +105,7 @@ def create_app(engine: Engine, batcher: Batcher):
                 else:
                     raise ev[1]
         finally:
+            watcher.cancel()
             _finish(job, batcher)
         return {**head, "object": "chat.completion", "usage": usage,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": reason,
@@ -143,15 +145,14 @@ def _post(loop, queue, event) -> None:
         pass
 
 
-async def _next_event(events: asyncio.Queue, request, job: Job):
-    """The next event for a non-streamed request; a client that hung up cancels its row (polled once a second)."""
-    while True:
-        try:
-            return await asyncio.wait_for(events.get(), timeout=1.0)
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
-                job.cancel()
-                raise asyncio.CancelledError from None
+async def _cancel_when_gone(request, job: Job) -> None:
+    """A non-streamed request whose client hung up stops its row (checked twice a second: Starlette cancels
+    only streaming responses on a disconnect)."""
+    while job.finish is None:
+        if await request.is_disconnected():
+            job.cancel()
+            return
+        await asyncio.sleep(0.5)
 
 
 async def _sse(job: Job, events: asyncio.Queue, head: dict, include_usage: bool):
