@@ -40,3 +40,19 @@ def test_mmtune_serve_command_serves_until_stopped():
         out = proc.communicate(timeout=60)[0]
     assert f"serving tiny/qwen2 on http://127.0.0.1:{port}/v1" in out
     assert "default max_tokens: 4" in out and "local media: refused" in out
+
+
+def test_port_in_use_is_an_error_before_the_model_loads():
+    import socket
+
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        res = CliRunner().invoke(app, ["serve", "tiny/qwen2", "--port", str(port), "--host", "0.0.0.0"])
+    assert res.exit_code == 2 and "cannot listen on 0.0.0.0" in res.output and "--port" in res.output
+    assert "no --api-key" in res.output  # answering the network without a key is warned about first

@@ -63,8 +63,9 @@ def register(app: typer.Typer) -> None:
             run_vllm(target, options, host=host, port=port, dry_run=dry_run)
             return
         from . import build_server
-        from .server import serve_forever
+        from .server import check_port, serve_forever
 
+        check_port(host, port)
         engine, batcher, http = build_server(target, options, device=device)
         for what, value, why in engine.settings.decisions:
             console.print(f"[dim]{what}: {value}  ({why})[/]")

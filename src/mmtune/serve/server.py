@@ -27,6 +27,21 @@ def serve_forever(app, batcher, *, host: str, port: int, log_level: str = "info"
         batcher.stop()
 
 
+def check_port(host: str, port: int) -> None:
+    """Before the model loads (a minute for a large one): the address can be bound, or an error that says why."""
+    from ..errors import MMTuneError
+
+    try:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: a TIME_WAIT socket is no conflict
+            s.bind((host, port))
+    except OSError as e:
+        raise MMTuneError(f"cannot listen on {host}:{port}: {e.strerror}", where=f"--host {host} --port {port}",
+                          fix="another process holds the port: pick another --port (or stop that process)"
+                          if e.errno == 98 else "give an address of this machine (--host 127.0.0.1)") from None
+
+
 def free_port(host: str = LOCALHOST) -> int:
     with socket.socket() as s:
         s.bind((host, 0))
