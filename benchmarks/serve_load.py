@@ -6,9 +6,11 @@ not share an interpreter. Every answer is exactly --max-tokens long (`ignore_eos
 the server accepts) so tokens/s compares like with like. Half the requests carry an image (a data URL).
 
     python benchmarks/serve_load.py [--target tiny/qwen2-vl] [--requests 200] [--concurrency 16]
-        [--max-tokens 16] [--max-batch 8] [--window-ms 10] [--out benchmarks/results/NAME.json]
+        [--max-tokens 16] [--max-batch 8] [--window-ms 10] [--repeats 3] [--out benchmarks/results/NAME.json]
 
-The results file holds the git commit, the command, versions and the machine.
+`--repeats`: the two servers alternate that many times (a shared machine's load moves between runs); each
+run is kept with the load average before and after it, and the median run of each is printed. The results
+file holds the git commit, the command, versions and the machine.
 """
 
 from __future__ import annotations
@@ -110,12 +112,21 @@ def _provenance() -> dict:
     def git(*a):
         return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--", "src", "benchmarks")),
+    changed = git("status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")  # results: outputs
+    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1min": os.getloadavg()[0]},
             "versions": {"python": platform.python_version(), "torch": torch.__version__,
                          "transformers": transformers.__version__}}
+
+
+def _print(label: str, r: dict) -> None:
+    lat = r["latency_s"]
+    print(f"{label:18s} max_batch={r['max_batch']}: {r['ok']}/{r['requests']} ok, {r['requests_per_s']} req/s, "
+          f"{r['tokens_per_s']} tok/s, latency p50 {lat['p50']} s  p90 {lat['p90']} s  p99 {lat['p99']} s, "
+          f"{r['server']['batches']} generate calls (largest {r['server']['largest_batch']}), "
+          f"load {r['loadavg_1min'][0]}->{r['loadavg_1min'][1]}")
 
 
 def main() -> None:
@@ -126,30 +137,37 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--window-ms", type=float, default=10.0)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", help="write the results (JSON) here")
     args = ap.parse_args()
     from mmtune.serve.server import free_port
 
-    results = {}
-    for label, max_batch in (("batched", args.max_batch), ("one_by_one", 1)):
-        port = free_port()
-        proc = _start_server(args.target, port, max_batch, args.window_ms, max_pending=max(64, args.concurrency))
-        try:
-            url = f"http://127.0.0.1:{port}"
-            r = asyncio.run(_load(url, args.requests, args.concurrency, args.max_tokens))
-            import httpx
+    runs: dict[str, list] = {"batched": [], "one_by_one": []}
+    for _ in range(args.repeats):
+        for label, max_batch in (("batched", args.max_batch), ("one_by_one", 1)):
+            port = free_port()
+            proc = _start_server(args.target, port, max_batch, args.window_ms, max_pending=max(64, args.concurrency))
+            try:
+                url = f"http://127.0.0.1:{port}"
+                load_before = os.getloadavg()[0]
+                r = asyncio.run(_load(url, args.requests, args.concurrency, args.max_tokens))
+                import httpx
 
-            r["server"] = httpx.get(url + "/health").json()["stats"]
-            r["max_batch"] = max_batch
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
-        results[label] = r
-        lat = r["latency_s"]
-        print(f"{label:11s} max_batch={max_batch}: {r['ok']}/{r['requests']} ok, {r['requests_per_s']} req/s, "
-              f"{r['tokens_per_s']} tok/s, latency p50 {lat['p50']} s  p90 {lat['p90']} s  p99 {lat['p99']} s, "
-              f"{r['server']['batches']} generate calls (largest {r['server']['largest_batch']})")
+                r["server"] = httpx.get(url + "/health").json()["stats"]
+                r["max_batch"] = max_batch
+                r["loadavg_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
+            runs[label].append(r)
+            _print(label, r)
+    results = {}
+    for label, rs in runs.items():  # the run with the median throughput, and every run
+        med = sorted(rs, key=lambda r: r["tokens_per_s"])[(len(rs) - 1) // 2]
+        results[label] = {**med, "runs": rs}
+        _print(f"median {label}", med)
     report = {**_provenance(), "target": args.target, "requests": args.requests, "concurrency": args.concurrency,
+              "repeats": args.repeats,
               "max_tokens": args.max_tokens, "window_ms": args.window_ms, "results": results}
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
