@@ -138,6 +138,7 @@ class Batcher:
 
     def submit(self, job: Job) -> None:
         with self._cond:
+            job.arrived = time.monotonic()  # the batching window starts now, after its media were decoded
             self._waiting.append(job)
             self.stats.requests += 1
             self._cond.notify()
