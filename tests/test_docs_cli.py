@@ -1,6 +1,6 @@
 """The command lines README.md and docs/ show use flags the commands have (a documented `mmtune doctor
 --limit` once did not exist): every `--flag` after `mmtune CMD` on a line, and every backticked `--flag` in
-a command's own page (docs/doctor.md, plan.md, chat.md, report.md), is an option of that command."""
+a command's own page (docs/doctor.md, plan.md, chat.md, report.md, serve.md), is an option of that command."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import typer.main
 from mmtune.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = "train|eval|export|plan|doctor|download|compose|report|chat|data inspect"
-PAGES = {"doctor.md": "doctor", "plan.md": "plan", "chat.md": "chat", "report.md": "report"}
+COMMANDS = "train|eval|export|plan|doctor|download|compose|report|chat|serve|data inspect"
+PAGES = {"doctor.md": "doctor", "plan.md": "plan", "chat.md": "chat", "report.md": "report", "serve.md": "serve"}
 
 
 def _options(path: str) -> set[str]:

@@ -23,7 +23,7 @@ RANKS = {
     "media_balance": 5.5,  # extra tower rows under sharded weights: train and evaluation use it
     "launch_config": 5.5,  # the DeepSpeed / accelerate files of a zero2 / zero3 run: build and train use them
     "build": 6,
-    "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7,
+    "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7, "serve": 7,
     "commands": 8,
     "cli": 9,
 }
@@ -40,6 +40,10 @@ SIDEWAYS = {
     ("chat", "train"): "chat loads a run's checkpoint",
     ("chat", "export"): "chat reads a run's config as export does",
     ("report", "evaluate"): "the report reads evaluation's references",
+    ("serve", "chat"): "the server loads a run as chat does (what is served is what chat answers)",
+    ("serve", "evaluate"): "the server generates through evaluation's generate_batch",
+    ("serve", "export"): "--backend vllm reads a run's config and its export as export writes it",
+    ("serve", "train"): "--backend vllm finds a run's checkpoint as chat and export do",
 }
 
 

@@ -16,7 +16,7 @@ SRC = ROOT / "src" / "mmtune"
 DIST = {"PIL": "pillow", "yaml": "pyyaml", "huggingface_hub": "huggingface-hub", "av": "av", "liger_kernel": "liger-kernel"}
 # Imported only when the matching feature is asked for, each declared in the extra named here.
 OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "deepspeed",
-            "liger_kernel": "gpu"}
+            "liger_kernel": "gpu", "fastapi": "serve", "uvicorn": "serve"}
 
 
 def _pyproject() -> dict:

@@ -37,7 +37,7 @@ def _register_all() -> None:
 
     register_core(app)
     for module in ("mmtune.plan.cli", "mmtune.doctor.cli", "mmtune.data.cli", "mmtune.models.cli",
-                   "mmtune.report.cli", "mmtune.chat.cli"):
+                   "mmtune.report.cli", "mmtune.chat.cli", "mmtune.serve.cli"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as e:

@@ -67,12 +67,21 @@ def export_cmd(
     checkpoint: Path = typer.Argument(..., help="a checkpoint folder, or a run folder (its best, else latest)"),
     merge: bool = typer.Option(False, "--merge", help="merge LoRA into the base weights"),
     out: Path | None = typer.Option(None, "--out", help="output folder (default: <checkpoint>/export)"),
+    push_to_hub: str | None = typer.Option(None, "--push-to-hub", help="also upload it to the Hub repo ORG/NAME"),
+    private: bool = typer.Option(False, "--private", help="with --push-to-hub: create the repo private"),
 ):
-    """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model."""
+    """Export a loadable folder: the PEFT adapter, or with --merge a merged transformers model; a model card
+    (README.md) says what it is and how to load it."""
     import json
 
-    from ..export import export
+    from rich.markup import escape
 
-    path = export(checkpoint, merge=merge, out=out)
-    source = json.loads((path / ".mmtune-export.json").read_text())["checkpoint"]
-    console.print(f"exported {source}{' (merged)' if merge else ''} to {path}")
+    from ..export import MARKER, export
+
+    path = export(checkpoint, merge=merge, out=out, push_to_hub=push_to_hub, private=private)
+    marker = json.loads((path / MARKER).read_text())
+    console.print(f"exported {marker['checkpoint']} ({marker.get('kind', 'merged' if merge else 'adapter')}) to {path}"
+                  f"{f' and pushed to {push_to_hub}' if push_to_hub else ''}; how to load it: {path / 'README.md'}",
+                  soft_wrap=True)
+    for note in marker.get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)

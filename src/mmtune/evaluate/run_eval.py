@@ -14,35 +14,44 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     are done keeps running forwards while another's are not, or the all-gathers would wait forever), with
     the root's own weights (embeddings, lm_head) gathered for the whole generation: `generate` reaches
     them without calling the root module."""
-    from contextlib import nullcontext
-
-    import torch
-
     from ..console import TaskBar
     from ..data.collate import Collator
-    from ..sharding import is_sharded
 
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
     collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
-    sharded = is_sharded(model)
     with TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
             chunk = records[start:start + batch_size]
             batch = collate([encoder.encode_prompt(r) for r in chunk])
             if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
                 batch = balance.balance([batch], collate, prompt=True)[0]
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
-                out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                     pad_token_id=pad_id, eos_token_id=tok.eos_token_id,
-                                     **({"synced_gpus": True} if sharded else {}),
-                                     **({"streamer": streamer} if streamer is not None else {}))
-            new = out[:len(chunk), batch["input_ids"].shape[1]:]  # rows added by `balance` come last
+            new = generate_batch(model, batch, device=device, autocast=autocast, pad_id=pad_id,
+                                 eos_token_id=tok.eos_token_id, max_new_tokens=max_new_tokens, do_sample=False,
+                                 **({"streamer": streamer} if streamer is not None else {}))
+            new = new[:len(chunk)]  # rows added by `balance` come last
             answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))
             bar.advance(len(chunk))
     return answers
+
+
+def generate_batch(model, batch: dict, *, device, autocast, pad_id: int, eos_token_id, **generate_kwargs):
+    """One `generate` call on a collated, left-padded batch -> the new tokens of each row (prompt cut off).
+    Evaluation (greedy) and `mmtune serve` (sampling, stop criteria per request) both generate through it, so
+    the server's decoding is evaluation's. A finished row is padded with `pad_id` up to the longest."""
+    from contextlib import nullcontext
+
+    import torch
+
+    from ..sharding import is_sharded
+
+    sharded = is_sharded(model)
+    batch = {k: v.to(device) for k, v in batch.items()}
+    with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
+        out = model.generate(**batch, pad_token_id=pad_id, eos_token_id=eos_token_id,
+                             **({"synced_gpus": True} if sharded else {}), **generate_kwargs)
+    return out[:, batch["input_ids"].shape[1]:]
 
 
 class _root_gathered:

@@ -22,12 +22,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import MMTuneError
-from .train.checkpoint import resolve_checkpoint
+from ..errors import MMTuneError
+from ..train.checkpoint import resolve_checkpoint
 
 
 def run_config_of(ckpt: Path):
-    from .config import load_config
+    from ..config import load_config
 
     for candidate in (ckpt / "config.resolved.yaml", ckpt.parent / "config.resolved.yaml"):
         if candidate.is_file():
@@ -36,7 +36,14 @@ def run_config_of(ckpt: Path):
                       fix="give a run folder (or its checkpoint) written by mmtune train: it holds config.resolved.yaml")
 
 
-def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) -> Path:
+def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None, push_to_hub: str | None = None,
+           private: bool = False) -> Path:
+    """The export folder (its marker, `.mmtune-export.json`, holds `kind` and the `notes` a user must read:
+    nothing to merge, a processor dependency to install, what vLLM will not load)."""
+    if push_to_hub:
+        from .hub import check_repo_id
+
+        check_repo_id(push_to_hub)
     ckpt = resolve_checkpoint(Path(checkpoint))
     _refuse_random_weights(ckpt)
     default = ckpt / ("export-merged" if merge else "export")
@@ -51,13 +58,65 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None) ->
                           fix="give --out a folder you can write to") from None
     try:
         staged = tmp / "export"
+        kind = _kind(ckpt, merge)
+        notes = []
+        if merge and kind == "full":
+            notes.append("nothing to merge: this run trained every weight (adapter.method=full), so the export is "
+                         "the model itself, as without --merge")
         _write(ckpt, staged, merge=merge)
+        notes += _explain(staged, ckpt, run_dir, kind, load_path=push_to_hub or str(out.resolve()))
         (staged / MARKER).write_text(json.dumps({"run": str(run_dir.resolve()), "checkpoint": str(ckpt.resolve()),
-                                                 "merged": bool(merge)}, indent=1))
+                                                 "merged": kind == "merged", "kind": kind, "notes": notes}, indent=1))
         _swap_into_place(staged, out, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # our own staging folder only
+    if push_to_hub:
+        from .hub import push
+
+        push(out, push_to_hub, private=private)
     return out
+
+
+def _kind(ckpt: Path, merge: bool) -> str:
+    """adapter (the PEFT folder), merged (adapter merged into the base) or full (every weight trained)."""
+    if (ckpt / "adapter").is_dir() and not (ckpt / "model").is_dir():
+        return "merged" if merge else "adapter"
+    return "full"
+
+
+def _explain(out: Path, ckpt: Path, run_dir: Path, kind: str, *, load_path: str) -> list[str]:
+    """The model card, and the notes it shares with the command line: whether plain transformers loads the
+    processor here, and what vLLM's LoRA loader would not take from an adapter."""
+    from .card import processor_problem, write_card
+    from .vllm import lora_problems
+
+    notes = []
+    problem = processor_problem(out)
+    if problem:
+        notes.append(problem)
+    vllm_notes = []
+    if kind == "adapter":
+        vllm_notes = [f"vLLM: {p}; serve the merged export instead (mmtune export {run_dir} --merge)"
+                      for p in lora_problems(out, _family_of(out))]
+        notes += vllm_notes
+    try:
+        cfg = run_config_of(ckpt)
+    except MMTuneError:
+        return notes  # no config beside it: nothing to write a card from
+    write_card(out, kind=kind, cfg=cfg, run_dir=run_dir, ckpt=ckpt, load_path=load_path, processor_note=problem,
+               vllm_notes=vllm_notes)
+    return notes
+
+
+def _family_of(adapter_dir: Path):
+    from ..models.families import FAMILIES
+
+    try:
+        cls = (json.loads((adapter_dir / "adapter_config.json").read_text()).get("auto_mapping") or {}).get(
+            "base_model_class")
+    except (OSError, ValueError):
+        return None
+    return next((f for f in FAMILIES.values() if f.model_class == cls), None)
 
 
 MARKER = ".mmtune-export.json"
@@ -134,14 +193,14 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
         return out
     from peft import PeftModel
 
-    from .build import load_model
-    from .resolve import local_target, resolve_run
+    from ..build import load_model
+    from ..resolve import local_target, resolve_run
 
     cfg = run_config_of(ckpt)
     if cfg.adapter.method == "qlora":
         # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
-    from .console import TaskBar
+    from ..console import TaskBar
 
     with TaskBar("export: base model, adapter, merge, save", 4) as bar:
         resolved = resolve_run(cfg, local_target("cpu"), for_training=True)  # merged on the CPU, in the compute dtype
@@ -176,10 +235,10 @@ def _refuse_random_weights(ckpt: Path) -> None:
 def _gather_full_model(ckpt: Path, out: Path) -> Path:
     """A full fine-tune saved as shards: the base model rebuilt from the run's config, the trained
     weights read from the shards onto it (torch.distributed.checkpoint reshards to one process), saved."""
-    from .build import build_model_and_adapters
-    from .resolve import local_target, resolve_run
-    from .train.checkpoint import load_trainable
-    from .train.sharded_checkpoint import has_sharded
+    from ..build import build_model_and_adapters
+    from ..resolve import local_target, resolve_run
+    from ..train.checkpoint import load_trainable
+    from ..train.sharded_checkpoint import has_sharded
 
     if not has_sharded(ckpt):
         raise MMTuneError(f"{ckpt} holds neither model/, adapter/ nor sharded weights", where=str(ckpt),
