@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -426,6 +426,9 @@ class RunConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    # Where each value a profile or the command line set came from (config/loader.py `layered`): printed
+    # with the run's decisions; not a config key, not dumped.
+    _sources: dict = PrivateAttr(default_factory=dict)
 
     @field_validator("output_dir")
     @classmethod

@@ -99,19 +99,20 @@ class DoctorContext:
 
         try:
             tree = read_yaml(self.config_path) if self.config_path is not None else {}
-            return layered(tree, dict(self.overrides))  # profile under the file, overrides over it
+            self.sources: dict[str, str] = {}  # the layers' order: config/loader.py's docstring
+            return layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable(f"the config could not be read: {e.what}") from None
 
     def _build_cfg(self):
-        from ..config.loader import validate
+        from ..config.loader import validate, with_sources
         from ..errors import ConfigError
 
         tree = self.need("tree")
         ov = {k: v for k, v in self.overrides.items() if k != "profile"}
         try:
-            return validate(tree, path=self.config_path, overrides=ov)
+            return with_sources(validate(tree, path=self.config_path, overrides=ov), getattr(self, "sources", {}))
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable("the config is invalid (see MM019)") from None

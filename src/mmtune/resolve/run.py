@@ -152,6 +152,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     family = resolve_family(cfg)
     decisions: list[Decision] = [Decision("target", target.describe(), "where the run executes" if target.local
                                           else "the GPU the run is planned for")]
+    decisions += config_source_decisions(cfg)
     if family.custom:  # a model brought by import path: what mmtune will treat as its parts, and its loss
         comps = "; ".join(f"{c}={','.join(p)}" for c, p in family.components.items())
         decisions.append(Decision("model.class", f"{cfg.model.factory or cfg.model.class_}: {comps}",
@@ -264,6 +265,24 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                   *media_decisions]
     return ResolvedRun(decisions=tuple(decisions), processor=src.processor, processor_source=src.description,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
+
+
+def config_source_decisions(cfg) -> list[Decision]:
+    """One line per value a profile or the command line set (config/loader.py's precedence), with what it
+    replaced: the start-up summary and config.resolved.yaml say where an overridden value came from."""
+    from ..config.loader import config_sources
+
+    out = []
+    for key, source in sorted(config_sources(cfg).items()):
+        out.append(Decision(f"config {key}", _value_at(cfg, key), source))
+    return out
+
+
+def _value_at(cfg, dotted: str) -> str:
+    node = cfg.model_dump(mode="json", by_alias=True)
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return repr(node) if isinstance(node, str) else str(node)
 
 
 def _model_params(cfg, family, precision: str) -> tuple[int, int]:
