@@ -430,6 +430,15 @@ class RunConfig(Section):
     # with the run's decisions; not a config key, not dumped.
     _sources: dict = PrivateAttr(default_factory=dict)
 
+    def __eq__(self, other) -> bool:
+        # Two configs are equal when their settings are: where a value came from is not a setting (pydantic's
+        # own __eq__ compares private attributes too, so a reloaded config.resolved.yaml would differ).
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # as pydantic's: a mutable model is not hashable
+
     @field_validator("output_dir")
     @classmethod
     def _nonempty(cls, v: str) -> str:

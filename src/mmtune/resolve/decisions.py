@@ -309,6 +309,30 @@ def trainable_components(adapter, family) -> tuple[str, ...]:
     return tuple(comps)
 
 
+def trained_set(adapter, family, stages=None) -> dict[str, str]:
+    """The resolved trainable set, by component: component -> how it learns ("LoRA", "in full", "last 2
+    blocks", each with where that comes from). One rule for the resolved run's `trainable`, the doctor's
+    component checks (MM010) and its learning-rate check (MM032): a component a stage of train.stages
+    trains is trained, a frozen one is not."""
+    out: dict[str, str] = {}
+    if adapter.method == "full":
+        for c in family.components:
+            if c not in adapter.freeze_components:
+                out[c] = "in full (adapter.method=full)"
+    else:
+        out["decoder"] = f"LoRA (adapter.method={adapter.method})"
+        for c in adapter.train_components:
+            if c not in adapter.freeze_components:
+                out[c] = "in full (adapter.train_components)"
+    from ..stages import unit_component
+
+    for i, st in enumerate(stages or ()):
+        for unit in st.train:
+            comp, how = unit_component(unit)
+            out.setdefault(comp, f"{how} (train.stages[{i}]: {unit})")
+    return out
+
+
 # --------------------------------------------------------------------------- strategy
 
 SHARDED = ("fsdp", "zero3")  # strategies that shard the weights themselves (every rank runs every tower)

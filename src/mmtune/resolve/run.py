@@ -31,6 +31,7 @@ from .decisions import (
     decide_strategy,
     decide_trainable_dtype,
     trainable_components,
+    trained_set,
 )
 from .target import Target
 
@@ -192,7 +193,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     d = decide_packing(cfg, family, attn)
     if d:
         decisions.append(d)
-    trainable = trainable_components(cfg.adapter, family)
+    # ... plus what a stage of train.stages trains (trained_set: the one rule the doctor reads too)
+    trainable = trainable_components(cfg.adapter, family) + tuple(
+        c for c, how in trained_set(cfg.adapter, family, cfg.train.stages).items() if "train.stages" in how
+        and c not in trainable_components(cfg.adapter, family))
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:
         from ..stages import describe
