@@ -23,11 +23,12 @@ def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
     return cfg, run_cfg, notes
 
 
-def resolve_target(cfg):
-    """The run as it will execute on its target GPU (train.gpu), else on this machine."""
+def resolve_target(cfg, *, smoke: bool = False):
+    """The run as it will execute on its target GPU (train.gpu), else on this machine. The packages are this
+    machine's (the run executes here), except under --smoke, where the real run's machine is elsewhere."""
     from ..resolve import resolve_run, target_for
 
-    return resolve_run(cfg, target_for(cfg, local=False))
+    return resolve_run(cfg, target_for(cfg, local=False, assume_installed="gpu-extra" if smoke else "here"))
 
 
 def resolve_runs(cfg, run_cfg, *, smoke: bool):
@@ -38,7 +39,7 @@ def resolve_runs(cfg, run_cfg, *, smoke: bool):
     training may download it, and the doctor's findings come first."""
     from ..resolve import local_target, resolve_run
 
-    target_run = resolve_target(cfg)
+    target_run = resolve_target(cfg, smoke=smoke)
     if not smoke:
         return target_run, None
     if run_cfg.train.strategy != target_run.strategy:

@@ -81,6 +81,8 @@ def doctor_command(
     fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
     full: bool = typer.Option(False, "--full", help="decode every record's media (without it, a split with more than "
                                                     "1000 records with media decodes a random sample of 1000)"),
+    assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
+                                         "packages: gpu-extra (mmtune[gpu]), none (core only) or here (this machine's)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1,
                                         help="read only the first N records of each split (a quick look at a large set)"),
 ) -> None:
@@ -92,7 +94,8 @@ def doctor_command(
         # The clean file would silently lack every record past the first N.
         raise typer.BadParameter("--write-clean writes every record that passes: it cannot be combined with --limit",
                                  param_hint="--limit")
-    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full, max_records=limit)
+    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full, max_records=limit,
+                        assume_installed=assume_installed)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:

@@ -49,6 +49,7 @@ class DoctorContext:
     write_clean: str | None = None
     max_records: int | None = None  # None = the whole dataset
     full: bool = False  # decode every record's media, not a stated random sample of large splits
+    assume_installed: str = "gpu-extra"  # the target GPU machine's optional packages (resolve/target.py)
     _cache: dict[str, Any] = field(default_factory=dict)
     _failed: dict[str, str] = field(default_factory=dict)
     build_errors: list[BuildError] = field(default_factory=list)
@@ -131,7 +132,7 @@ class DoctorContext:
         from ..resolve import resolve_run, target_for
 
         cfg = self.need("cfg")
-        return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False))
+        return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False, assume_installed=self.assume_installed))
 
     def _build_launched(self):
         """The run as launched: the target's resolved run, unless train's preflight supplied the one it runs."""

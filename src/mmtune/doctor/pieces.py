@@ -124,7 +124,8 @@ def plan_fix(cfg, resolved, plan, gpu):
     """The smallest changes that make a run that does not fit fit (plan/fixes.py), planned as `plan` was."""
     from ..plan.fixes import find_fix, planner_for
 
-    return find_fix(resolved, first=plan, plan_fn=planner_for(cfg, gpu=gpu.id))
+    return find_fix(resolved, first=plan, plan_fn=planner_for(cfg, gpu=gpu.id,
+                                                              assume_installed=resolved.target.assume_installed))
 
 
 @dataclass

@@ -114,6 +114,9 @@ def register(app: typer.Typer) -> None:
                                                "(default: the config's train.strategy, as the run decides it)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
         search: bool = typer.Option(False, "--search", help="find the fastest config that fits"),
+        assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
+                                             "packages: gpu-extra (mmtune[gpu]: flash-attn, liger-kernel, bitsandbytes), "
+                                             "none (core only) or here (this machine's)"),
         fixes: bool = typer.Option(True, "--fixes/--no-fixes", help="when the run does not fit: search the smallest "
                                    "changes that make it fit and print them as key=value lines (default on)"),
         margin: Optional[float] = typer.Option(None, "--margin", help="headroom to keep free, in % of the planned "
@@ -176,7 +179,8 @@ def register(app: typer.Typer) -> None:
             from ..resolve import resolve_run, target_for
 
             # The strategy is the run's decision (train.strategy, auto weighed on this many GPUs), as train takes it.
-            resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes))
+            resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes,
+                                                   assume_installed=assume_installed))
             r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin_pct=margin,
                         nodes=nodes, node_link_gbs=node_link)
         except MMTuneError as e:
@@ -191,7 +195,8 @@ def register(app: typer.Typer) -> None:
 
             try:
                 fix = find_fix(resolved, first=r, plan_fn=planner_for(cfg, gpu=target, gpus=gpus, nodes=nodes,
-                                                                      declared=declared, margin_pct=margin))
+                                                                      declared=declared, margin_pct=margin,
+                                                                      assume_installed=assume_installed))
             except MMTuneError as e:
                 typer.echo(f"error while searching for a fix: {e}", err=True)
         if as_json:

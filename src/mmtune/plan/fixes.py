@@ -132,7 +132,8 @@ def _merge(stacked) -> dict:
     return out
 
 
-def planner_for(cfg, *, gpu, gpus: int = 1, nodes: int = 1, declared=None, margin_pct=None, strategy=None):
+def planner_for(cfg, *, gpu, gpus: int = 1, nodes: int = 1, declared=None, margin_pct=None, strategy=None,
+                assume_installed: str = "gpu-extra"):
     """A `plan_fn` for find_fix: `cfg` (a RunConfig as written) with the overrides, resolved for `gpu` and
     planned as `mmtune plan` plans it."""
     from ..resolve import resolve_run, target_for
@@ -141,7 +142,8 @@ def planner_for(cfg, *, gpu, gpus: int = 1, nodes: int = 1, declared=None, margi
 
     def plan_fn(ov):
         c = _with(cfg, ov)
-        resolved = resolve_run(c, target_for(c, gpu, local=False, gpus=gpus, nodes=nodes))
+        resolved = resolve_run(c, target_for(c, gpu, local=False, gpus=gpus, nodes=nodes,
+                                             assume_installed=assume_installed))
         return predict(resolved, gpus=gpus * nodes, strategy=strategy or resolved.strategy, declared=declared,
                        margin_pct=margin_pct, nodes=nodes)
     return plan_fn

@@ -153,7 +153,22 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     family = resolve_family(cfg)
     decisions: list[Decision] = [Decision("target", target.describe(), "where the run executes" if target.local
                                           else "the GPU the run is planned for")]
+    from .target import package_problem, packages_line
+
+    if packages_line(target):
+        decisions.append(Decision("packages", packages_line(target), f"--assume-installed {target.assume_installed}: "
+                                  "the plan describes the run on that machine, not this one's packages"))
     decisions += config_source_decisions(cfg)
+    eight_bit = cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw")
+    bnb = package_problem(target, "bitsandbytes") if not target.local and (cfg.adapter.method == "qlora" or eight_bit) \
+        else None
+    if bnb:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"{'adapter.method=qlora' if cfg.adapter.method == 'qlora' else 'train.optimizer=' + cfg.train.optimizer}"
+                          f" needs bitsandbytes, and {bnb}", where="--assume-installed",
+                          fix="--assume-installed gpu-extra (pip install 'mmtune[gpu]' on the GPU machine), or "
+                              "adapter.method=lora / train.optimizer=adamw")
     if family.custom:  # a model brought by import path: what mmtune will treat as its parts, and its loss
         comps = "; ".join(f"{c}={','.join(p)}" for c, p in family.components.items())
         decisions.append(Decision("model.class", f"{cfg.model.factory or cfg.model.class_}: {comps}",
@@ -184,11 +199,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 
         alloc_conf, _, d = decide_cuda_allocator(os.environ)
         decisions.append(d)
-    from ..models.fused_kernels import liger_problem
-
     fused, d = decide_fused_kernels(cfg.train.fused_kernels, target, family, cfg.adapter,
-                                    liger_problem(family, probe=target.gpu is not None
-                                                  and cfg.train.fused_kernels != "none"))
+                                    _liger_problem(target, family, probe=target.gpu is not None
+                                                   and cfg.train.fused_kernels != "none"))
     decisions.append(d)
     d = decide_packing(cfg, family, attn)
     if d:
@@ -309,12 +322,34 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
 
     from ..models.fused_kernels import LIGER_MISSING
 
-    liger = importlib.util.find_spec("liger_kernel") is not None
+    if target.local or target.assume_installed == "here":
+        missing = None if importlib.util.find_spec("liger_kernel") is not None else LIGER_MISSING
+    else:
+        from .target import package_problem
+
+        missing = package_problem(target, "liger_kernel")
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
-                               vocab=vocab, liger_missing=None if liger else LIGER_MISSING)
+                               vocab=vocab, liger_missing=missing)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})
+
+
+def _liger_problem(target, family, *, probe: bool) -> str | None:
+    """Why Liger cannot patch `family` where the run executes: this machine's liger-kernel for a run here; for a
+    plan, the target's assumed packages, and where liger-kernel is installed here too, the same import probe
+    (a liger-kernel that cannot patch this transformers cannot there either, with the same versions)."""
+    import importlib.util
+
+    from ..models.fused_kernels import liger_problem
+    from .target import package_problem
+
+    if target.local or target.assume_installed == "here":
+        return liger_problem(family, probe=probe)
+    missing = package_problem(target, "liger_kernel")
+    if missing or importlib.util.find_spec("liger_kernel") is None:
+        return missing
+    return liger_problem(family, probe=probe)
 
 
 def _check_best_metric(cfg) -> None:
