@@ -26,7 +26,9 @@ def test_doctor_plan_and_train_smoke_report_the_same_precision_decision(tmp_path
     assert [f.severity for f in rep.findings] == ["info"] and T4_LINE in rep.findings[0].message
     planned = resolve_run(load_config(STAGE2, ov), gpu_target("t4"))
     assert planned.decision("train.precision").line() == T4_LINE and planned.loss_scaling
-    res = CliRunner().invoke(app, ["plan", str(STAGE2), "--gpu", "t4", *ov], env={"COLUMNS": "300"})
+    # without model.composed_from (what the stage-1 folder will be), the plan has no model to trace
+    res = CliRunner().invoke(app, ["plan", str(STAGE2), "--gpu", "t4", *ov, "model.composed_from=null"],
+                             env={"COLUMNS": "300"})
     assert res.exit_code == 2 and T4_LINE in res.output  # said, then: the stage-1 model is not there yet
     assert "does not exist" in res.output
     res = CliRunner().invoke(app, ["train", str(STAGE2), "--smoke", *ov], env={"COLUMNS": "300"})
@@ -36,7 +38,7 @@ def test_doctor_plan_and_train_smoke_report_the_same_precision_decision(tmp_path
 
 def test_plan_decisions_are_printed_even_when_the_model_is_missing():
     """The stage-2 model folder does not exist until stage 1 ran: plan still says what it decided."""
-    cfg = load_config(STAGE2, ["profile=t4_qlora", "train.precision=bf16"])
+    cfg = load_config(STAGE2, ["profile=t4_qlora", "train.precision=bf16", "model.composed_from=null"])
     r = resolve_run(cfg, gpu_target("t4"))
     assert r.processor is None and "does not exist" in r.processor_error.what
     assert r.decision("train.precision").line() == T4_LINE

@@ -16,6 +16,13 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+class ComposedFrom(Section):
+    vision: str = Field(description="the vision encoder, as `mmtune compose --vision` takes it (hub id or folder)")
+    lm: str = Field(description="the causal LM, as `mmtune compose --lm` takes it")
+    projector: Literal["mlp2x_gelu", "linear"] = "mlp2x_gelu"
+    vision_feature_layer: int = -2
+
+
 class ModelConfig(Section):
     # `class` is a Python keyword: the field is `class_`, read and written as `model.class`.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, validate_by_name=True,
@@ -50,6 +57,10 @@ class ModelConfig(Section):
     video_fps: float | None = Field(None, gt=0, description="sample by fps instead of a fixed count")
     audio_max_seconds: float = Field(30.0, gt=0)
     trust_remote_code: bool = False
+    composed_from: ComposedFrom | None = Field(
+        None, description="{vision: ID, lm: ID}: what `mmtune compose` builds model.name's folder from; plan and "
+                          "doctor read it while that folder does not exist yet (a later stage's recipe), from the "
+                          "parts' embedded configs (docs/plan.md)")
     # Accepted only to refuse it with a clear message (failure mode 7): training never offloads layers;
     # load_model puts the whole model on each process's device.
     device_map: str | None = Field(None, description="not supported for training; leave unset")
