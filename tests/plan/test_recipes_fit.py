@@ -6,8 +6,6 @@ its heatmap loss); the multimodal ones are marked slow (run them with `-m slow`)
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -18,22 +16,10 @@ SLOW = {"seed002_docvqa_mixture_8gpu", "seed003_qwen3vl_fsc147_counting"}
 
 
 def named_plans() -> list[tuple[str, tuple[str, ...], str]]:
-    """(recipe stem, overrides, GPU) for each GPU a recipe names."""
-    import yaml
+    """(recipe stem, overrides, GPU) for each GPU a recipe names (plan/recipes.py)."""
+    from mmtune.plan.recipes import named_plans as of_recipe
 
-    out = []
-    for path in sorted((ROOT / "recipes").glob("*.yaml")):
-        text = path.read_text()
-        gpu = ((yaml.safe_load(text) or {}).get("train") or {}).get("gpu")
-        plans = {((), gpu)} if gpu else set()
-        for line in re.findall(r"^#\s+mmtune plan (\S+\.yaml\b[^#\n]*)", text, flags=re.M):
-            words = shlex.split(line)
-            if Path(words[0]).stem != path.stem or "--gpu" not in words:
-                continue
-            at = words.index("--gpu")
-            plans.add((tuple(w for w in words[1:] if "=" in w and not w.startswith("-")), words[at + 1]))
-        out += [(path.stem, ov, g) for ov, g in sorted(plans)]
-    return out
+    return [(p.stem, ov, g) for p in sorted((ROOT / "recipes").glob("*.yaml")) for ov, g in of_recipe(p)]
 
 
 PLANS = named_plans()

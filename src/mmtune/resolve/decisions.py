@@ -8,7 +8,6 @@ components. Each returns its value and a `Decision` saying why, for the start-up
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ModelLoadError

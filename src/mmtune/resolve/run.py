@@ -165,8 +165,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if bnb:
         from ..errors import ConfigError
 
-        raise ConfigError(f"{'adapter.method=qlora' if cfg.adapter.method == 'qlora' else 'train.optimizer=' + cfg.train.optimizer}"
-                          f" needs bitsandbytes, and {bnb}", where="--assume-installed",
+        what = "adapter.method=qlora" if cfg.adapter.method == "qlora" else f"train.optimizer={cfg.train.optimizer}"
+        raise ConfigError(f"{what} needs bitsandbytes, and {bnb}", where="--assume-installed",
                           fix="--assume-installed gpu-extra (pip install 'mmtune[gpu]' on the GPU machine), or "
                               "adapter.method=lora / train.optimizer=adamw")
     if family.custom:  # a model brought by import path: what mmtune will treat as its parts, and its loss
