@@ -34,6 +34,11 @@ def test_doctor_plan_and_train_smoke_report_the_same_precision_decision(tmp_path
     res = CliRunner().invoke(app, ["train", str(STAGE2), "--smoke", *ov], env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
     assert T4_LINE in res.output
+    # where each overridden value came from: the start-up summary and config.resolved.yaml's header
+    source = "config adapter.method: 'qlora' (profile t4_qlora (command line); was 'lora' from "
+    assert source in res.output
+    assert "config train.precision: 'bf16' (command line: train.precision=bf16; was 'fp16' from profile t4_qlora" \
+        in res.output
 
 
 def test_plan_decisions_are_printed_even_when_the_model_is_missing():

@@ -79,14 +79,16 @@ def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: b
         from ..plan import predict
     except ImportError:
         return None
+    from ..plan.margin import verdict_line
+
     plan = predict(target_run)
-    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB on {plan.gpu_name}, "
-                  f"{'fits' if plan.fits else 'does NOT fit'}")
+    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB; {escape(verdict_line(plan))}",
+                  soft_wrap=True)
     if not plan.fits and not target_run.cfg.train.ignore_plan:
         raise MMTuneError(
-            f"the planner predicts this run needs {plan.peak_reserved_bytes / 2**30:.2f} GiB, more than "
-            f"{plan.gpu_name} offers", where="train / model / data settings",
-            fix="run `mmtune plan CONFIG --search --gpu NAME` for a config that fits, or train.ignore_plan=true")
+            f"the planner predicts this run does not fit: {verdict_line(plan)}", where="train / model / data settings",
+            fix=f"`mmtune plan CONFIG --gpu {plan.gpu_id}` prints the smallest changes that make it fit as key=value "
+                "lines; or train.ignore_plan=true")
     return {"predicted_peak_bytes": int(plan.peak_allocated_bytes),
             "predicted_peak_reserved_bytes": int(plan.peak_reserved_bytes)}
 
