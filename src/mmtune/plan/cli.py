@@ -168,7 +168,8 @@ def register(app: typer.Typer) -> None:
                 res = run_search(cfg, gpu=target, gpus=gpus * nodes, nodes=nodes, node_link_gbs=node_link,
                                  declared=declared, margin_pct=margin,
                                  strategy="ddp" if cfg.train.strategy == "auto" else cfg.train.strategy,
-                                 on_candidate=None if as_json else (lambda c: candidate_line(c, console)))
+                                 on_candidate=None if as_json else (lambda c: candidate_line(c, console)),
+                                 assume_installed=assume_installed)
                 if as_json:
                     typer.echo(res.to_json())
                 else:

@@ -246,18 +246,20 @@ def _untraceable(e: Exception, cfg) -> MMTuneError:
                            "settings and report the module to mmtune")
 
 
-def resolve_for_plan(cfg, gpu=None):
-    """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine."""
+def resolve_for_plan(cfg, gpu=None, assume_installed: str = "gpu-extra"):
+    """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine; a named GPU's
+    packages as `assume_installed` says (resolve/target.py)."""
     from ..resolve import ResolvedRun, resolve_run, target_for
 
     if isinstance(cfg, ResolvedRun):
         return cfg
-    return resolve_run(cfg, target_for(cfg, gpu, local=False), require_processor=True)
+    return resolve_run(cfg, target_for(cfg, gpu, local=False, assume_installed=assume_installed),
+                       require_processor=True)
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
             margin_pct: float | None = None, plan_eval: bool | None = None, dedup: bool = True, nodes: int | None = None,
-            node_link_gbs: float | None = None) -> PlanResult:
+            node_link_gbs: float | None = None, assume_installed: str = "gpu-extra") -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
     eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
@@ -273,7 +275,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     from .timing import comm_volumes, step_time
 
     t0 = time.perf_counter()
-    resolved = resolve_for_plan(cfg, gpu)
+    resolved = resolve_for_plan(cfg, gpu, assume_installed)
     resolved.need_processor()  # the plan encodes the worst-case record: the processor's absence is the error
     cfg = resolved.cfg
     strategy = strategy or resolved.strategy  # the run's own decision (train.strategy) unless asked otherwise

@@ -77,7 +77,8 @@ def _with(cfg, overrides: dict):
     return validate(tree)
 
 
-def _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup=True, nodes=1, node_link_gbs=None) -> Candidate:
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup=True, nodes=1, node_link_gbs=None,
+          assume_installed="gpu-extra") -> Candidate:
     from ..errors import MMTuneError
 
     try:
@@ -85,6 +86,7 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup=True, nodes=
         st = ov.get("_strategy", strategy)
         ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
         r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin_pct=margin_pct, dedup=dedup,
+                    assume_installed=assume_installed,
                     nodes=nodes, node_link_gbs=node_link_gbs)
         if "_strategy" in ov:
             ov_clean["--strategy"] = st
@@ -95,7 +97,8 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup=True, nodes=
 
 def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin_pct: float | None = None,
            micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None,
-           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None, on_candidate=None) -> SearchResult:
+           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None, on_candidate=None,
+           assume_installed: str = "gpu-extra") -> SearchResult:
     """`gpus` counts all GPUs, `nodes` the nodes they sit on (joined by `node_link_gbs`; planner.predict).
     `on_candidate(Candidate)` is called as each candidate is planned (the CLI prints it then, not at the end)."""
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
@@ -112,7 +115,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
             if gpus > 1:
                 ov["_strategy"] = st
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
             tried.append(c)
             if on_candidate is not None:
                 on_candidate(c)
@@ -126,7 +129,7 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
             if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
                 ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
             tried.append(c)
             if on_candidate is not None:
                 on_candidate(c)
