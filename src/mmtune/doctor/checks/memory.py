@@ -30,6 +30,7 @@ def fit_findings(plan, gpu, what: str, where: str = "train.micro_batch_size", ex
 
     if not plan.fits:
         if fix is not None and fix.fix is not None:
+            where = ", ".join(fix.fix.overrides)  # the keys the smallest fix changes
             text = (" ".join(fix.fix.lines) + f"  (the smallest change found: {_gib(fix.fix.result.process_total_bytes)} "
                     f"planned; {'; '.join(dict.fromkeys(fix.fix.notes))})")
         elif fix is not None:
