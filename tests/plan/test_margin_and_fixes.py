@@ -113,3 +113,18 @@ def re_kv(text: str) -> bool:
     import re
 
     return re.fullmatch(r"[a-z_]+\.[a-z_.]+=\S+", text) is not None
+
+
+def test_doctor_mm001_fix_is_the_planners_smallest_change(tmp_path, monkeypatch, sized_gpu):
+    import mmtune.gpus as gpus
+    from mmtune.doctor.runner import run_doctor
+
+    monkeypatch.setitem(gpus.GPUS, "t4-sized", replace(sized_gpu, id="t4-sized", name="T4 sized"))
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {name: tiny/qwen2}\ndata: {max_length: 2048}\nadapter: {method: lora}\n"
+                   "train: {precision: fp32, micro_batch_size: 8, grad_accum: 1, optimizer: adamw}\n")
+    rep = run_doctor(cfg, [], "t4-sized", only=["MM001"])
+    (f,) = [f for f in rep.findings if f.code == "MM001"]
+    assert f.severity == "error" and "does NOT fit T4 sized" in f.message
+    assert f.fix.startswith("train.micro_batch_size=4 train.grad_accum=2"), f.fix
+    assert f.where == "train.micro_batch_size, train.grad_accum"
