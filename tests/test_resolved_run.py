@@ -15,28 +15,35 @@ T4_LINE = "train.precision: fp16 + GradScaler (bf16 unsupported on T4 (sm_75))"
 
 
 def test_doctor_plan_and_train_smoke_report_the_same_precision_decision(tmp_path):
-    """seed004 stage 2 with profile=t4_qlora on a T4: bf16 (the recipe's) becomes fp16 + GradScaler, and
-    doctor, plan and train --smoke all say so with the same reason."""
+    """seed004 stage 2 with profile=t4_qlora and train.precision=bf16 on the command line (over the profile's fp16)
+    on a T4: bf16 becomes fp16 + GradScaler, and doctor, plan and train --smoke all say so with the same reason."""
     from typer.testing import CliRunner
 
     from mmtune.cli import app
     from mmtune.doctor.runner import run_doctor
-    ov = ["profile=t4_qlora", f"output_dir={tmp_path / 'run'}"]
+    ov = ["profile=t4_qlora", "train.precision=bf16", f"output_dir={tmp_path / 'run'}"]
     rep = run_doctor(STAGE2, ov, "t4", only=["MM005"])
     assert [f.severity for f in rep.findings] == ["info"] and T4_LINE in rep.findings[0].message
     planned = resolve_run(load_config(STAGE2, ov), gpu_target("t4"))
     assert planned.decision("train.precision").line() == T4_LINE and planned.loss_scaling
-    res = CliRunner().invoke(app, ["plan", str(STAGE2), "--gpu", "t4", *ov], env={"COLUMNS": "300"})
+    # without model.composed_from (what the stage-1 folder will be), the plan has no model to trace
+    res = CliRunner().invoke(app, ["plan", str(STAGE2), "--gpu", "t4", *ov, "model.composed_from=null"],
+                             env={"COLUMNS": "300"})
     assert res.exit_code == 2 and T4_LINE in res.output  # said, then: the stage-1 model is not there yet
     assert "does not exist" in res.output
     res = CliRunner().invoke(app, ["train", str(STAGE2), "--smoke", *ov], env={"COLUMNS": "300"})
     assert res.exit_code == 0, res.output
     assert T4_LINE in res.output
+    # where each overridden value came from: the start-up summary and config.resolved.yaml's header
+    source = "config adapter.method: 'qlora' (profile t4_qlora (command line); was 'lora' from "
+    assert source in res.output
+    assert "config train.precision: 'bf16' (command line: train.precision=bf16; was 'fp16' from profile t4_qlora" \
+        in res.output
 
 
 def test_plan_decisions_are_printed_even_when_the_model_is_missing():
     """The stage-2 model folder does not exist until stage 1 ran: plan still says what it decided."""
-    cfg = load_config(STAGE2, ["profile=t4_qlora"])
+    cfg = load_config(STAGE2, ["profile=t4_qlora", "train.precision=bf16", "model.composed_from=null"])
     r = resolve_run(cfg, gpu_target("t4"))
     assert r.processor is None and "does not exist" in r.processor_error.what
     assert r.decision("train.precision").line() == T4_LINE

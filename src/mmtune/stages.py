@@ -22,6 +22,16 @@ from .adapters import _last_blocks, base_name, component_of, is_lora_param
 from .errors import ConfigError
 
 
+def unit_component(unit: str) -> tuple[str, str]:
+    """(component, how) a stage unit trains: `projector` -> (projector, in full), `vision_last_2` -> (vision,
+    last 2 blocks), `decoder_lora` / `lora` -> (decoder / every LoRA host, LoRA)."""
+    if unit == "lora":
+        return "decoder", "LoRA"
+    m = re.fullmatch(r"(\w+?)(_lora|_last_(\d+))?", unit)
+    comp, kind, k = m.group(1), m.group(2), m.group(3)
+    return comp, ("LoRA" if kind == "_lora" else f"last {k} blocks" if k else "in full")
+
+
 def unit_matches(family, names: list[str], unit: str) -> list[str]:
     """The parameter names (of the adapted model) a unit selects."""
     if unit == "lora":

@@ -42,13 +42,46 @@ def test_unknown_section_suggests_the_section(tmp_path):
     assert "adapter" in e.value.problems[0]["fix"]
 
 
-def test_profile_is_under_user_keys_and_overrides_win(tmp_path):
+def test_precedence_defaults_recipe_profile_command_line(tmp_path):
+    """built-in defaults < a profile inside the recipe < the recipe < a command-line profile < key=value."""
+    from mmtune.config.loader import config_sources
+
     assert {"t4_qlora", "a100_bf16", "cloud_zero2"} <= set(available_profiles())
-    p = write(tmp_path, BASE + "train: {grad_accum: 4}\n")
+    p = write(tmp_path, BASE + "train: {grad_accum: 4, lr: 3.0e-4}\nadapter: {method: lora, r: 64}\n")
     cfg = load_config(p, ["profile=t4_qlora", "adapter.r=4"])
-    assert cfg.adapter.method == "qlora" and cfg.train.precision == "fp16"  # from the profile
-    assert cfg.train.grad_accum == 4  # the user's file beats the profile
+    assert cfg.adapter.method == "qlora" and cfg.train.precision == "fp16"  # the named profile beats the recipe
+    assert cfg.train.grad_accum == 16 and cfg.train.optimizer == "adamw_8bit"
+    assert cfg.train.lr == 3.0e-4  # the recipe's key the profile does not set stays
     assert cfg.adapter.r == 4  # the command line beats both
+    src = config_sources(cfg)
+    assert src["adapter.method"] == "profile t4_qlora (command line); was 'lora' from the recipe"
+    assert src["adapter.r"].startswith("command line: adapter.r=4; was 16 from profile t4_qlora")
+    assert "train.lr" not in src  # from the recipe: no note
+    # A profile named inside the recipe supplies defaults its own keys refine.
+    inside = write(tmp_path, BASE + "profile: t4_qlora\ntrain: {grad_accum: 4}\n")
+    cfg = load_config(inside, [])
+    assert cfg.adapter.method == "qlora" and cfg.train.grad_accum == 4
+    src = config_sources(cfg)
+    assert "named in" in src["adapter.method"] and "train.grad_accum" not in src
+    # ... and a command-line profile over it wins again.
+    cfg = load_config(inside, ["profile=a100_bf16"])
+    assert (cfg.adapter.method, cfg.train.precision, cfg.train.grad_accum) == ("lora", "bf16", 4)
+
+
+def test_seed004_stage2_with_the_t4_profile_is_a_qlora_run():
+    cfg = load_config("recipes/seed004_llava_clip_stage2.yaml", ["profile=t4_qlora"])
+    assert (cfg.adapter.method, cfg.train.precision, cfg.train.micro_batch_size, cfg.train.gpu) == \
+        ("qlora", "fp16", 1, "t4")
+    assert cfg.adapter.train_components == ["projector"]  # what the profile does not say stays the recipe's
+
+
+def test_the_decisions_say_where_overridden_values_came_from():
+    from mmtune.resolve import resolve_run, target_for
+
+    cfg = load_config("recipes/demo_counting.yaml", ["profile=t4_qlora", "train.max_steps=3"])
+    lines = resolve_run(cfg, target_for(cfg, "t4", local=False)).summary_lines()
+    assert any(line.startswith("config train.max_steps: 3 (command line: train.max_steps=3; was ") for line in lines)
+    assert "config train.optimizer: 'adamw_8bit' (profile t4_qlora (command line)" in "\n".join(lines)
 
 
 def test_unknown_profile_lists_known(tmp_path):

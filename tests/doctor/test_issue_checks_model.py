@@ -231,7 +231,8 @@ def test_mm050_flash_attention_beyond_head_dim_256(doctor, tmp_path):
     rep = doctor({**tree(big), "model": {**fa2, "name": str(big)}}, "MM050", gpu="a100-80gb")
     assert [(f.code, f.severity, f.fix) for f in rep.findings] == [("MM050", "error", "model.attn_implementation=sdpa")]
     assert "head_dim 288" in rep.findings[0].message
-    assert doctor(tree(big), "MM050", gpu="a100-80gb").findings == []  # sdpa: no limit
+    sdpa = {**tree(big), "model": {**tree(big)["model"], "attn_implementation": "sdpa"}}
+    assert doctor(sdpa, "MM050", gpu="a100-80gb").findings == []  # sdpa: no limit
     ok = model_folder(tmp_path, name="ok")
     assert doctor({**tree(ok), "model": {**fa2, "name": str(ok)}}, "MM050", gpu="a100-80gb").findings == []
 

@@ -272,7 +272,14 @@ def test_doctor_says_what_the_gpu_machine_needs(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"},
                                    "train": {"fused_kernels": "liger"}}))
+    # A plan for a catalog GPU assumes mmtune[gpu] there (liger-kernel with it): nothing to say ...
     rep = run_doctor(cfg, [], "a100-80gb", fast=True)
+    assert "MM081" not in rep.codes()
+    # ... unless told the machine has only the core packages, or this machine's (without liger-kernel).
+    rep = run_doctor(cfg, [], "a100-80gb", fast=True, assume_installed="none")
+    found = [f for f in rep.findings if f.code == "MM081"]
+    assert len(found) == 1 and found[0].severity == "info" and "assumed absent" in found[0].message
+    rep = run_doctor(cfg, [], "a100-80gb", fast=True, assume_installed="here")
     found = [f for f in rep.findings if f.code == "MM081"]
     if LIGER:  # installed here: nothing to say
         assert not found

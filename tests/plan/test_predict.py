@@ -73,8 +73,12 @@ def test_search_result_fits_by_the_planner():
     big = predict(cfg.model_copy(update={"train": cfg.train.model_copy(update={"micro_batch_size": 8, "grad_accum": 1})}),
                   gpu="t4")
     small = predict(cfg, gpu="t4")
-    # A GPU that holds micro-batch 1 but not 8, with 10 % margin.
-    usable = int((small.process_total_bytes + big.process_total_bytes) / 2 / 0.9)
+    # A GPU that holds micro-batch 1 but not 8, with the margin rule's headroom (plan/margin.py).
+    from mmtune.plan.margin import fits, required_headroom
+
+    mid = (small.process_total_bytes + big.process_total_bytes) // 2
+    usable = mid + required_headroom(mid)
+    assert fits(small.process_total_bytes, usable) and not fits(big.process_total_bytes, usable)
     gpu = GPUS["t4"].__class__(**{**GPUS["t4"].__dict__, "usable_bytes": usable})
     res = search(cfg, gpu=gpu, micro_batches=(1, 2, 8), methods=["lora"], optimizers=["adamw"], checkpointing=[True])
     assert res.best is not None

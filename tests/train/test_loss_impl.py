@@ -74,10 +74,14 @@ def test_liger_loss_planned_for_another_gpu_is_kept_with_the_gap_stated():
     from mmtune.resolve import gpu_target, resolve_run
     from mmtune.resolve.target import Target
 
-    r = resolve_run(load_config(None, BASE + ["train.loss_impl=liger"]), gpu_target("a100-80gb"))
+    # planned with this machine's packages (--assume-installed here): the gap is stated
+    r = resolve_run(load_config(None, BASE + ["train.loss_impl=liger"]), gpu_target("a100-80gb", assume_installed="here"))
     d = r.decision("train.loss_impl")
     assert r.cfg.train.loss_impl == "liger" and d.value == "liger"
     assert d.reason.startswith("requested; here: liger_kernel is not installed here (pip install 'mmtune[gpu]'")
+    # planned for the A100 as set up with mmtune[gpu] (the default): Liger runs there, nothing missing
+    r = resolve_run(load_config(None, BASE + ["train.loss_impl=liger"]), gpu_target("a100-80gb"))
+    assert r.decision("train.loss_impl").reason.startswith("requested; Liger-Kernel's fused linear cross entropy")
     # the same GPU as this machine's: refused (it would not run here)
     local_a100 = Target("cuda", gpu_target("a100-80gb").gpu, "this machine", local=True)
     with pytest.raises(ConfigError, match="train.loss_impl=liger cannot be used: liger_kernel is not installed"):
@@ -123,12 +127,15 @@ def test_doctor_covers_the_liger_loss_like_fused_kernels(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"},
                                    "train": {"loss_impl": "liger", "fused_kernels": "none"}}))
-    rep = run_doctor(cfg, [], "a100-80gb", fast=True)  # planned for an A100: kept, MM081 says what it needs
+    # planned for an A100 set up with mmtune[gpu] (the default): nothing to say; with this machine's packages:
+    # kept, and MM081 says what the GPU machine needs
+    assert "MM081" not in run_doctor(cfg, [], "a100-80gb", fast=True).codes()
+    rep = run_doctor(cfg, [], "a100-80gb", fast=True, assume_installed="here")
     found = [f for f in rep.findings if f.code == "MM081"]
     assert len(found) == 1 and found[0].severity == "info" and found[0].where == "train.loss_impl"
     assert "liger_kernel is not installed here" in found[0].message and "mmtune[gpu]" in found[0].fix
     assert "train.loss_impl=chunked" in found[0].fix
-    rep = run_doctor(cfg, ["train.fused_kernels=liger"], "a100-80gb", fast=True)  # both keys: one finding each
+    rep = run_doctor(cfg, ["train.fused_kernels=liger"], "a100-80gb", fast=True, assume_installed="here")  # one each
     assert sorted(f.where for f in rep.findings if f.code == "MM081") == ["train.fused_kernels", "train.loss_impl"]
     rep = run_doctor(cfg, ["train.device=cpu"], None, fast=True)  # on this CPU: the resolved run refuses it
     errors = [f for f in rep.findings if f.severity == "error"]

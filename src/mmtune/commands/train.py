@@ -23,11 +23,12 @@ def prepare_config(config_path, overrides: list[str], *, smoke: bool = False):
     return cfg, run_cfg, notes
 
 
-def resolve_target(cfg):
-    """The run as it will execute on its target GPU (train.gpu), else on this machine."""
+def resolve_target(cfg, *, smoke: bool = False):
+    """The run as it will execute on its target GPU (train.gpu), else on this machine. The packages are this
+    machine's (the run executes here), except under --smoke, where the real run's machine is elsewhere."""
     from ..resolve import resolve_run, target_for
 
-    return resolve_run(cfg, target_for(cfg, local=False))
+    return resolve_run(cfg, target_for(cfg, local=False, assume_installed="gpu-extra" if smoke else "here"))
 
 
 def resolve_runs(cfg, run_cfg, *, smoke: bool):
@@ -38,7 +39,7 @@ def resolve_runs(cfg, run_cfg, *, smoke: bool):
     training may download it, and the doctor's findings come first."""
     from ..resolve import local_target, resolve_run
 
-    target_run = resolve_target(cfg)
+    target_run = resolve_target(cfg, smoke=smoke)
     if not smoke:
         return target_run, None
     if run_cfg.train.strategy != target_run.strategy:
@@ -78,14 +79,16 @@ def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: b
         from ..plan import predict
     except ImportError:
         return None
+    from ..plan.margin import verdict_line
+
     plan = predict(target_run)
-    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB on {plan.gpu_name}, "
-                  f"{'fits' if plan.fits else 'does NOT fit'}")
+    console.print(f"plan: peak reserved {plan.peak_reserved_bytes / 2**30:.2f} GiB; {escape(verdict_line(plan))}",
+                  soft_wrap=True)
     if not plan.fits and not target_run.cfg.train.ignore_plan:
         raise MMTuneError(
-            f"the planner predicts this run needs {plan.peak_reserved_bytes / 2**30:.2f} GiB, more than "
-            f"{plan.gpu_name} offers", where="train / model / data settings",
-            fix="run `mmtune plan CONFIG --search --gpu NAME` for a config that fits, or train.ignore_plan=true")
+            f"the planner predicts this run does not fit: {verdict_line(plan)}", where="train / model / data settings",
+            fix=f"`mmtune plan CONFIG --gpu {plan.gpu_id}` prints the smallest changes that make it fit as key=value "
+                "lines; or train.ignore_plan=true")
     return {"predicted_peak_bytes": int(plan.peak_allocated_bytes),
             "predicted_peak_reserved_bytes": int(plan.peak_reserved_bytes)}
 

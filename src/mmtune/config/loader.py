@@ -1,7 +1,12 @@
 """YAML + profile + `key=value` overrides -> a validated RunConfig.
 
-Order of precedence (later wins): profile < the YAML file < command-line overrides. A profile is a
-YAML file in recipes/profiles/ that supplies defaults the user's own keys override.
+Order of precedence, written once here (later wins; `layered`):
+  built-in defaults (schema.py) < a profile named inside the recipe (`profile: NAME`: its defaults)
+  < the recipe file < a profile named on the command line (`profile=NAME`) < explicit `key=value`.
+A profile on the command line is a request to make the run that (`profile=t4_qlora` makes it a QLoRA run
+on a T4 whatever the recipe says); a profile inside the recipe is the recipe author's starting point, which
+the recipe's own keys refine. Where each value not from the recipe came from is kept on the config
+(`config_sources`) and printed as decisions: the start-up summary, config.resolved.yaml and `plan`.
 
 Every problem is collected and raised once (a ConfigError with `.problems`), each naming the key,
 the source (file or command line) and a did-you-mean where a near key exists.
@@ -255,16 +260,50 @@ def drop_overridden(lower: dict, upper_train_keys: set[str]) -> dict:
     return {**lower, "train": {k: v for k, v in train.items() if k not in drop}}
 
 
-def layered(tree: dict, ov: dict[str, str]) -> dict:
-    """The file's tree with its profile under it and the command line's overrides over it (`ov` loses
-    its `profile` key); a later layer's key replaces its EXCLUSIVE pair from an earlier one. The doctor
-    builds its tree through this too, so both read one config the same way."""
-    profile = ov.pop("profile", None) or tree.pop("profile", None)
-    if isinstance(profile, str) and profile:
-        tree = deep_merge(drop_overridden(load_profile(profile), _train_keys(tree)), tree)
+def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _note(sources: dict | None, layer: dict, name: str, below: dict) -> None:
+    """Record `name` as the source of each leaf of `layer`, with the value it replaced (from `below`)."""
+    if sources is None:
+        return
+    old = _leaves(below)
+    for key, value in _leaves(layer).items():
+        was = old.get(key)
+        sources[key] = name + (f"; was {was!r} from {sources.get(key, 'the recipe')}"
+                               if key in old and was != value else "")
+
+
+def layered(tree: dict, ov: dict[str, str], sources: dict | None = None, recipe: str = "the recipe") -> dict:
+    """The file's tree with its layers (module docstring): the profile it names under it, a command-line
+    profile over it, then the command line's `key=value` (`ov` loses its `profile` key). A later layer's key
+    replaces its EXCLUSIVE pair from an earlier one. `sources` (when given) is filled with where each value
+    not from the file came from. The doctor builds its tree through this too, so both read one config alike."""
+    own, named = tree.pop("profile", None), ov.pop("profile", None)
+    if isinstance(own, str) and own:
+        base = load_profile(own)
+        _note(sources, base, f"profile {own} (named in {recipe}; the recipe's own keys win)", {})
+        if sources is not None:  # the recipe's keys replace the profile's: theirs are no longer in force
+            for key in _leaves(tree):
+                sources.pop(key, None)
+        tree = deep_merge(drop_overridden(base, _train_keys(tree)), tree)
+    if named:
+        top = load_profile(named)
+        _note(sources, top, f"profile {named} (command line)", tree)
+        tree = deep_merge(drop_overridden(tree, _train_keys(top)), top)
     tree = drop_overridden(tree, {k.split(".", 1)[1] for k in ov if k.startswith("train.")})
     for k, v in ov.items():
-        set_dotted(tree, k, parse_value(v))
+        value, layer = parse_value(v), {}
+        set_dotted(layer, k, value)
+        _note(sources, layer, f"command line: {k}={v}", tree)
+        set_dotted(tree, k, value)
     return tree
 
 
@@ -274,10 +313,22 @@ def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] |
     if path is not None:
         path = find_config(path)  # also done by read_yaml; here so messages name the file read
     tree = read_yaml(path) if path is not None else {}
-    tree = layered(tree, ov)
+    sources: dict[str, str] = {}
+    tree = layered(tree, ov, sources, recipe=str(path) if path else "the recipe")
     if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
         tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
-    return validate(tree, path=str(path) if path else None, overrides=ov)
+    return with_sources(validate(tree, path=str(path) if path else None, overrides=ov), sources)
+
+
+def with_sources(cfg: RunConfig, sources: dict[str, str]) -> RunConfig:
+    """`cfg` carrying where each value not from the recipe came from (a profile, the command line)."""
+    cfg._sources = dict(sources)
+    return cfg
+
+
+def config_sources(cfg) -> dict[str, str]:
+    """Dotted key -> where its value came from, for the keys a profile or the command line set."""
+    return dict(getattr(cfg, "_sources", None) or {})
 
 
 def dump_config(cfg: RunConfig) -> str:

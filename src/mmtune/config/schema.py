@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 
 class Section(BaseModel):
     # allow_inf_nan=False: `train.lr=inf` (or a NaN) passes gt=0 but is no number a run can use.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+class ComposedFrom(Section):
+    vision: str = Field(description="the vision encoder, as `mmtune compose --vision` takes it (hub id or folder)")
+    lm: str = Field(description="the causal LM, as `mmtune compose --lm` takes it")
+    projector: Literal["mlp2x_gelu", "linear"] = "mlp2x_gelu"
+    vision_feature_layer: int = -2
 
 
 class ModelConfig(Section):
@@ -50,6 +57,10 @@ class ModelConfig(Section):
     video_fps: float | None = Field(None, gt=0, description="sample by fps instead of a fixed count")
     audio_max_seconds: float = Field(30.0, gt=0)
     trust_remote_code: bool = False
+    composed_from: ComposedFrom | None = Field(
+        None, description="{vision: ID, lm: ID}: what `mmtune compose` builds model.name's folder from; plan and "
+                          "doctor read it while that folder does not exist yet (a later stage's recipe), from the "
+                          "parts' embedded configs (docs/plan.md)")
     # Accepted only to refuse it with a clear message (failure mode 7): training never offloads layers;
     # load_model puts the whole model on each process's device.
     device_map: str | None = Field(None, description="not supported for training; leave unset")
@@ -426,6 +437,18 @@ class RunConfig(Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    # Where each value a profile or the command line set came from (config/loader.py `layered`): printed
+    # with the run's decisions; not a config key, not dumped.
+    _sources: dict = PrivateAttr(default_factory=dict)
+
+    def __eq__(self, other) -> bool:
+        # Two configs are equal when their settings are: where a value came from is not a setting (pydantic's
+        # own __eq__ compares private attributes too, so a reloaded config.resolved.yaml would differ).
+        if not isinstance(other, RunConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # as pydantic's: a mutable model is not hashable
 
     @field_validator("output_dir")
     @classmethod

@@ -18,7 +18,11 @@ def group_not_run(not_run) -> list[tuple[str, list[tuple[str, str]]]]:
 
 
 def render(report, console) -> None:
-    """Findings grouped by severity, then the data table and the checks that did not run."""
+    """Findings grouped by severity (code, what, where), each table followed by its fixes as whole lines;
+    then the data table and the checks that did not run; last the verdict and the errors' fixes.
+
+    A fix is never a table cell: a narrow column breaks a command like `train.micro_batch_size=1` mid-word,
+    and the pieces cannot be copied. Fix lines are printed unwrapped (the terminal soft-wraps them)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -31,10 +35,11 @@ def render(report, console) -> None:
         table.add_column("code", no_wrap=True)
         table.add_column("what", ratio=3, overflow="fold")
         table.add_column("where", ratio=2, overflow="fold")
-        table.add_column("fix", ratio=2, overflow="fold")
         for f in items:
-            table.add_row(f.code, f.message, f.where or "", f.fix or "")
+            table.add_row(f.code, escape(f.message), escape(f.where or ""))
         console.print(table)
+        if sev != "error":  # the errors' fixes close the report, under the verdict
+            _fix_lines(items, console)
     scan = report.tables.get("data")
     if scan is not None:
         table = Table(title="data", expand=False)
@@ -56,6 +61,15 @@ def render(report, console) -> None:
     n_err, n_warn = len(report.errors), sum(f.severity == "warning" for f in report.findings)
     colour = "red" if n_err else ("yellow" if n_warn else "green")
     console.print(f"[{colour}]{n_err} error(s), {n_warn} warning(s)[/] in {report.total_seconds:.1f} s")
+    _fix_lines(report.errors, console)
+
+
+def _fix_lines(findings, console) -> None:
+    from rich.markup import escape
+
+    for f in findings:
+        if f.fix:
+            console.print(f"  {f.code} fix: {escape(f.fix)}", soft_wrap=True, highlight=False)
 
 
 def doctor_command(
@@ -67,6 +81,8 @@ def doctor_command(
     fast: bool = typer.Option(False, "--fast", help="only the fast checks `mmtune train` runs first"),
     full: bool = typer.Option(False, "--full", help="decode every record's media (without it, a split with more than "
                                                     "1000 records with media decodes a random sample of 1000)"),
+    assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
+                                         "packages: gpu-extra (mmtune[gpu]), none (core only) or here (this machine's)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1,
                                         help="read only the first N records of each split (a quick look at a large set)"),
 ) -> None:
@@ -78,7 +94,8 @@ def doctor_command(
         # The clean file would silently lack every record past the first N.
         raise typer.BadParameter("--write-clean writes every record that passes: it cannot be combined with --limit",
                                  param_hint="--limit")
-    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full, max_records=limit)
+    report = run_doctor(config, overrides or [], gpu, fast=fast, write_clean=write_clean, full=full, max_records=limit,
+                        assume_installed=assume_installed)
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:

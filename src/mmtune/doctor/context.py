@@ -49,6 +49,7 @@ class DoctorContext:
     write_clean: str | None = None
     max_records: int | None = None  # None = the whole dataset
     full: bool = False  # decode every record's media, not a stated random sample of large splits
+    assume_installed: str = "gpu-extra"  # the target GPU machine's optional packages (resolve/target.py)
     _cache: dict[str, Any] = field(default_factory=dict)
     _failed: dict[str, str] = field(default_factory=dict)
     build_errors: list[BuildError] = field(default_factory=list)
@@ -99,19 +100,20 @@ class DoctorContext:
 
         try:
             tree = read_yaml(self.config_path) if self.config_path is not None else {}
-            return layered(tree, dict(self.overrides))  # profile under the file, overrides over it
+            self.sources: dict[str, str] = {}  # the layers' order: config/loader.py's docstring
+            return layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable(f"the config could not be read: {e.what}") from None
 
     def _build_cfg(self):
-        from ..config.loader import validate
+        from ..config.loader import validate, with_sources
         from ..errors import ConfigError
 
         tree = self.need("tree")
         ov = {k: v for k, v in self.overrides.items() if k != "profile"}
         try:
-            return validate(tree, path=self.config_path, overrides=ov)
+            return with_sources(validate(tree, path=self.config_path, overrides=ov), getattr(self, "sources", {}))
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable("the config is invalid (see MM019)") from None
@@ -130,7 +132,7 @@ class DoctorContext:
         from ..resolve import resolve_run, target_for
 
         cfg = self.need("cfg")
-        return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False))
+        return resolve_run(cfg, target_for(cfg, self.gpu_name, local=False, assume_installed=self.assume_installed))
 
     def _build_launched(self):
         """The run as launched: the target's resolved run, unless train's preflight supplied the one it runs."""

@@ -120,6 +120,14 @@ def build_plan(resolved):
     return predict(resolved)
 
 
+def plan_fix(cfg, resolved, plan, gpu):
+    """The smallest changes that make a run that does not fit fit (plan/fixes.py), planned as `plan` was."""
+    from ..plan.fixes import find_fix, planner_for
+
+    return find_fix(resolved, first=plan, plan_fn=planner_for(cfg, gpu=gpu.id,
+                                                              assume_installed=resolved.target.assume_installed))
+
+
 @dataclass
 class GradModel:
     adapted: Adapted

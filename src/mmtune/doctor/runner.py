@@ -93,18 +93,20 @@ def _claims(chk: Check, b) -> bool:
 
 
 def make_context(config_path, overrides=None, gpu: str | None = None, *, fast: bool = False,
-                 write_clean: str | None = None, max_records: int | None = None, full: bool = False) -> DoctorContext:
+                 write_clean: str | None = None, max_records: int | None = None, full: bool = False,
+                 assume_installed: str = "gpu-extra") -> DoctorContext:
     from ..config.loader import split_overrides
 
     ov = overrides if isinstance(overrides, dict) else split_overrides(list(overrides or []))
     return DoctorContext(config_path=str(config_path) if config_path is not None else None, overrides=ov,
                          gpu_name=gpu, fast=fast, write_clean=write_clean, max_records=max_records,
-                         full=full)
+                         full=full, assume_installed=assume_installed)
 
 
 def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: bool = False,
                write_clean: str | None = None, max_records: int | None = None, full: bool = False,
-               only: list[str] | None = None, resolved=None, launched=None) -> DoctorReport:
+               only: list[str] | None = None, resolved=None, launched=None,
+               assume_installed: str = "gpu-extra") -> DoctorReport:
     """All checks (or the fast subset `mmtune train` runs first) on CPU; see docs/doctor.md.
     `resolved`: the caller's resolved run (train's preflight), so doctor checks exactly that run;
     `launched`: the run this process launches where it is another (train --smoke: the tiny twin on the CPU),
@@ -113,7 +115,7 @@ def run_doctor(config_path, overrides=None, gpu: str | None = None, *, fast: boo
 
     try:
         ctx = make_context(config_path, overrides, gpu, fast=fast, write_clean=write_clean, max_records=max_records,
-                           full=full)
+                           full=full, assume_installed=assume_installed)
     except ConfigError as e:  # an override that is not key=value: the same finding form as any config error
         return DoctorReport(findings=[Finding("MM019", "error", e.what, e.where, e.fix)])
     if resolved is not None:

@@ -107,11 +107,51 @@ def _assemble(model_cls, config, encoder_attr: str, encoder, text, vocab: int, n
     return model
 
 
+def llava_config(vcfg, tcfg, *, image_id: int, vocab: int, projector: str, vision_feature_layer: int):
+    """The LlavaConfig of a vision encoder's config + a causal LM's config: what compose_llava builds, and
+    what plan / doctor plan before the composed folder exists (planned_llava_config)."""
+    from transformers import LlavaConfig
+
+    # CLIP prepends a CLS token the projector drops ("default"); SigLIP has none ("full").
+    strategy = "full" if vcfg.model_type.startswith("siglip") else "default"
+    text = tcfg.to_dict()
+    text["vocab_size"] = vocab
+    return LlavaConfig(vision_config=vcfg.to_dict(), text_config=text, image_token_index=image_id,
+                       projector_hidden_act=PROJECTORS[projector], multimodal_projector_bias=True,
+                       vision_feature_layer=vision_feature_layer, vision_feature_select_strategy=strategy,
+                       image_seq_length=(vcfg.image_size // vcfg.patch_size) ** 2,
+                       tie_word_embeddings=bool(getattr(tcfg, "tie_word_embeddings", False)))
+
+
+def planned_llava_config(composed_from):
+    """The config `mmtune compose --vision V --lm L` will write, from V's and L's embedded public configs (no
+    download): for plan / doctor of a recipe whose model folder a previous stage makes (model.composed_from).
+    The image token's id is the LM vocabulary's last (the stand-in processor's is remapped onto it, as for
+    every embedded config: loading.remap_token_ids); the vocabulary keeps the LM's embedding size, which
+    holds the added <image> token (Qwen2.5: 151,665 tokens in 152,064 rows)."""
+    from .configs import embedded, hf_config
+
+    specs = {}
+    for part in ("vision", "lm"):
+        name = getattr(composed_from, part)
+        specs[part] = embedded(name)
+        if specs[part] is None:
+            from .configs import embedded_names
+
+            raise ModelLoadError(f"model.composed_from.{part}={name!r} has no embedded config to plan from",
+                                 where=f"model.composed_from.{part}",
+                                 fix="run the stage that makes model.name first (then its folder is read), or name "
+                                     "a part mmtune embeds: " + ", ".join(embedded_names()))
+    vcfg, tcfg = hf_config(specs["vision"]), hf_config(specs["lm"])
+    return llava_config(vcfg, tcfg, image_id=tcfg.vocab_size - 1, vocab=tcfg.vocab_size,
+                        projector=composed_from.projector, vision_feature_layer=composed_from.vision_feature_layer)
+
+
 def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector: str = "mlp2x_gelu",
                   vision_feature_layer: int = -2, device="cpu", dtype=None, chat_template: str | None = None,
                   seed: int = 0) -> Composed:
     """Build a LlavaForConditionalGeneration from a vision encoder and a causal LM (see module docstring)."""
-    from transformers import LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import LlavaForConditionalGeneration, LlavaProcessor
 
     if projector not in PROJECTORS:
         raise ConfigError(f"unknown projector {projector!r}", where="compose --projector",
@@ -122,7 +162,6 @@ def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector
     text, tok = _lm(lm, tokenizer)
     vcfg = vis.config
     siglip = vcfg.model_type.startswith("siglip")
-    # CLIP prepends a CLS token the projector drops ("default"); SigLIP has none ("full").
     strategy = "full" if siglip else "default"
 
     if IMAGE_TOKEN not in tok.get_vocab():
@@ -131,13 +170,8 @@ def compose_llava(vision, lm, *, tokenizer=None, image_processor=None, projector
     image_id = tok.convert_tokens_to_ids(IMAGE_TOKEN)
     vocab = max(len(tok), text.get_input_embeddings().num_embeddings)
     n_patches = (vcfg.image_size // vcfg.patch_size) ** 2
-    tcfg = text.config.to_dict()
-    tcfg["vocab_size"] = vocab
-    config = LlavaConfig(vision_config=vcfg.to_dict(), text_config=tcfg, image_token_index=image_id,
-                         projector_hidden_act=PROJECTORS[projector], multimodal_projector_bias=True,
-                         vision_feature_layer=vision_feature_layer, vision_feature_select_strategy=strategy,
-                         image_seq_length=n_patches,
-                         tie_word_embeddings=bool(getattr(text.config, "tie_word_embeddings", False)))
+    config = llava_config(vcfg, text.config, image_id=image_id, vocab=vocab, projector=projector,
+                          vision_feature_layer=vision_feature_layer)
     model = _assemble(LlavaForConditionalGeneration, config, "vision_tower", vis, text, vocab, notes,
                       device=device, dtype=dtype, seed=seed)
     notes.append(f"composed {type(vis).__name__} + {projector} projector + {type(text).__name__} "

@@ -92,6 +92,11 @@ def meta_config(cfg):
             config = load_hf_config(name, cfg.model.revision, cfg.model.trust_remote_code)
         except ModelLoadError:
             pass
+    if config is None and is_local_name(name) and cfg.model.composed_from is not None:
+        # The folder a previous stage composes (mmtune compose), planned from its parts before it exists.
+        from .compose import planned_llava_config
+
+        config = planned_llava_config(cfg.model.composed_from)
     if config is None:
         from .configs import embedded, hf_config
 

@@ -26,11 +26,16 @@ def gib(n: int) -> str:
 
 
 def render(result, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     r = result
     head = (f"[bold]{r.model}[/] {r.method} {r.precision} on {r.gpu_name}" + (f" x{r.gpus} ({r.strategy})" if r.gpus > 1 else ""))
     console.print(head)
+    from .margin import verdict_line
+
+    verdict = verdict_line(r)
+    console.print(("[green]" if r.fits else "[red]") + escape(verdict) + "[/]", soft_wrap=True)
     console.print(f"batch: {r.batch['source']}; micro-batch {r.batch['micro_batch_size']} x accumulation {r.batch['grad_accum']}")
     t = Table(show_header=True, box=None)
     t.add_column("memory (per GPU)")
@@ -47,9 +52,6 @@ def render(result, console) -> None:
         if v:
             b.add_row(k.replace("_", " "), gib(v))
     console.print(b)
-    verdict = "[green]fits[/]" if r.fits else "[red]does NOT fit[/]"
-    console.print(f"{verdict}: margin {gib(r.margin_bytes)} ({r.margin_pct:.1f} % of the GPU; "
-                  f"asked {r.required_margin_pct:.0f} %)")
     media = {k: v for k, v in r.media_tokens.items() if v["max"]}
     for k, v in media.items():
         console.print(f"{k} tokens per record: max {v['max']}, p95 {v['p95']}, mean {v['mean']:.1f}")
@@ -70,11 +72,11 @@ def render(result, console) -> None:
             console.print(f"  across {c['nodes']} nodes (hierarchical): within a node {gib(c['intra_node_bytes'])} per GPU "
                           f"over {c['interconnect']}, {c['intra_node_s']:.3f} s; between nodes {gib(c['inter_node_bytes'])} "
                           f"per node over {c['node_link']}: {c['inter_node_s']:.3f} s")
-    from rich.markup import escape
-
     for d in r.decisions:  # escaped: "pip install 'mmtune[gpu]'" in a reason must print, not vanish as markup
         console.print(f"[dim]decision: {escape(d)}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")
+    # The verdict again, last: the decisions above push the first one off a screen.
+    console.print(("[bold green]" if r.fits else "[bold red]") + escape(verdict) + "[/]", soft_wrap=True)
 
 
 def render_verification(v, console) -> None:
@@ -112,7 +114,13 @@ def register(app: typer.Typer) -> None:
                                                "(default: the config's train.strategy, as the run decides it)"),
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
         search: bool = typer.Option(False, "--search", help="find the fastest config that fits"),
-        margin: float = typer.Option(10.0, "--margin", help="free memory to keep, in % of the GPU"),
+        assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
+                                             "packages: gpu-extra (mmtune[gpu]: flash-attn, liger-kernel, bitsandbytes), "
+                                             "none (core only) or here (this machine's)"),
+        fixes: bool = typer.Option(True, "--fixes/--no-fixes", help="when the run does not fit: search the smallest "
+                                   "changes that make it fit and print them as key=value lines (default on)"),
+        margin: Optional[float] = typer.Option(None, "--margin", help="headroom to keep free, in % of the planned "
+                                               "process total, at least 0.5 GiB (default 5; docs/plan.md, margin rule)"),
         image: Optional[List[str]] = typer.Option(None, "--image", help="declared image WxH (no data)"),
         video: Optional[List[str]] = typer.Option(None, "--video", help="declared video FRAMESxWxH (no data)"),
         audio: Optional[List[float]] = typer.Option(None, "--audio", help="declared audio seconds (no data)"),
@@ -152,23 +160,29 @@ def register(app: typer.Typer) -> None:
                     render_verification(v, console)
                 return
             if search:
+                from .search import candidate_line
                 from .search import search as run_search
 
+                if not as_json:
+                    console.print("planning candidates (each line as it is planned):")
                 res = run_search(cfg, gpu=target, gpus=gpus * nodes, nodes=nodes, node_link_gbs=node_link,
-                                 declared=declared, margin=margin / 100,
-                                 strategy="ddp" if cfg.train.strategy == "auto" else cfg.train.strategy)
+                                 declared=declared, margin_pct=margin,
+                                 strategy="ddp" if cfg.train.strategy == "auto" else cfg.train.strategy,
+                                 on_candidate=None if as_json else (lambda c: candidate_line(c, console)),
+                                 assume_installed=assume_installed)
                 if as_json:
                     typer.echo(res.to_json())
                 else:
-                    res.render(console)
+                    res.render(console, rows=False)
                 if res.best is None:
                     raise typer.Exit(1)
                 return
             from ..resolve import resolve_run, target_for
 
             # The strategy is the run's decision (train.strategy, auto weighed on this many GPUs), as train takes it.
-            resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes))
-            r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin=margin / 100,
+            resolved = resolve_run(cfg, target_for(cfg, target, local=False, gpus=gpus, nodes=nodes,
+                                                   assume_installed=assume_installed))
+            r = predict(resolved, gpus=gpus * nodes, strategy=resolved.strategy, declared=declared, margin_pct=margin,
                         nodes=nodes, node_link_gbs=node_link)
         except MMTuneError as e:
             if resolved is not None and not as_json:  # what the run decides on that GPU, even if planning failed
@@ -176,9 +190,31 @@ def register(app: typer.Typer) -> None:
                     console.print(f"decision: {escape(line)}", soft_wrap=True)
             typer.echo(f"error: {e}", err=True)
             raise typer.Exit(2) from None
+        fix = None
+        if not r.fits and fixes:
+            from .fixes import find_fix, planner_for
+
+            try:
+                fix = find_fix(resolved, first=r, plan_fn=planner_for(cfg, gpu=target, gpus=gpus, nodes=nodes,
+                                                                      declared=declared, margin_pct=margin,
+                                                                      assume_installed=assume_installed))
+            except MMTuneError as e:
+                typer.echo(f"error while searching for a fix: {e}", err=True)
         if as_json:
-            typer.echo(r.to_json())
+            import json
+
+            d = r.to_dict()
+            if fix is not None:
+                d["fix"] = {"overrides": fix.fix.overrides if fix.fix else None,
+                            "lines": fix.fix.lines if fix.fix else [], "why_none": fix.why_none,
+                            "candidates": fix.tried, "seconds": round(fix.seconds, 1)}
+            typer.echo(json.dumps(d, indent=2))
         else:
             render(r, console)
+            if fix is not None:
+                from .fixes import render_fix
+
+                render_fix(fix, console, command=(" ".join(["mmtune plan", config, *(overrides or [])]),
+                                                  f" --gpu {target}" if target else ""))
         if not r.fits:
             raise typer.Exit(1)

@@ -33,9 +33,9 @@ class PlanResult:
     tensor_peak_bytes: int  # live tensor bytes at the peak, unrounded (the CPU figure)
     gpu_total_bytes: int
     fits: bool
-    margin_bytes: int  # gpu total - process total (negative: does not fit)
-    margin_pct: float
-    required_margin_pct: float
+    margin_bytes: int  # gpu total - process total: the free memory (negative: over the GPU's memory)
+    margin_pct: float  # margin_bytes in % of the GPU's memory
+    required_margin_pct: float  # the margin rule's percentage (of the planned process total; plan/margin.py)
     peak_phase: str
     breakdown: dict
     media_tokens: dict
@@ -47,6 +47,7 @@ class PlanResult:
     total_params: int
     decisions: list = field(default_factory=list)
     plan_seconds: float = 0.0
+    required_margin_bytes: int = 0  # the headroom the margin rule asks of this plan (plan/margin.py)
     train_tensor_peak_bytes: int = 0  # the train steps' live tensor peak (the eval phase excluded)
     eval: dict = field(default_factory=dict)  # planned eval: batch_size, prompt_tokens, max_new_tokens,
     # kv_cache_bytes, tensor_peak_bytes (empty when the run does not evaluate)
@@ -245,32 +246,36 @@ def _untraceable(e: Exception, cfg) -> MMTuneError:
                            "settings and report the module to mmtune")
 
 
-def resolve_for_plan(cfg, gpu=None):
-    """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine."""
+def resolve_for_plan(cfg, gpu=None, assume_installed: str = "gpu-extra"):
+    """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine; a named GPU's
+    packages as `assume_installed` says (resolve/target.py)."""
     from ..resolve import ResolvedRun, resolve_run, target_for
 
     if isinstance(cfg, ResolvedRun):
         return cfg
-    return resolve_run(cfg, target_for(cfg, gpu, local=False), require_processor=True)
+    return resolve_run(cfg, target_for(cfg, gpu, local=False, assume_installed=assume_installed),
+                       require_processor=True)
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
-            margin: float = 0.10, plan_eval: bool | None = None, dedup: bool = True, nodes: int | None = None,
-            node_link_gbs: float | None = None) -> PlanResult:
+            margin_pct: float | None = None, plan_eval: bool | None = None, dedup: bool = True, nodes: int | None = None,
+            node_link_gbs: float | None = None, assume_installed: str = "gpu-extra") -> PlanResult:
     """Plan the run. `cfg` is a ResolvedRun, or a RunConfig resolved here for `gpu` (else train.gpu,
     else this machine). `plan_eval` (default: when the run evaluates, i.e. data.eval is set) adds the
     eval phases (eval loss, generation) after the train steps; they count in the peak and in `fits`.
     `dedup=False` traces every layer (the same result, slower; layer_dedup.py). `gpus` counts all GPUs;
     `nodes` (default: the resolved target's, when `gpus` is its process count) splits them into nodes
     joined by `node_link_gbs` GB/s per node (default gpus.NODE_LINK_GBS): step time only, per-GPU memory
-    does not depend on it (timing.py)."""
+    does not depend on it (timing.py). `margin_pct`: the margin rule's percentage (plan/margin.py; default
+    MARGIN_PCT)."""
+    from . import margin as margin_rule
     from .allocator import replay
     from .distributed import shard
     from .execute import breakdown_at_peak
     from .timing import comm_volumes, step_time
 
     t0 = time.perf_counter()
-    resolved = resolve_for_plan(cfg, gpu)
+    resolved = resolve_for_plan(cfg, gpu, assume_installed)
     resolved.need_processor()  # the plan encodes the worst-case record: the processor's absence is the error
     cfg = resolved.cfg
     strategy = strategy or resolved.strategy  # the run's own decision (train.strategy) unless asked otherwise
@@ -335,8 +340,11 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
 
         total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         tflops, bw, gid, gname, link = 1.0, 20.0, "cpu", "CPU (this machine)", 0.0
+    margin_pct = margin_rule.MARGIN_PCT if margin_pct is None else float(margin_pct)
+    if margin_pct < 0:
+        raise ConfigError(f"--margin must be >= 0 (got {margin_pct:g})", where="--margin")
     margin_bytes = total_mem - process_total
-    fits = process_total <= total_mem * (1 - margin)
+    fits = margin_rule.fits(process_total, total_mem, margin_pct)
     eval_info = dict(ex.eval_info)
     if eval_info:
         eval_info["loss_peak_bytes"] = max([0] + _phase_peaks(tr, ("eval_loss",)))
@@ -369,11 +377,12 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_allocated_bytes=int(peak_alloc), peak_reserved_bytes=int(peak_res),
         process_total_bytes=int(process_total), tensor_peak_bytes=int(tr.peak_bytes), gpu_total_bytes=int(total_mem),
         fits=bool(fits), margin_bytes=int(margin_bytes), margin_pct=100.0 * margin_bytes / total_mem,
-        required_margin_pct=100.0 * margin, peak_phase=tr.peak_phase, breakdown=breakdown,
+        required_margin_pct=margin_pct, peak_phase=tr.peak_phase, breakdown=breakdown,
         media_tokens=pb.media_tokens,
         batch={"source": pb.source, "tokens_per_record": pb.tokens, "micro_batch_size": cfg.train.micro_batch_size,
                "grad_accum": cfg.train.grad_accum, "records_scanned": pb.records_seen, "skipped": pb.skipped},
         step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
         trainable_params=int(trainable_numel), total_params=int(total_numel),
         decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
+        required_margin_bytes=margin_rule.required_headroom(process_total, margin_pct),
         train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm)

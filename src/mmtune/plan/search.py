@@ -31,7 +31,7 @@ class Candidate:
 class SearchResult:
     best: Candidate | None
     tried: list = field(default_factory=list)
-    margin: float = 0.10
+    margin_pct: float | None = None  # the margin rule's percentage (plan/margin.py); None: its default
 
     def to_json(self) -> str:
         def row(c):
@@ -41,23 +41,30 @@ class SearchResult:
                     "process_total_bytes": r.process_total_bytes if r else None,
                     "step_time_s": r.step_time_s if r else None}
         return json.dumps({"best": row(self.best) if self.best else None, "tried": [row(c) for c in self.tried],
-                           "margin": self.margin}, indent=2)
+                           "margin_pct": self.margin_pct}, indent=2)
 
-    def render(self, console) -> None:
-        for c in self.tried:
-            r = c.result
-            if r is None:
-                console.print(f"  [dim]{c.line or '(as given)'}: {c.error}[/]")
-            else:
-                console.print(f"  {'fits ' if r.fits else 'no   '} {r.process_total_bytes / 2**30:6.2f} GiB "
-                              f"{r.step_time_s:8.2f} s/step  {c.line or '(as given)'}")
+    def render(self, console, rows: bool = True) -> None:
+        """The candidates (unless they were printed as planned: `rows=False`), then the answer, last."""
+        for c in self.tried if rows else ():
+            candidate_line(c, console)
         if self.best is None:
-            console.print(f"[red]no searched config fits with a {self.margin * 100:.0f} % margin[/]")
+            from .margin import describe
+
+            console.print(f"[red]no searched config fits with the margin, headroom {describe(self.margin_pct or 5.0)}[/]")
             return
         r = self.best.result
         console.print(f"[green]fastest that fits[/]: {r.process_total_bytes / 2**30:.2f} GiB of "
                       f"{r.gpu_total_bytes / 2**30:.2f} GiB, ~{r.step_time_s:.2f} s/step")
         console.print(f"override line: {self.best.line or '(the config as given)'}")
+
+
+def candidate_line(c: Candidate, console) -> None:
+    r = c.result
+    if r is None:
+        console.print(f"  [dim]{c.line or '(as given)'}: {c.error}[/]", soft_wrap=True, highlight=False)
+    else:
+        console.print(f"  {'fits ' if r.fits else 'no   '} {r.process_total_bytes / 2**30:6.2f} GiB "
+                      f"{r.step_time_s:8.2f} s/step  {c.line or '(as given)'}", soft_wrap=True, highlight=False)
 
 
 def _with(cfg, overrides: dict):
@@ -70,14 +77,16 @@ def _with(cfg, overrides: dict):
     return validate(tree)
 
 
-def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True, nodes=1, node_link_gbs=None) -> Candidate:
+def _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup=True, nodes=1, node_link_gbs=None,
+          assume_installed="gpu-extra") -> Candidate:
     from ..errors import MMTuneError
 
     try:
         c = _with(cfg, ov)
         st = ov.get("_strategy", strategy)
         ov_clean = {k: v for k, v in ov.items() if not k.startswith("_")}
-        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin=margin, dedup=dedup,
+        r = predict(c, gpu=gpu, gpus=gpus, strategy=st, declared=declared, margin_pct=margin_pct, dedup=dedup,
+                    assume_installed=assume_installed,
                     nodes=nodes, node_link_gbs=node_link_gbs)
         if "_strategy" in ov:
             ov_clean["--strategy"] = st
@@ -86,10 +95,12 @@ def _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup=True, nodes=1, n
         return Candidate({k: v for k, v in ov.items() if not k.startswith("_")}, None, e.what)
 
 
-def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin: float = 0.10,
+def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, margin_pct: float | None = None,
            micro_batches=(1, 2, 4, 8), methods=None, optimizers=None, checkpointing=None,
-           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None) -> SearchResult:
-    """`gpus` counts all GPUs, `nodes` the nodes they sit on (joined by `node_link_gbs`; planner.predict)."""
+           dedup: bool = True, nodes: int = 1, node_link_gbs: float | None = None, on_candidate=None,
+           assume_installed: str = "gpu-extra") -> SearchResult:
+    """`gpus` counts all GPUs, `nodes` the nodes they sit on (joined by `node_link_gbs`; planner.predict).
+    `on_candidate(Candidate)` is called as each candidate is planned (the CLI prints it then, not at the end)."""
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
     methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
     optimizers = optimizers or ["adamw", "adamw_8bit"]
@@ -104,8 +115,10 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
             if gpus > 1:
                 ov["_strategy"] = st
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup, nodes, node_link_gbs)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
             tried.append(c)
+            if on_candidate is not None:
+                on_candidate(c)
             if c.result is None or not c.result.fits:
                 break
     fitting = [c for c in tried if c.result is not None and c.result.fits]
@@ -116,10 +129,12 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                   "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
             if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
                 ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin, dedup, nodes, node_link_gbs)
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
             tried.append(c)
+            if on_candidate is not None:
+                on_candidate(c)
             if c.result is not None and c.result.fits:
                 fitting.append(c)
                 break
     best = min(fitting, key=lambda c: c.result.step_time_s) if fitting else None
-    return SearchResult(best, tried, margin)
+    return SearchResult(best, tried, margin_pct)

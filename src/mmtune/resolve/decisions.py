@@ -8,7 +8,6 @@ components. Each returns its value and a `Decision` saying why, for the start-up
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ModelLoadError
@@ -97,14 +96,16 @@ def decide_precision(requested: str, target) -> tuple[str, bool, Decision]:
 
 def decide_attention(requested: str, target, precision: str) -> tuple[str, Decision]:
     """'sdpa' unless FlashAttention-2 is asked for, or 'auto' and usable (flash_attn here, sm80+, 16-bit)."""
-    why_not = None
-    if importlib.util.find_spec("flash_attn") is None:
-        why_not = "flash_attn is not installed here (pip install 'mmtune[gpu]')"
-    elif target.gpu is None:
+    from .target import package_problem
+
+    # flash_attn where the run executes: this machine's for a run here, the target's assumed packages for a
+    # plan (an A100 planned from a laptop runs FlashAttention-2 once `mmtune[gpu]` is installed there)
+    why_not = package_problem(target, "flash_attn")
+    if why_not is None and target.gpu is None:
         why_not = "FlashAttention-2 needs a CUDA GPU"
-    elif not target.gpu.fa2:
+    elif why_not is None and not target.gpu.fa2:
         why_not = f"{target.gpu.name} is {target.sm}, FlashAttention-2 needs sm80+ (failure mode 5)"
-    elif precision == "fp32":
+    elif why_not is None and precision == "fp32":
         why_not = "FlashAttention-2 needs fp16/bf16 and the run is fp32"
     key = "model.attn_implementation"
     if requested == "flash_attention_2":
@@ -116,7 +117,9 @@ def decide_attention(requested: str, target, precision: str) -> tuple[str, Decis
         return "flash_attention_2", Decision(key, "flash_attention_2", "requested")
     if requested == "auto":
         if why_not is None:
-            return "flash_attention_2", Decision(key, "flash_attention_2", f"auto: flash_attn installed, "
+            where = "installed" if target.local or target.assume_installed == "here" else \
+                f"assumed on the target (--assume-installed {target.assume_installed})"
+            return "flash_attention_2", Decision(key, "flash_attention_2", f"auto: flash_attn {where}, "
                                                  f"{target.sm}, {precision}", changed=True)
         return "sdpa", Decision(key, "sdpa", f"auto: {why_not}", changed=True)
     return requested, Decision(key, requested, "requested")
@@ -307,6 +310,30 @@ def trainable_components(adapter, family) -> tuple[str, ...]:
     else:
         comps = ["decoder (LoRA)"] + [c for c in adapter.train_components if c not in adapter.freeze_components]
     return tuple(comps)
+
+
+def trained_set(adapter, family, stages=None) -> dict[str, str]:
+    """The resolved trainable set, by component: component -> how it learns ("LoRA", "in full", "last 2
+    blocks", each with where that comes from). One rule for the resolved run's `trainable`, the doctor's
+    component checks (MM010) and its learning-rate check (MM032): a component a stage of train.stages
+    trains is trained, a frozen one is not."""
+    out: dict[str, str] = {}
+    if adapter.method == "full":
+        for c in family.components:
+            if c not in adapter.freeze_components:
+                out[c] = "in full (adapter.method=full)"
+    else:
+        out["decoder"] = f"LoRA (adapter.method={adapter.method})"
+        for c in adapter.train_components:
+            if c not in adapter.freeze_components:
+                out[c] = "in full (adapter.train_components)"
+    from ..stages import unit_component
+
+    for i, st in enumerate(stages or ()):
+        for unit in st.train:
+            comp, how = unit_component(unit)
+            out.setdefault(comp, f"{how} (train.stages[{i}]: {unit})")
+    return out
 
 
 # --------------------------------------------------------------------------- strategy

@@ -40,6 +40,17 @@ def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
         return ProcessorSource(proc, where, True)
     if is_tiny(name):
         return ProcessorSource(tiny_config_and_processor(name)[1], f"{name} (tiny twin, made locally)", True)
+    composed = cfg.model.composed_from
+    if is_local_name(name) and composed is not None and not for_training and not Path(name).expanduser().is_dir():
+        from ..models.configs import embedded
+
+        spec = embedded(composed.vision)  # the composed model's image processor is its vision tower's
+        if spec is not None:
+            proc = stand_in_processor(family, dict(spec.get("processor", {})))
+            return ProcessorSource(proc, f"stand-in for {name} (not made yet; model.composed_from: {composed.vision} + "
+                                   f"{composed.lm}): {family.processor_class or 'tokenizer'} with the vision tower's "
+                                   "embedded media facts and a local tokenizer (media token counts exact, text "
+                                   "approximate)", False)
     if is_local_name(name):
         folder = model_folder(name, cfg.model.revision, family, weights=for_training)
         return ProcessorSource(load_processor_from(str(folder), family, cfg), f"model folder {folder}", True)

@@ -31,6 +31,7 @@ from .decisions import (
     decide_strategy,
     decide_trainable_dtype,
     trainable_components,
+    trained_set,
 )
 from .target import Target
 
@@ -152,6 +153,22 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     family = resolve_family(cfg)
     decisions: list[Decision] = [Decision("target", target.describe(), "where the run executes" if target.local
                                           else "the GPU the run is planned for")]
+    from .target import package_problem, packages_line
+
+    if packages_line(target):
+        decisions.append(Decision("packages", packages_line(target), f"--assume-installed {target.assume_installed}: "
+                                  "the plan describes the run on that machine, not this one's packages"))
+    decisions += config_source_decisions(cfg)
+    eight_bit = cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw")
+    bnb = package_problem(target, "bitsandbytes") if not target.local and (cfg.adapter.method == "qlora" or eight_bit) \
+        else None
+    if bnb:
+        from ..errors import ConfigError
+
+        what = "adapter.method=qlora" if cfg.adapter.method == "qlora" else f"train.optimizer={cfg.train.optimizer}"
+        raise ConfigError(f"{what} needs bitsandbytes, and {bnb}", where="--assume-installed",
+                          fix="--assume-installed gpu-extra (pip install 'mmtune[gpu]' on the GPU machine), or "
+                              "adapter.method=lora / train.optimizer=adamw")
     if family.custom:  # a model brought by import path: what mmtune will treat as its parts, and its loss
         comps = "; ".join(f"{c}={','.join(p)}" for c, p in family.components.items())
         decisions.append(Decision("model.class", f"{cfg.model.factory or cfg.model.class_}: {comps}",
@@ -182,16 +199,17 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 
         alloc_conf, _, d = decide_cuda_allocator(os.environ)
         decisions.append(d)
-    from ..models.fused_kernels import liger_problem
-
     fused, d = decide_fused_kernels(cfg.train.fused_kernels, target, family, cfg.adapter,
-                                    liger_problem(family, probe=target.gpu is not None
-                                                  and cfg.train.fused_kernels != "none"))
+                                    _liger_problem(target, family, probe=target.gpu is not None
+                                                   and cfg.train.fused_kernels != "none"))
     decisions.append(d)
     d = decide_packing(cfg, family, attn)
     if d:
         decisions.append(d)
-    trainable = trainable_components(cfg.adapter, family)
+    # ... plus what a stage of train.stages trains (trained_set: the one rule the doctor reads too)
+    trainable = trainable_components(cfg.adapter, family) + tuple(
+        c for c, how in trained_set(cfg.adapter, family, cfg.train.stages).items() if "train.stages" in how
+        and c not in trainable_components(cfg.adapter, family))
     decisions.append(Decision("trainable", ", ".join(trainable), f"adapter.method={cfg.adapter.method}"))
     if cfg.train.stages:
         from ..stages import describe
@@ -266,6 +284,24 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                        exact_text_tokens=src.exact_text, pad_token_id=pad_id, media=media, **fields)
 
 
+def config_source_decisions(cfg) -> list[Decision]:
+    """One line per value a profile or the command line set (config/loader.py's precedence), with what it
+    replaced: the start-up summary and config.resolved.yaml say where an overridden value came from."""
+    from ..config.loader import config_sources
+
+    out = []
+    for key, source in sorted(config_sources(cfg).items()):
+        out.append(Decision(f"config {key}", _value_at(cfg, key), source))
+    return out
+
+
+def _value_at(cfg, dotted: str) -> str:
+    node = cfg.model_dump(mode="json", by_alias=True)
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return repr(node) if isinstance(node, str) else str(node)
+
+
 def _model_params(cfg, family, precision: str) -> tuple[int, int]:
     """(parameters, bytes per weight) of the model, counted on a meta build of its config (no weights);
     only `train.strategy=auto` on several GPUs asks."""
@@ -286,12 +322,34 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
 
     from ..models.fused_kernels import LIGER_MISSING
 
-    liger = importlib.util.find_spec("liger_kernel") is not None
+    if target.local or target.assume_installed == "here":
+        missing = None if importlib.util.find_spec("liger_kernel") is not None else LIGER_MISSING
+    else:
+        from .target import package_problem
+
+        missing = package_problem(target, "liger_kernel")
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
-                               vocab=vocab, liger_missing=None if liger else LIGER_MISSING)
+                               vocab=vocab, liger_missing=missing)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})
+
+
+def _liger_problem(target, family, *, probe: bool) -> str | None:
+    """Why Liger cannot patch `family` where the run executes: this machine's liger-kernel for a run here; for a
+    plan, the target's assumed packages, and where liger-kernel is installed here too, the same import probe
+    (a liger-kernel that cannot patch this transformers cannot there either, with the same versions)."""
+    import importlib.util
+
+    from ..models.fused_kernels import liger_problem
+    from .target import package_problem
+
+    if target.local or target.assume_installed == "here":
+        return liger_problem(family, probe=probe)
+    missing = package_problem(target, "liger_kernel")
+    if missing or importlib.util.find_spec("liger_kernel") is None:
+        return missing
+    return liger_problem(family, probe=probe)
 
 
 def _check_best_metric(cfg) -> None:

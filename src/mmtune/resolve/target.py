@@ -19,6 +19,10 @@ class Target:
     local: bool  # the run executes on this machine (its libraries and kernels are the ones used)
     processes: int = 1  # data-parallel processes (GPUs) in all: WORLD_SIZE here, --gpus x --nodes in a plan
     nodes: int = 1
+    # Which optional packages the run's machine has (package_problem): "here" (this machine's: a run that
+    # executes here), "gpu-extra" (the packages of `mmtune[gpu]`: a plan for a catalog GPU, by default) or
+    # "none" (core packages only). `--assume-installed` on plan / doctor.
+    assume_installed: str = "here"
 
     @property
     def sm(self) -> str:
@@ -36,12 +40,57 @@ class Target:
         return f"{self.gpu.name}{many} ({self.sm}, {self.origin})"
 
 
-def gpu_target(name, origin: str | None = None, *, gpus: int = 1, nodes: int = 1) -> Target:
+ASSUME = ("gpu-extra", "none", "here")
+# The packages of `mmtune[gpu]` that change a run's decisions (pyproject.toml's `gpu` extra), by module.
+GPU_EXTRA = {"flash_attn": "flash-attn", "liger_kernel": "liger-kernel", "bitsandbytes": "bitsandbytes"}
+
+
+def check_assume(value: str) -> str:
+    if value not in ASSUME:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"--assume-installed {value!r} is not one of {', '.join(ASSUME)}", where="--assume-installed",
+                          fix="--assume-installed gpu-extra (the packages of mmtune[gpu], the default for a catalog "
+                              "GPU), none (core packages only) or here (this machine's)")
+    return value
+
+
+def package_problem(target: Target, module: str) -> str | None:
+    """Why optional package `module` is not there where the run executes, or None. A run here: this machine's
+    packages. A plan for another GPU: what `assume_installed` says (the default, `gpu-extra`, is the packages
+    of `mmtune[gpu]`, what a GPU machine is set up with), not the laptop the plan is made on."""
+    import importlib.util
+
+    if target.local or target.assume_installed == "here":
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed here (pip install 'mmtune[gpu]')"
+        return None
+    if target.assume_installed == "gpu-extra" and module in GPU_EXTRA:
+        return None
+    return f"{module} is assumed absent on the target (--assume-installed {target.assume_installed})"
+
+
+def packages_line(target: Target) -> str | None:
+    """What the plan assumes is installed on the target (a decision of the resolved run), or None for a run here."""
+    if target.local:
+        return None
+    if target.assume_installed == "gpu-extra":
+        return (f"mmtune[gpu] assumed on the {target.gpu.name if target.gpu else 'target'}: "
+                + ", ".join(GPU_EXTRA.values()))
+    if target.assume_installed == "none":
+        return "core packages only (" + ", ".join(GPU_EXTRA.values()) + " assumed absent)"
+    return "this machine's packages"
+
+
+def gpu_target(name, origin: str | None = None, *, gpus: int = 1, nodes: int = 1,
+               assume_installed: str = "gpu-extra") -> Target:
     """A catalog GPU the run is planned for (unknown names: ConfigError with a did-you-mean), or a
-    GPUSpec given directly (what-if plans of a card not in the catalog); `gpus` per node x `nodes`."""
+    GPUSpec given directly (what-if plans of a card not in the catalog); `gpus` per node x `nodes`;
+    `assume_installed`: the packages of the machine it is on (package_problem)."""
     spec = name if isinstance(name, GPUSpec) else get_gpu(name)
     return Target("cuda", spec, origin or f"--gpu {spec.id if isinstance(name, GPUSpec) else name}", local=False,
-                  processes=max(1, gpus) * max(1, nodes), nodes=max(1, nodes))
+                  processes=max(1, gpus) * max(1, nodes), nodes=max(1, nodes),
+                  assume_installed=check_assume(assume_installed))
 
 
 def launched_processes() -> tuple[int, int]:
@@ -84,18 +133,20 @@ def _local_gpu_spec() -> GPUSpec:
                    100.0 if bf16 else None, 1000.0, props.total_memory)
 
 
-def target_for(cfg, gpu: str | None = None, *, local: bool, gpus: int | None = None, nodes: int = 1) -> Target:
+def target_for(cfg, gpu: str | None = None, *, local: bool, gpus: int | None = None, nodes: int = 1,
+               assume_installed: str = "gpu-extra") -> Target:
     """The target of a command: `local=True` for what runs here (train, eval); else the named GPU
     (`--gpu`, then `train.gpu`), falling back to this machine. `gpus` (per node) x `nodes`: a plan's
-    `--gpus/--nodes`; None: as launched here (WORLD_SIZE)."""
+    `--gpus/--nodes`; None: as launched here (WORLD_SIZE). `assume_installed`: a named GPU's packages."""
     if not local:
         if gpus is None:
             world, launched_nodes = launched_processes()
             gpus, nodes = max(1, world // launched_nodes), launched_nodes
         if gpu:
-            return gpu_target(gpu, gpus=gpus, nodes=nodes)
+            return gpu_target(gpu, gpus=gpus, nodes=nodes, assume_installed=assume_installed)
         if cfg.train.gpu:
-            return gpu_target(cfg.train.gpu, origin=f"train.gpu={cfg.train.gpu}", gpus=gpus, nodes=nodes)
+            return gpu_target(cfg.train.gpu, origin=f"train.gpu={cfg.train.gpu}", gpus=gpus, nodes=nodes,
+                              assume_installed=assume_installed)
         if gpus * nodes > 1:
             from dataclasses import replace
 

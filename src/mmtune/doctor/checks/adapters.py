@@ -49,9 +49,17 @@ def trainable_parts(ctx):
         return
     summary = ", ".join(f"{c} {n:,}" for c, n in sorted(by_comp.items()))
     yield info(f"trainable parameters: {total:,} ({summary})", where="adapter")
-    intended = set(cfg.adapter.train_components)
+    from ...resolve.decisions import trained_set
+
+    # The resolved trainable set: adapter.train_components and every component a stage of train.stages
+    # trains (the model is built with every stage's parameters trainable; each step updates its stage's).
+    trained = trained_set(cfg.adapter, family, cfg.train.stages)
+    intended = set(cfg.adapter.train_components) | {c for c, how in trained.items() if "train.stages" in how}
     lora = lora_components(model, family)
     for comp in _MEANT_FROZEN:
+        if comp in trained and "train.stages" in trained[comp] and by_comp.get(comp):
+            yield info(f"component {comp} ({by_comp[comp]:,} parameters) is trained by {trained[comp]}",
+                       where="train.stages")
         if comp in intended or comp not in family.components:
             continue
         if cfg.adapter.method == "full" and comp not in cfg.adapter.freeze_components:

@@ -178,6 +178,26 @@ def lr_fits_method(ctx):
     if is_tiny(cfg.model.name):  # random init: there are no pretrained weights to protect
         return
     if cfg.adapter.method == "full" and cfg.train.lr >= 1e-4:
-        yield warning(f"train.lr={cfg.train.lr:g} with full fine-tuning: LoRA-sized rates usually diverge or "
-                      "destroy the pretrained weights when every weight is trained", where="train.lr",
-                      fix="train.lr=1e-5")
+        # What full fine-tuning actually trains (the resolved trainable set: frozen components left out).
+        # A projector alone (small; LLaVA trains it at 1e-3 in its stage 1) learns at LoRA-sized rates; a pretrained tower
+        # or decoder trained in full does not.
+        pretrained = _pretrained_in_full(ctx, cfg)
+        if pretrained is None or pretrained:
+            what = (f"{', '.join(pretrained)} trained in full" if pretrained else "every weight is trained")
+            yield warning(f"train.lr={cfg.train.lr:g} with full fine-tuning ({what}): LoRA-sized rates usually "
+                          "diverge or destroy the pretrained weights", where="train.lr", fix="train.lr=1e-5")
+
+
+def _pretrained_in_full(ctx, cfg) -> list[str] | None:
+    """The large pretrained components full fine-tuning trains (all but the projector: a few million weights, fresh
+    in a LLaVA-style composition), or None when the model's family cannot be had here."""
+    from ...errors import MMTuneError
+    from ...models.loading import resolve_family
+    from ...resolve.decisions import trained_set
+
+    try:
+        family = resolve_family(cfg)
+    except MMTuneError:
+        return None
+    return [c for c, how in trained_set(cfg.adapter, family, cfg.train.stages).items()
+            if how.startswith("in full") and c != "projector"]

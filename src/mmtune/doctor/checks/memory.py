@@ -14,26 +14,37 @@ def _gib(n: int) -> str:
 @check("MM001", "the planned step fits the target GPU", needs=("cfg", "gpu", "plan", "resolved"), failure_mode=1)
 def step_fits(ctx):
     plan, gpu = ctx.need("plan"), ctx.need("gpu")
-    yield from fit_findings(plan, gpu, "train step", expandable=ctx.need("resolved").expandable_segments)
+    fix = None
+    if not plan.fits:  # the smallest changes that make it fit, searched by the planner (plan/fixes.py)
+        from ..pieces import plan_fix
+
+        fix = plan_fix(ctx.need("cfg"), ctx.need("resolved"), plan, gpu)
+    yield from fit_findings(plan, gpu, "train step", expandable=ctx.need("resolved").expandable_segments, fix=fix)
 
 
-def fit_findings(plan, gpu, what: str, where: str = "train.micro_batch_size", expandable: bool = False):
-    """The process total (reserved + CUDA context + workspaces) against the GPU's memory (`expandable`: the
-    run's allocator already has expandable segments, resolve/decisions.decide_cuda_allocator)."""
-    peak = int(plan.process_total_bytes)
-    cap = int(plan.gpu_total_bytes or gpu.memory_bytes)
-    if not plan.fits or peak > cap:
-        fix = "adapter.method=qlora, train.micro_batch_size=1, or a larger GPU (`mmtune plan --search` finds one)"
-        yield error(f"the {what} needs {_gib(peak)} and {gpu.name} has {_gib(cap)}", where=where, fix=fix)
-    elif peak > 0.9 * cap:
-        fix = ("leave headroom: a smaller train.micro_batch_size (with train.grad_accum up), or "
-               "model.gradient_checkpointing=true" if expandable else
-               "unset PYTORCH_CUDA_ALLOC_CONF (mmtune then uses expandable_segments:True) or add expandable_segments:True to it")
-        yield warning(f"the {what} needs {_gib(peak)} of {gpu.name}'s {_gib(cap)} (over 90%): "
-                      + ("the CUDA context, kernels' workspaces and other processes" if expandable else
-                         "fragmentation of fixed segments") + " can push it over", where=where, fix=fix)
+def fit_findings(plan, gpu, what: str, where: str = "train.micro_batch_size", expandable: bool = False, fix=None):
+    """The process total (reserved + CUDA context + workspaces) against the GPU's memory, by the margin rule
+    (plan/margin.py); `expandable`: the run's allocator already has expandable segments
+    (resolve/decisions.decide_cuda_allocator); `fix`: plan/fixes.FixSearch, when one was made."""
+    from ...plan.margin import verdict_line
+
+    if not plan.fits:
+        if fix is not None and fix.fix is not None:
+            where = ", ".join(fix.fix.overrides)  # the keys the smallest fix changes
+            text = (" ".join(fix.fix.lines) + f"  (the smallest change found: {_gib(fix.fix.result.process_total_bytes)} "
+                    f"planned; {'; '.join(dict.fromkeys(fix.fix.notes))})")
+        elif fix is not None:
+            text = fix.why_none
+        else:
+            text = "`mmtune plan CONFIG --gpu NAME` searches the smallest changes that make it fit"
+        yield error(f"the {what} does not fit: {verdict_line(plan)}", where=where, fix=text)
+    elif not expandable and plan.margin_bytes < 2 * plan.required_margin_bytes:
+        yield warning(f"the {what} fits ({verdict_line(plan)}), but fixed segments fragment over a run of varying "
+                      "lengths and can push it over", where=where,
+                      fix="unset PYTORCH_CUDA_ALLOC_CONF (mmtune then uses expandable_segments:True) or add "
+                          "expandable_segments:True to it")
     else:
-        yield info(f"the {what} needs {_gib(peak)} of {gpu.name}'s {_gib(cap)}", where=where)
+        yield info(f"the {what}: {verdict_line(plan)}", where=where)
 
 
 @check("MM003", "evaluation fits too (eval batch, generation)", needs=("cfg", "gpu", "plan", "resolved"),

@@ -1,0 +1,48 @@
+"""Every shipped recipe fits the GPU it names, by its own plan: `train.gpu`, and every
+`mmtune plan recipes/NAME.yaml [key=value ...] --gpu GPU` line its header comment gives.
+
+Planning a 7B multimodal run on 2 CPU cores takes from ~10 s (seed 001, text) to ~2 min (seed 003: Qwen3-VL with
+its heatmap loss); the multimodal ones are marked slow (run them with `-m slow`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# Plans that take over a minute on 2 cores (measured 2026-11-27): the default suite skips them.
+SLOW = {"seed002_docvqa_mixture_8gpu", "seed003_qwen3vl_fsc147_counting"}
+
+
+def named_plans() -> list[tuple[str, tuple[str, ...], str]]:
+    """(recipe stem, overrides, GPU) for each GPU a recipe names (plan/recipes.py)."""
+    from mmtune.plan.recipes import named_plans as of_recipe
+
+    return [(p.stem, ov, g) for p in sorted((ROOT / "recipes").glob("*.yaml")) for ov, g in of_recipe(p)]
+
+
+PLANS = named_plans()
+
+
+def test_the_recipes_name_their_gpus():
+    stems = {stem for stem, _, _ in PLANS}
+    assert {"seed001_qwen2.5-7b_lora", "seed004_llava_clip_stage2"} <= stems, PLANS
+    assert ("seed004_llava_clip_stage2", ("profile=t4_qlora",), "t4") in PLANS
+
+
+@pytest.mark.parametrize("stem,overrides,gpu", [
+    pytest.param(s, o, g, marks=[pytest.mark.slow] if s in SLOW else [], id=f"{s}-{'-'.join(o) or 'as-is'}-{g}")
+    for s, o, g in PLANS])
+def test_recipe_fits_the_gpu_it_names(stem, overrides, gpu):
+    from mmtune.config import load_config
+    from mmtune.plan.margin import verdict_line
+    from mmtune.plan.planner import predict
+    from mmtune.resolve import resolve_run, target_for
+
+    cfg = load_config(ROOT / "recipes" / f"{stem}.yaml", list(overrides))
+    resolved = resolve_run(cfg, target_for(cfg, gpu, local=False))
+    r = predict(resolved)
+    assert r.fits, verdict_line(r)
+    if "profile=t4_qlora" in overrides:  # the profile named on the command line makes the run a QLoRA one
+        assert (r.method, r.precision, r.gpu_id) == ("qlora", "fp16", "t4")
