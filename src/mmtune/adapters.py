@@ -11,7 +11,7 @@ Rules (failure modes 10-12):
   dotted module path ("model.visual.blocks.0.attn.qkv"), matched as peft matches it (the name or a
   dotted suffix of it), also in transformers 4.x's layout ("language_model.model.layers.0...").
   A single string other than auto/all-linear is a regex over full module names, as in peft
-  (HF's LLaVA example: `.*language_model.*\.(q_proj|v_proj)`).
+  (HF's LLaVA example: `.*language_model.*\\.(q_proj|v_proj)`).
 - Components in `adapter.train_components` are trained in full through peft `modules_to_save`, so
   `save_pretrained` / `PeftModel.from_pretrained` carry them with the adapter.
 - Parameter groups are built here, from parameter objects, before any DDP wrapping; the trainer hands
