@@ -261,21 +261,7 @@ def _parquet_cases(folder: Path, rng: random.Random, n: int) -> list[Case]:
         if rng.random() < 0.4:
             r = {**TEMPLATES["vqa"][1], "image": rng.choice(imgs)}
         rows.append(r)
-    groups: list[list] = []
-    for r in rows:
-        for g in groups:
-            try:
-                pa.Table.from_pylist(g + [r])
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                continue
-            g.append(r)
-            break
-        else:
-            try:
-                pa.Table.from_pylist([r])
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                continue  # no parquet can hold it (a 10**30 int): not a parquet case
-            groups.append([r])
+    groups = _compatible([r for r in rows if isinstance(r, dict)])
     for k, g in enumerate(groups[:12]):
         p = folder / f"fuzz_{k}.parquet"
         pq.write_table(pa.Table.from_pylist(g), p)
@@ -315,25 +301,35 @@ def _saved_cases(folder: Path, rng: random.Random, n: int) -> list[Case]:
     return out
 
 
-def _compatible(rows: list) -> list[list]:
-    import pyarrow as pa
+def _storable(rows: list) -> bool:
+    """Whether parquet can hold these rows as one table (a 10**30, a list of mixed types, an empty struct
+    cannot: those are not parquet cases)."""
+    import io
 
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.write_table(pa.Table.from_pylist(rows), io.BytesIO())
+    except (pa.ArrowException, TypeError, ValueError, OverflowError, AttributeError):
+        return False
+    return True
+
+
+def _compatible(rows: list) -> list[list]:
+    """Rows grouped so that each group is one parquet table."""
     groups: list[list] = []
     for r in rows:
+        if not isinstance(r, dict):
+            continue
         for g in groups:
-            try:
-                pa.Table.from_pylist(g + [r])
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                continue
-            g.append(r)
-            break
+            if _storable(g + [r]):
+                g.append(r)
+                break
         else:
-            try:
-                pa.Table.from_pylist([r])
+            if _storable([r]):
                 groups.append([r])
-            except (pa.ArrowException, TypeError, ValueError, OverflowError):
-                pass
-    return [g for g in groups if g]
+    return groups
 
 
 def _registry_cases(folder: Path, rng: random.Random) -> list[Case]:
@@ -416,7 +412,11 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
 
     def stage(name, fn, per_record: bool = False):
         try:
-            return fn()
+            got = fn()
+            hidden = _unforeseen(got)
+            if hidden:  # reached the record boundary (formats.isolated): a cause no reader names yet
+                raws.append(f"{name}: unforeseen: {hidden[:160]}")
+            return got
         except Hang:
             raws.append(f"{name}: hang (> {CASE_SECONDS} s)")
         except NotAvailable:
@@ -452,6 +452,26 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
             res = dataclasses.replace(env.resolved, cfg=cfg)
             stage("doctor_scan", lambda: scan_split("train", spec, res, full=True), True)
     return raws
+
+
+def _unforeseen(result) -> str:
+    """The first record counted as "unreadable record" in a stage's result, or ""."""
+    from mmtune.data.formats import UNFORESEEN
+
+    if result is None:
+        return ""
+    if hasattr(result, "records") and hasattr(result.records, "problems"):  # inspect.Scan
+        result = result.records
+    if hasattr(result, "skipped"):  # RecordSet
+        if UNFORESEEN in result.skipped:
+            return next((f"{w}: {what}" for w, what in result.problems if "raised" in what), UNFORESEEN)
+        return ""
+    if hasattr(result, "examples"):  # doctor SplitScan
+        ex = result.examples.get(UNFORESEEN)
+        return f"{ex[0][0]}: {ex[0][1]}" if ex else ""
+    if hasattr(result, "bad") and isinstance(result.bad, dict):  # startup_scan.CheckReport
+        return next((f"{v[0]}: {v[2]}" for v in result.bad.values() if v[1] == UNFORESEEN), "")
+    return ""
 
 
 def _checked(report):

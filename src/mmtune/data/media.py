@@ -50,6 +50,23 @@ def check_regular(part: dict, where: str, *, folder_ok: bool = False) -> None:
                                                         and stat.S_ISDIR(mode) else ""))
 
 
+# The largest image mmtune opens, decided once for every reader (the header measure of training's start-up
+# check, `data inspect` and the doctor, and the decoder training draws through): PIL's own default
+# decompression-bomb limit (89.5 M pixels, ~0.25 GB decoded as RGB). A larger one is a counted bad record
+# "image too large", never a crash and never a silent downscale: no processor takes such an image whole
+# (model.max_pixels caps far lower), and decoding it to downscale would cost the memory the limit guards.
+MAX_IMAGE_PIXELS = 89_478_485
+
+
+def check_image_pixels(width: int, height: int, part: dict, where: str) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise BadRecord("image too large", f"image is {width}x{height} = {width * height / 1e6:.0f} M pixels, over "
+                        f"mmtune's limit of {MAX_IMAGE_PIXELS / 1e6:.1f} M (a decompression bomb or a scan no model "
+                        f"takes whole): {media_label(part)}", where,
+                        "downscale the image (model.max_pixels caps what the model sees anyway), or set "
+                        "data.on_bad_record=skip to leave such records out (they are counted)")
+
+
 def load_image(part: dict, where: str = "", max_pixels: int | None = None):
     """A media part -> RGB PIL image (from an in-memory image, bytes, or a path)."""
     import warnings
@@ -68,6 +85,7 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(src) as im:
+                    check_image_pixels(im.width, im.height, part, where)  # before any pixel is decoded
                     im.load()
                     img = to_rgb(im)
         except FileNotFoundError:
