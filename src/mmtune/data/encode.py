@@ -88,8 +88,10 @@ class Encoder:
         if self._turn_re is False:
             words = {t for t in (self.tokenizer.bos_token, self.tokenizer.eos_token, self.tokenizer.pad_token) if t}
             try:
-                sample = self.render(self._template_messages([{"role": "user", "content": "q"},
-                                                              {"role": "assistant", "content": "a"}]))
+                # once per encoder, straight through the processor (not per record, not counted as one)
+                sample = self.processor.apply_chat_template(
+                    self._template_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]),
+                    tokenize=False)
                 words |= {t for t in self.special_strings if t in sample}
             except Exception:  # noqa: BLE001 - a template that cannot render this is reported by the encode itself
                 pass

@@ -189,7 +189,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     bar = TaskBar(f"doctor: {split} data", limit)  # rows are counted as read: the total is known only with --limit
     try:
         bar.__enter__()
-        for index, (where, row) in enumerate(_file_errors(rows, split)):
+        for index, (where, row) in enumerate(rows):
             if limit is not None and index >= limit:
                 scan.sampled, scan.sampled_by = limit, "--limit"  # the split goes on: its totals are unknown
                 break
@@ -307,15 +307,6 @@ def _in_split(rows, fmt: str, wanted: str):
     from ..data.published import in_split
 
     return ((where, row) for where, row in rows if in_split(row, fmt, wanted))
-
-
-def _file_errors(rows, split: str):
-    """Rows as read; a file that turns out unreadable part-way (invalid JSON as a whole, a truncated
-    parquet) is MM026's finding, as when it cannot be opened, not an internal error of every data check."""
-    try:
-        yield from rows
-    except DataError as e:
-        raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} cannot be read (see MM026): {e.what}") from None
 
 
 def record_key(rec) -> int | None:
