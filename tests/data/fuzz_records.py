@@ -532,9 +532,9 @@ CONFIGS = {
 }
 
 
-def _mmtune(args: list[str], seconds: int = 120) -> tuple[int | None, str]:
+def _mmtune(args: list[str], seconds: int = 120) -> tuple[int | None, str, str]:
     """A real `mmtune` command (its console entry point), in a fresh interpreter: (exit code or None
-    when it ran past `seconds`, stderr + stdout)."""
+    when it ran past `seconds`, stdout, stderr)."""
     import subprocess
     import sys
 
@@ -543,42 +543,59 @@ def _mmtune(args: list[str], seconds: int = 120) -> tuple[int | None, str]:
         p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=seconds,
                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
     except subprocess.TimeoutExpired:
-        return None, ""
-    return p.returncode, p.stderr + p.stdout
+        return None, "", ""
+    return p.returncode, p.stdout, p.stderr
 
 
-def config_problems(folder: Path) -> list[str]:
-    """Configs that load without a ConfigError, or hang (each in its own interpreter: a bomb may take all
-    memory)."""
+_CONFIG_RUNNER = """
+import json, sys
+from mmtune.config import load_config
+from mmtune.config.loader import dump_config
+from mmtune.errors import ConfigError
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        dump_config(load_config(path))
+        print(json.dumps([name, "accepted"]), flush=True)
+    except ConfigError:
+        print(json.dumps([name, "refused"]), flush=True)
+    except Exception as e:
+        print(json.dumps([name, f"{type(e).__name__}: {str(e)[:160]}"]), flush=True)
+"""
+
+
+def config_problems(folder: Path, seconds: int = 60) -> list[str]:
+    """Configs that load without a ConfigError, raise something else, or hang: all in one fresh interpreter
+    (a bomb that got through could take all memory), each answer printed as it comes."""
     import subprocess
     import sys
 
-    out = []
+    paths = {}
     for name, text in CONFIGS.items():
         p = folder / f"cfg_{name.replace(' ', '_').replace(':', '')}.yaml"
         p.write_text(text)
-        code = ("import sys\nfrom mmtune.config import load_config\nfrom mmtune.errors import ConfigError\n"
-                "from mmtune.config.loader import dump_config\n"
-                "try:\n    dump_config(load_config(sys.argv[1]))\nexcept ConfigError as e:\n    sys.exit(3)\n")
-        try:
-            r = subprocess.run([sys.executable, "-c", code, str(p)], capture_output=True, text=True, timeout=20)
-        except subprocess.TimeoutExpired:
-            out.append(f"config {name}: hang (> 20 s)")
-            continue
-        if r.returncode == 0:
-            out.append(f"config {name}: accepted")
-        elif r.returncode != 3:
-            out.append(f"config {name}: {r.stderr.strip().splitlines()[-1][:160] if r.stderr.strip() else r.returncode}")
-    return out
+        paths[name] = str(p)
+    try:
+        r = subprocess.run([sys.executable, "-c", _CONFIG_RUNNER, json.dumps(paths)], capture_output=True, text=True,
+                           timeout=seconds)
+        out = r.stdout
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+    answers = dict(json.loads(line) for line in out.splitlines() if line.startswith("["))
+    return [f"config {name}: {answers.get(name, f'hang (> {seconds} s, all configs)')}" for name in CONFIGS
+            if answers.get(name) != "refused"]
 
 
-def cli_problems(env: Env, data: Path) -> list[str]:
+def cli_problems(env: Env, data: Path, reports: dict | None = None) -> list[str]:
     """`mmtune data inspect` and `mmtune doctor` on a file of fuzzed records: an exit with a report (0 or
-    1), never a traceback, an internal error (MM099) or a hang."""
+    1), never a traceback, an internal error (MM099) or a hang. `reports`: filled with each command's
+    stdout (JSON) by name."""
     out = []
     base = [str(env.cfg_path), f"data.train={data}", "data.on_bad_record=skip"]
     for args in (["data", "inspect", *base, "--json"], ["doctor", *base, "--json"]):
-        rc, text = _mmtune(args)
+        rc, stdout, stderr = _mmtune(args)
+        text = stdout + stderr
+        if reports is not None:
+            reports[args[0]] = stdout
         name = " ".join(args[:2]) if args[0] == "data" else "doctor"
         if rc is None:
             out.append(f"cli {name}: hang")
