@@ -395,6 +395,11 @@ def _raw(e: BaseException) -> bool:
     return not isinstance(e, MMTuneError)
 
 
+# Records that loaded and skips counted, over all cases (under skip): proof that the corpus reached the
+# checks past loading, not only the loader's refusals.
+STATS: Counter = Counter()
+
+
 def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
     """Every reader and check over one case; the raw exceptions met, as 'stage: Type: message' lines."""
     import dataclasses
@@ -438,10 +443,15 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
             continue
         encoder = Encoder(*env.processor, cfg)
         rs = stage(f"load[{policy}]", lambda c=cfg: load_records(spec, c.data, "train"))
+        if rs is not None and policy == "skip" and spec == case.spec:
+            STATS["loaded"] += len(rs.records)
+            STATS["skipped at load"] += rs.n_skipped
         if rs is not None:
             # training's start-up measure, `data inspect`'s scan (it encodes), the check beside the loop
             skip = policy == "skip"
-            stage(f"measure[{policy}]", lambda: scan_records(rs, encoder, policy, encode=False), skip)
+            scan = stage(f"measure[{policy}]", lambda: scan_records(rs, encoder, policy, encode=False), skip)
+            if scan is not None and skip and spec == case.spec:
+                STATS["measured ok"] += len(scan.lengths)
             if skip:
                 stage("inspect", lambda: scan_records(rs, encoder, policy, encode=True), True)
                 stage("startup_check", lambda: _checked(check(rs.records, encoder, policy)), True)
@@ -626,7 +636,7 @@ def main() -> None:
         found.update(e.split(":")[0] for e in extra)
         examples += extra
     print(f"seed {a.seed}: {tried} malformed records/files in {len(cases)} cases, "
-          f"{sum(found.values())} raw exceptions or hangs ({time.perf_counter() - t:.0f} s)")
+          f"{sum(found.values())} raw exceptions or hangs ({time.perf_counter() - t:.0f} s); {dict(STATS)}")
     for k, n in found.most_common():
         print(f"  {n:4d}  {k}")
     for ex in examples[: a.show]:

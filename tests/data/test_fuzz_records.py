@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from .fuzz_records import build, cli_problems, config_problems, make_env, run_all
+from .fuzz_records import STATS, build, cli_problems, config_problems, make_env, run_all
 
 SEED = int(os.environ.get("MMTUNE_FUZZ_SEED", "0"))
 REPLAY = f"replay: PYTHONPATH=src:. python -m tests.data.fuzz_records --seed {SEED}"
@@ -36,6 +36,8 @@ def test_fuzzed_records_and_files_give_no_raw_exception_and_no_hang(corpus):
     assert {"jsonl", "json", "csv", "parquet", "save_to_disk", "dataset_info", "empty", "split", "media"} <= layouts
     tried, found, examples = run_all(env, cases)
     assert tried >= 1000, tried
+    # the corpus reaches past the loader: records load, are measured, and others are counted as skipped
+    assert STATS["loaded"] >= 100 and STATS["measured ok"] >= 50 and STATS["skipped at load"] >= 500, dict(STATS)
     assert not found, f"seed {SEED}: {sum(found.values())} raw exception(s) or hang(s) in {tried} inputs: " \
                       f"{dict(found)}\n" + "\n".join(examples[:10]) + f"\n{REPLAY}"
 
