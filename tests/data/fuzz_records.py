@@ -206,12 +206,14 @@ def build(folder: Path, seed: int, n_records: int = 1100) -> list[Case]:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["image", "question", "answer", "images", "messages"])
     n_csv = share
+    def cell(pool):
+        return rng.choice([str(rng.choice(pool))[:3000], "ok.png", "[", '["ok.png"]', '{"a":', "", "3"])
+
     for _ in range(n_csv):
         v = values(rng)
-        cell = lambda: rng.choice([str(rng.choice(v))[:3000], "ok.png", "[", '["ok.png"]', '{"a":', "", "3"])  # noqa: E731
-        w.writerow([cell(), cell(), cell(), cell(), rng.choice([cell(), _dumps(fuzzed("messages", rng)).decode(
+        w.writerow([cell(v), cell(v), cell(v), cell(v), rng.choice([cell(v), _dumps(fuzzed("messages", rng)).decode(
             "utf-8", "replace")])])
-    raw = buf.getvalue().encode("utf-8", "surrogateescape" if False else "replace")
+    raw = buf.getvalue().encode("utf-8", "replace")
     b = bytearray(raw)
     for _ in range(5):
         b.insert(rng.randrange(len(b)), rng.choice([0xff, 0xe9, 0x00, 0x22, 0x0a]))
@@ -256,7 +258,7 @@ def _parquet_cases(folder: Path, rng: random.Random, n: int) -> list[Case]:
     imgs = [png, png[: len(png) // 2], b"garbage", b"", {"bytes": png, "path": "x.png"}, {"bytes": None, "path": "ok.png"},
             {"bytes": b"zz", "path": None}, (folder / "bomb.png").read_bytes()]
     rows = []
-    for i in range(n):
+    for _ in range(n):
         r = fuzzed(rng.choice(["vqa", "messages", "sharegpt"]), rng)
         if rng.random() < 0.4:
             r = {**TEMPLATES["vqa"][1], "image": rng.choice(imgs)}
@@ -415,9 +417,9 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
     spec = spec or case.spec
     raws: list[str] = []
 
-    def stage(name, fn, per_record: bool = False):
+    def stage(name, per_record: bool, fn, *args, **kwargs):
         try:
-            got = fn()
+            got = fn(*args, **kwargs)
             hidden = _unforeseen(got)
             if hidden:  # reached the record boundary (formats.isolated): a cause no reader names yet
                 raws.append(f"{name}: unforeseen: {hidden[:160]}")
@@ -438,29 +440,29 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
                                           f"data.on_bad_record={policy}", *case.overrides])
 
     for policy in ("skip", "error"):
-        cfg = stage("config", lambda p=policy: cfg_for(p))
+        cfg = stage("config", False, cfg_for, policy)
         if cfg is None:
             continue
         encoder = Encoder(*env.processor, cfg)
-        rs = stage(f"load[{policy}]", lambda c=cfg: load_records(spec, c.data, "train"))
+        rs = stage(f"load[{policy}]", False, load_records, spec, cfg.data, "train")
         if rs is not None and policy == "skip" and spec == case.spec:
             STATS["loaded"] += len(rs.records)
             STATS["skipped at load"] += rs.n_skipped
         if rs is not None:
             # training's start-up measure, `data inspect`'s scan (it encodes), the check beside the loop
             skip = policy == "skip"
-            scan = stage(f"measure[{policy}]", lambda: scan_records(rs, encoder, policy, encode=False), skip)
+            scan = stage(f"measure[{policy}]", skip, scan_records, rs, encoder, policy, encode=False)
             if scan is not None and skip and spec == case.spec:
                 STATS["measured ok"] += len(scan.lengths)
             if skip:
-                stage("inspect", lambda: scan_records(rs, encoder, policy, encode=True), True)
-                stage("startup_check", lambda: _checked(check(rs.records, encoder, policy)), True)
+                stage("inspect", True, scan_records, rs, encoder, policy, encode=True)
+                stage("startup_check", True, _checked, check, rs.records, encoder, policy)
                 for r in rs.records[:3]:  # training draws it; evaluation generates from its prompt
-                    stage("encode", lambda r=r: encoder.encode(r))
-                    stage("encode_prompt", lambda r=r: encoder.encode_prompt(r))
+                    stage("encode", False, encoder.encode, r)
+                    stage("encode_prompt", False, encoder.encode_prompt, r)
         if policy == "skip":
             res = dataclasses.replace(env.resolved, cfg=cfg)
-            stage("doctor_scan", lambda: scan_split("train", spec, res, full=True))  # a DataError: MM098
+            stage("doctor_scan", False, scan_split, "train", spec, res, full=True)  # a DataError: MM098
     return raws
 
 
@@ -484,20 +486,22 @@ def _unforeseen(result) -> str:
     return ""
 
 
-def _checked(report):
+def _checked(check, *args):
+    """startup_scan.check's report; its first error (data.on_bad_record=error) raised."""
+    report = check(*args)
     if report is not None and report.error is not None:
         raise report.error
     return report
 
 
-def _with_alarm(fn):
+def _with_alarm(fn, *args):
     def on_alarm(signum, frame):
         raise Hang()
 
     old = signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(CASE_SECONDS)
     try:
-        return fn()
+        return fn(*args)
     except Hang:
         return ["case: hang"]
     finally:
@@ -511,7 +515,7 @@ def run_all(env: Env, cases: list[Case]) -> tuple[int, Counter, list[str]]:
     tried, found, examples = 0, Counter(), []
     for case in cases:
         tried += case.n_records
-        raws = _with_alarm(lambda c=case: run_case(env, c))
+        raws = _with_alarm(run_case, env, case)
         if not raws:
             continue
         if case.lines is None:
@@ -521,7 +525,7 @@ def run_all(env: Env, cases: list[Case]) -> tuple[int, Counter, list[str]]:
         one = Path(case.spec).with_name("one_" + Path(case.spec).name)
         for n, line in enumerate(case.lines, start=1):
             one.write_bytes(line + b"\n")
-            raws = _with_alarm(lambda c=case: run_case(env, c, str(one)))
+            raws = _with_alarm(run_case, env, case, str(one))
             if raws:
                 found.update({r.split(":")[0] + ": " + r.split(":")[1].strip(): 1 for r in set(raws)})
                 examples.append(f"{case.spec}:{n} {line[:160]!r}: {raws[0]}")
@@ -531,14 +535,15 @@ def run_all(env: Env, cases: list[Case]) -> tuple[int, Counter, list[str]]:
 # Config files a user (or a file from elsewhere) may hand mmtune: each must be a ConfigError, soon.
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+_HEAD = "output_dir: out\nmodel: {name: tiny/qwen2-vl}\n"
+_DATA = "data: {train: synthetic:counting}\n"
 CONFIGS = {
-    "alias bomb": "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting}\n" + "x:\n  " + BOMB.replace("\n", "\n  ") + "\n",
-    "alias bomb in a value": BOMB + "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: *i}\n",
-    "alias bomb in options": BOMB + "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting}\n"
-                             "train: {aux_losses: [{name: heatmap, weight: 1, options: {grid: *i}}]}\n",
-    "max_steps: true": "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting}\ntrain: {max_steps: true}\n",
-    "lr: true": "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting}\ntrain: {lr: true}\n",
-    "max_length: false": "output_dir: out\nmodel: {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting, max_length: false}\n",
+    "alias bomb": _HEAD + _DATA + "x:\n  " + BOMB.replace("\n", "\n  ") + "\n",
+    "alias bomb in a value": BOMB + _HEAD + "data: {train: *i}\n",
+    "alias bomb in options": BOMB + _HEAD + _DATA + "train: {aux_losses: [{name: heatmap, weight: 1, options: {grid: *i}}]}\n",
+    "max_steps: true": _HEAD + _DATA + "train: {max_steps: true}\n",
+    "lr: true": _HEAD + _DATA + "train: {lr: true}\n",
+    "max_length: false": _HEAD + "data: {train: synthetic:counting, max_length: false}\n",
 }
 
 

@@ -58,13 +58,16 @@ def check_regular(part: dict, where: str, *, folder_ok: bool = False) -> None:
 MAX_IMAGE_PIXELS = 89_478_485
 
 
+def too_large(part: dict, where: str, size: str) -> BadRecord:
+    return BadRecord("image too large", f"image is {size}, over mmtune's limit of {MAX_IMAGE_PIXELS / 1e6:.1f} M "
+                     f"pixels (a decompression bomb, or a scan no model takes whole): {media_label(part)}", where,
+                     "downscale the image (model.max_pixels caps what the model sees anyway), or set "
+                     "data.on_bad_record=skip to leave such records out (they are counted)")
+
+
 def check_image_pixels(width: int, height: int, part: dict, where: str) -> None:
     if width * height > MAX_IMAGE_PIXELS:
-        raise BadRecord("image too large", f"image is {width}x{height} = {width * height / 1e6:.0f} M pixels, over "
-                        f"mmtune's limit of {MAX_IMAGE_PIXELS / 1e6:.1f} M (a decompression bomb or a scan no model "
-                        f"takes whole): {media_label(part)}", where,
-                        "downscale the image (model.max_pixels caps what the model sees anyway), or set "
-                        "data.on_bad_record=skip to leave such records out (they are counted)")
+        raise too_large(part, where, f"{width}x{height} = {width * height / 1e6:.0f} M pixels")
 
 
 def load_image(part: dict, where: str = "", max_pixels: int | None = None):
@@ -91,16 +94,22 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
         except FileNotFoundError:
             raise _bad("image file not found", part, where,
                        "check the path and data.media_root, or set data.on_bad_record=skip") from None
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise BadRecord("image too large", f"image declares too many pixels ({e}): {media_label(part)}", where,
-                            "downscale the image (model.max_pixels caps what the model sees anyway), or set "
-                            "data.on_bad_record=skip") from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # PIL's check, in open()
+            raise too_large(part, where, _pil_size(e)) from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
                        "replace or remove the file, or set data.on_bad_record=skip") from None
     elif img.mode != "RGB":
         img = to_rgb(img)
     return cap_pixels(img, max_pixels)
+
+
+def _pil_size(e: Exception) -> str:
+    """'196 M pixels' from PIL's decompression-bomb message ('Image size (196000000 pixels) exceeds ...')."""
+    import re
+
+    m = re.search(r"\((\d+) pixels\)", str(e))
+    return f"{int(m.group(1)) / 1e6:.0f} M pixels" if m else "too many pixels"
 
 
 def to_rgb(im):

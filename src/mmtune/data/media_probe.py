@@ -52,9 +52,7 @@ class _TooLarge(Exception):
 
 def image_size(part: dict, where: str = "") -> tuple[int, int]:
     """(height, width); an image past media.MAX_IMAGE_PIXELS is the loader's "image too large" BadRecord."""
-    from .formats import BadRecord
-    from .media import MAX_IMAGE_PIXELS, check_image_pixels
-    from .records import media_label
+    from .media import _pil_size, check_image_pixels, too_large
 
     try:
         if part.get("image") is not None:
@@ -64,10 +62,7 @@ def image_size(part: dict, where: str = "") -> tuple[int, int]:
         else:
             h, w = _image_size_of_path(str(part["path"]))
     except _TooLarge as e:
-        raise BadRecord("image too large", f"image is over mmtune's limit of {MAX_IMAGE_PIXELS / 1e6:.1f} M pixels "
-                        f"({e}): {media_label(part)}", where,
-                        "downscale the image (model.max_pixels caps what the model sees anyway), or set "
-                        "data.on_bad_record=skip to leave such records out (they are counted)") from None
+        raise too_large(part, where, _pil_size(e)) from None
     check_image_pixels(w, h, part, where)
     return h, w
 
