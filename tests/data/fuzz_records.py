@@ -631,6 +631,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--records", type=int, default=1100)
     ap.add_argument("--show", type=int, default=30)
+    ap.add_argument("--out", help="also write the counts, with the commit of the mmtune tested, to this JSON file")
     a = ap.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     t = time.perf_counter()
@@ -648,6 +649,31 @@ def main() -> None:
         print(f"  {n:4d}  {k}")
     for ex in examples[: a.show]:
         print("   e.g.", ex)
+    if a.out:
+        _write_results(Path(a.out), a.seed, tried, len(cases), found, examples)
+
+
+def _write_results(path: Path, seed: int, tried: int, n_cases: int, found: Counter, examples: list[str]) -> None:
+    import platform
+    import subprocess
+    import sys
+
+    import mmtune
+
+    src = Path(mmtune.__file__).resolve().parent
+
+    def git(*args) -> str:
+        r = subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    path.write_text(json.dumps({
+        "command": "PYTHONPATH=src:. python -m tests.data.fuzz_records " + " ".join(sys.argv[1:]),
+        "mmtune_tested": {"path": str(src), "commit": git("rev-parse", "HEAD"),
+                          "dirty": bool(git("status", "--porcelain", "--", "."))},
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
+        "seed": seed, "inputs": tried, "cases": n_cases, "raw_exceptions_or_hangs": sum(found.values()),
+        "by_stage": dict(found.most_common()), "stats": dict(STATS), "examples": examples[:40],
+    }, indent=1) + "\n")
 
 
 if __name__ == "__main__":
