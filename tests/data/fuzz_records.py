@@ -667,9 +667,12 @@ def _write_results(path: Path, seed: int, tried: int, n_cases: int, found: Count
         return r.stdout.strip() if r.returncode == 0 else ""
 
     path.write_text(json.dumps({
-        "command": "PYTHONPATH=src:. python -m tests.data.fuzz_records " + " ".join(sys.argv[1:]),
+        "command": f"PYTHONPATH={os.environ.get('PYTHONPATH', '')} python -m tests.data.fuzz_records "
+                   + " ".join(sys.argv[1:]),
         "mmtune_tested": {"path": str(src), "commit": git("rev-parse", "HEAD"),
                           "dirty": bool(git("status", "--porcelain", "--", "."))},
+        "fuzzer_commit": subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"],
+                                        capture_output=True, text=True).stdout.strip(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs", "python": platform.python_version(),
         "seed": seed, "inputs": tried, "cases": n_cases, "raw_exceptions_or_hangs": sum(found.values()),
         "by_stage": dict(found.most_common()), "stats": dict(STATS), "examples": examples[:40],
