@@ -176,6 +176,12 @@ def build(folder: Path, seed: int, n_records: int = 1100) -> list[Case]:
         p = folder / f"{name}.jsonl"
         p.write_bytes(b"\n".join(lines) + b"\n")
         out.append(Case("jsonl", str(p), fmt, lines=lines, n_records=len(lines)))
+    # Absurd lengths: a 100,000-character answer, 5,000 turns.
+    long = [_dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "y " * 50_000}]}),
+            _dumps({"messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": "t"} for i in range(5000)]})]
+    p = folder / "long.jsonl"
+    p.write_bytes(b"\n".join(long) + b"\n")
+    out.append(Case("jsonl", str(p), "messages", lines=long, n_records=len(long)))
     # The hand-written malformed records (tests/data/malformed.py), one file per format.
     by_fmt: dict[str, list[bytes]] = {}
     for fmt, line, _ in known_cases():
@@ -213,7 +219,9 @@ def build(folder: Path, seed: int, n_records: int = 1100) -> list[Case]:
         v = values(rng)
         w.writerow([cell(v), cell(v), cell(v), cell(v), rng.choice([cell(v), _dumps(fuzzed("messages", rng)).decode(
             "utf-8", "replace")])])
-    raw = buf.getvalue().encode("utf-8", "replace")
+    w.writerow(["ok.png", "x" * 200_000, "3", "", ""])  # past the csv module's field limit (128 KiB)
+    w.writerow(["ok.png", "a\x00b", "3", "", ""])
+    raw = buf.getvalue().encode("utf-8", "replace") + b'ok.png,"never closed,3\n'  # a quote open to the end
     b = bytearray(raw)
     for _ in range(5):
         b.insert(rng.randrange(len(b)), rng.choice([0xff, 0xe9, 0x00, 0x22, 0x0a]))
@@ -425,7 +433,7 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
                 raws.append(f"{name}: unforeseen: {hidden[:160]}")
             return got
         except Hang:
-            raws.append(f"{name}: hang (> {CASE_SECONDS} s)")
+            raise Hang(f"{name}: hang (> {CASE_SECONDS} s)") from None  # the case's alarm is spent: stop it
         except NotAvailable:
             return None
         except Exception as e:  # noqa: BLE001 - what is counted here is exactly what escapes mmtune's errors
@@ -504,8 +512,8 @@ def _with_alarm(fn, *args):
     signal.alarm(CASE_SECONDS)
     try:
         return fn(*args)
-    except Hang:
-        return ["case: hang"]
+    except Hang as e:
+        return [str(e) or "case: hang"]
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)

@@ -26,6 +26,9 @@ from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, p
 from .records import answer_text as _answer_text
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+# Past this many answers in one record, its length is checked from one tokenization before the per-answer
+# renders (Encoder._too_many_turns).
+MANY_ANSWERS = 16
 
 
 def _isolated(method):
@@ -167,6 +170,7 @@ class Encoder:
         the prefix without the generation prompt only where the generation prompt does not lead to it."""
         spans = []
         last = len(tmessages) - 1
+        self._too_many_turns(tmessages, full, record)
         for i, m in enumerate(tmessages):
             if m["role"] != "assistant":
                 continue
@@ -197,6 +201,20 @@ class Encoder:
                 end += len(tail) - len(stripped) + len(stop.group())
             spans.append((start, end, has_stop))
         return spans
+
+    def _too_many_turns(self, tmessages: list[dict], full: str, record: Record) -> None:
+        """Each answer's span renders the conversation up to it, so the cost grows with the square of the
+        turns (800 turns: 16 s here; 5,000: hours, a hang in effect). A conversation of many answers whose
+        rendered text alone (media expand it further) is past data.max_length is refused first, from one
+        tokenization, as the "too long" it is."""
+        if sum(1 for m in tmessages if m["role"] == "assistant") <= MANY_ANSWERS:
+            return
+        n = len(self.tokenizer(full, add_special_tokens=False)["input_ids"])
+        if n > self.max_length:
+            raise BadRecord("too long", f"record is at least {n} tokens ({len(tmessages)} turns), over "
+                            f"data.max_length={self.max_length}; it is not truncated", record.where(),
+                            f"raise data.max_length to at least {n}, split the conversation, or set "
+                            "data.on_bad_record=skip to drop such records (they are counted)")
 
     # ------------------------------------------------------------------ media
     def _check_media(self, record: Record, tmessages, full: str) -> None:

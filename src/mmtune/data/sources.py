@@ -189,7 +189,17 @@ def _rows_csv(path: Path) -> Iterator[tuple[str, object]]:
         if bad_header is not None:
             raise DataError(f"{path}: the header row is not valid UTF-8 ({bad_header})", where=f"{path}:1",
                             fix=f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:  # a cell past the csv module's field limit (128 KiB), a stray quote at EOF
+                where = f"{path}:{reader.reader.line_num}"  # (DictReader's own count moves on success only)
+                yield where, BadRecord("bad csv", f"row cannot be read as CSV ({e})", where,
+                                       "quote cells that hold commas, quotes or newlines; keep a cell under 128 KiB "
+                                       "(longer text: use JSONL)")
+                continue
             where = f"{path}:{reader.line_num}"  # the row's last line: a quoted cell may span several
             bad_text = _undecodable([v for v in row.values() if isinstance(v, str)])
             if bad_text is not None:
