@@ -297,6 +297,13 @@ def _saved_cases(folder: Path, rng: random.Random, n: int) -> list[Case]:
     trl.append({"images": [], "messages": trl[0]["messages"]})  # an empty image list beside an image part
     trl.append({"images": [img, img], "messages": trl[0]["messages"]})
     cases = [("trl", trl, "messages")]
+    # The same layout with a corrupt image inside the List(Image) column.
+    feats = datasets.Dataset.from_list(trl[:1]).features
+    bad = [{"images": [{"bytes": b"garbage", "path": None}], "messages": trl[0]["messages"]},
+           {"images": [{"bytes": (folder / "ok.png").read_bytes(), "path": None}], "messages": trl[0]["messages"]}]
+    d = folder / "saved_trl_corrupt"
+    datasets.Dataset.from_list(bad, features=feats).save_to_disk(str(d))
+    out.append(Case("save_to_disk", str(d), "messages", n_records=2))
     for k in range(3):
         rows = [fuzzed(rng.choice(["messages", "vqa"]), rng) for _ in range(n)]
         for g in _compatible(rows):

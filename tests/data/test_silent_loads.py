@@ -204,3 +204,22 @@ def test_yaml_alias_bomb_is_refused_at_once(tmp_path):
     ok = tmp_path / "ok.yaml"
     ok.write_text("output_dir: out\nmodel: &m {name: tiny/qwen2-vl}\ndata: {train: synthetic:counting}\n")
     assert load_config(ok).model.name == "tiny/qwen2-vl"
+
+
+def test_a_corrupt_image_in_a_list_column_is_one_bad_record(folder):
+    """datasets decodes List(Image) columns itself while iterating: one corrupt image stopped the split
+    with PIL's exception. Read undecoded, it is that record's `corrupt media`."""
+    import datasets
+
+    msgs = [{"role": "user", "content": [{"type": "image", "text": None}, {"type": "text", "text": "What?"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "red"}]}]
+    feats = datasets.Features({"images": datasets.List(datasets.Image()),
+                               "messages": datasets.Dataset.from_list([{"messages": msgs}]).features["messages"]})
+    rows = [{"images": [{"bytes": b, "path": None}], "messages": msgs}
+            for b in (b"garbage", (folder / "ok.png").read_bytes())]
+    datasets.Dataset.from_list(rows, features=feats).save_to_disk(str(folder / "ds"))
+    rs = load_records(str(folder / "ds"), _cfg().data, "train")
+    assert len(rs.records) == 2  # both read; the corrupt one is found where media are checked
+    scan = scan_records(rs, Encoder(*tiny_processor("tiny/qwen2-vl"), _cfg()), "skip")
+    assert len(scan.records.records) == 1 and scan.records.skipped == {"corrupt media": 1}
+    assert scan.records.problems[0][0].endswith("ds:row 0")
