@@ -13,7 +13,10 @@ Checks, each a BadRecord (a DataError with a `reason` that skip policies count u
 - placeholders in the rendered text vs media parts, per record (failure mode 16);
 - the encoded length against `data.max_length`; a record is never truncated, since that could cut
   media tokens (failure mode 17);
-- media files that are missing or undecodable (failure mode 18), via mmtune.data.media.
+- media files that are missing or undecodable (failure mode 18), via mmtune.data.media;
+- text holding one of the tokenizer's turn tokens (`<|im_end|>` in an answer: "special token in text").
+Anything else a record makes the tokenizer or processor raise is that record's BadRecord too
+(`formats.isolated`, around encode / measure / encode_prompt).
 """
 
 from __future__ import annotations
