@@ -85,7 +85,12 @@ def test_local_dataset_repository_with_image_bytes(tmp_path, hub_cache):
     assert len(rs.records) == 3
     part = rs.records[0].messages[0]["content"][0]
     assert part["type"] == "image" and part.get("bytes")  # the image travels as its bytes
-    assert len(load_records(str(repo), d, "eval").records) == 2  # eval -> test, the only held-out split
+    # eval never falls back to test (the best checkpoint would be chosen on the test set): an error naming
+    # the splits there are; the test split is read when named
+    with pytest.raises(DataError, match="no 'eval' split") as e:
+        load_records(str(repo), d, "eval")
+    assert "train, test" in e.value.fix
+    assert len(load_records(f"{repo}::test", d, "eval").records) == 2
 
 
 def test_readme_configs_declare_the_layout(tmp_path, hub_cache):

@@ -55,4 +55,20 @@ def test_inspect_error_policy_exits_2_with_where_and_fix(tmp_path):
     cfg = _config(tmp_path, {"train": str(tmp_path / "t.jsonl"), "format": "vqa"})
     res = CliRunner().invoke(app, ["data", "inspect", cfg])
     assert res.exit_code == 2
-    assert "gone.png" in res.output and "t.jsonl:1" in res.output and "on_bad_record=skip" in res.output
+    assert "gone.png" in res.output and "t.jsonl:1" in res.output
+
+
+def test_inspect_counts_every_bad_record_under_the_error_policy_too(tmp_path):
+    """Inspection does not stop at the first bad record: it counts all by reason, names the one training
+    would stop at, and exits 1."""
+    write_png(tmp_path / "a.png")
+    rows = [{"image": "a.png", "question": "q", "answer": "1"}, {"image": "gone.png", "question": "q", "answer": "1"},
+            {"image": "a.png", "question": "q", "answer": {"x": 1}}, {"image": "gone2.png", "question": "q", "answer": "1"}]
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    cfg = _config(tmp_path, {"train": str(tmp_path / "t.jsonl"), "format": "vqa"})
+    res = CliRunner().invoke(app, ["data", "inspect", cfg, "--json"])
+    assert res.exit_code == 1, res.output
+    rep = json.loads(res.output)
+    assert rep["ok"] == 1 and rep["bad"] == {"missing media": 2, "bad type": 1}
+    assert any(n.startswith("data.on_bad_record=error: training would stop at") and "t.jsonl:2" in n
+               for n in rep["notes"])

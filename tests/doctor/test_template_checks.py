@@ -54,10 +54,15 @@ def test_mm060_special_token_text_in_a_record(doctor, images):
     # LLaMA-Factory / TRL reports: '<|im_end|>' pasted into answers ends the turn in mid-answer.
     train = _jsonl(images / "train.jsonl", [{"messages": _msg("Say hi.", "hi")},
                                             {"messages": _msg("Say bye.", "bye<|im_end|> and more")}])
-    rep = doctor(_tree(train), "MM060")
+    # the encoder refuses such a record ("special token in text"): a warning under skip (counted), an error
+    # under error (training would stop at it)
+    rep = doctor(_tree(train, on_bad_record="skip"), "MM060")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM060", "warning")
-    assert "1 record(s)" in f.message and "'<|im_end|>'" in f.message and f.where.startswith(f"{train}:2")
+    assert "1 of 2 records: special token in text" in f.message and "'<|im_end|>'" in f.message
+    assert f.where.startswith(f"{train}:2")
+    (f,) = doctor(_tree(train, on_bad_record="error"), "MM060").findings
+    assert f.severity == "error"
 
 
 def test_mm061_eval_records_copied_from_train(doctor, images):

@@ -63,8 +63,8 @@ def available_profiles() -> list[str]:
 def parse_value(text: str) -> Any:
     """A command-line value, parsed as YAML so `3`, `1e-4`, `true`, `[a, b]` and `null` have types."""
     try:
-        return unsplit_pairs(yaml.safe_load(text)) if text != "" else ""
-    except yaml.YAMLError:
+        return unsplit_pairs(yaml.load(text, Loader=_UniqueKeyLoader)) if text != "" else ""
+    except (yaml.YAMLError, RecursionError):
         return text
 
 
@@ -105,6 +105,40 @@ class DuplicateKey(yaml.YAMLError):
         super().__init__(f"key {key!r} given twice")
 
 
+# A config is a few hundred values. YAML aliases (`*a`) repeat a node without copying it, so ten lines of
+# nested aliases ("billion laughs") stand for 10^9 values: anything that walks the tree (validation, the
+# written config.resolved.yaml) would never end. The tree a file stands for is measured as composed, with
+# each alias counted at its full size, and refused past this many nodes.
+MAX_CONFIG_NODES = 100_000
+
+
+class AliasBomb(yaml.YAMLError):
+    def __init__(self, nodes: int):
+        self.nodes = nodes
+        super().__init__(f"the YAML expands to more than {nodes:,} values")
+
+
+def _expanded_size(node, memo: dict, limit: int) -> int:
+    """Nodes of the tree `node` stands for, aliases expanded (each shared node sized once, by identity)."""
+    got = memo.get(id(node))
+    if got is not None:
+        return got
+    memo[id(node)] = 1  # a recursive alias (`&a [*a]`) counts once, instead of looping
+    if isinstance(node, yaml.SequenceNode):
+        children = node.value
+    elif isinstance(node, yaml.MappingNode):
+        children = [n for pair in node.value for n in pair]
+    else:
+        children = []
+    total = 1
+    for child in children:
+        total += _expanded_size(child, memo, limit)
+        if total > limit:
+            raise AliasBomb(limit)
+    memo[id(node)] = total
+    return total
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """PyYAML keeps the last of two equal keys in one mapping without a word: a second `data:` section would
     drop the first one's data.train, a second `lr:` would win unseen. Here that is an error naming both lines."""
@@ -124,6 +158,12 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     raise DuplicateKey(key, first, key_node.start_mark)
         return super().construct_mapping(node, deep)
 
+    def get_single_node(self):
+        node = super().get_single_node()
+        if node is not None:
+            _expanded_size(node, {}, MAX_CONFIG_NODES)
+        return node
+
 
 def read_yaml(path: str | Path) -> dict:
     p = find_config(path)
@@ -134,6 +174,12 @@ def read_yaml(path: str | Path) -> dict:
                           f"line {e.second.line + 1}); YAML would silently keep only the second",
                           where=f"{p}:{e.first.line + 1} and {p}:{e.second.line + 1}",
                           fix=f"keep one {e.key!r} (merge the two into one section if it is a section)") from None
+    except AliasBomb as e:
+        raise ConfigError(f"{p}: {e} through YAML aliases (*name); no run config is that large", where=str(p),
+                          fix="write the values out instead of nesting aliases of aliases") from None
+    except RecursionError:
+        raise ConfigError(f"{p} is nested too deeply to be a run config", where=str(p),
+                          fix="a config is sections of keys (model:, data:, train: ...)") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark else str(p)

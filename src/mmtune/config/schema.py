@@ -11,9 +11,33 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 
+def _numeric_only(annotation) -> bool:
+    """Whether a field takes numbers but no booleans (int, float, int | None, float | Literal[...] ...)."""
+    import typing
+
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Literal:
+        return False
+    if not args:
+        return annotation in (int, float)
+    if bool in args:
+        return False
+    return any(_numeric_only(a) for a in args if typing.get_origin(a) not in (list, dict, tuple))
+
+
 class Section(BaseModel):
     # allow_inf_nan=False: `train.lr=inf` (or a NaN) passes gt=0 but is no number a run can use.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, v, info):
+        # pydantic's lax mode reads a YAML boolean as a number: `max_steps: true` would run 1 step, `lr: true`
+        # train at 1.0. A boolean where a number is meant is a slip (a key pasted under the wrong name).
+        if isinstance(v, bool) and info.field_name in cls.model_fields \
+                and _numeric_only(cls.model_fields[info.field_name].annotation):
+            raise ValueError(f"{str(v).lower()} is a boolean; this key takes a number")
+        return v
 
 
 class ComposedFrom(Section):

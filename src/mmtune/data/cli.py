@@ -19,7 +19,8 @@ def inspect_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
     examples: int = typer.Option(3, "--examples", help="rendered examples to show"),
 ) -> None:
-    """Counts ok/bad by reason, token lengths by modality, and examples with the label mask."""
+    """Counts ok/bad by reason, token lengths by modality, and examples with the label mask. Exit 1 when
+    records are bad under data.on_bad_record=error (training would stop at the first)."""
     import json
 
     from ..config import load_config
@@ -32,8 +33,10 @@ def inspect_cmd(
     report = inspect_data(resolved, split=split, n_examples=examples)
     if as_json:
         console.print_json(json.dumps(report))
-        return
-    _print(report)
+    else:
+        _print(report)
+    if report["bad"] and report["on_bad_record"] == "error":
+        raise typer.Exit(1)  # every bad record counted above; training, as configured, would stop at the first
 
 
 def _print(report: dict) -> None:

@@ -85,6 +85,9 @@ class Entry:
         messages = []
         for i, m in enumerate(msgs):
             role = m.get(t["role_tag"]) if isinstance(m, dict) else None
+            if not isinstance(role, (str, type(None))):
+                raise BadRecord("bad type", f"message {i}'s {t['role_tag']} is a {type(role).__name__}, not a role name",
+                                where, f"{self.where}: tags name user {t['user_tag']!r}, assistant {t['assistant_tag']!r}")
             if role in (t["observation_tag"], t["function_tag"]):
                 raise BadRecord("bad conversation", f"message {i} is a tool turn ({t['role_tag']}={role!r}); mmtune "
                                 "trains on user / assistant / system turns", where, "leave tool-calling data out")
@@ -97,6 +100,26 @@ class Entry:
         if self.columns["system"] and row.get(self.columns["system"]):
             out["system"] = row[self.columns["system"]]
         return {**out, **media}
+
+
+# An entry's keys and the types LLaMA-Factory gives them: anything else is an error naming the key, not a
+# TypeError from deep inside the reader.
+_ENTRY_TYPES = {"file_name": (str,), "hf_hub_url": (str,), "subset": (str,), "split": (str,), "formatting": (str,),
+                "columns": (dict,), "tags": (dict,), "ranking": (bool,)}
+
+
+def _check_types(e: dict, where: str) -> None:
+    for key, types in _ENTRY_TYPES.items():
+        v = e.get(key)
+        if v is not None and not isinstance(v, types):
+            raise DataError(f"{where}: {key} is a {type(v).__name__} ({json.dumps(v, default=str)[:60]})",
+                            where=f"{where}.{key}", fix=f"{key} is a {' or '.join(t.__name__ for t in types)} in "
+                                                        "LLaMA-Factory's dataset_info.json")
+    for key in ("columns", "tags"):
+        bad = [k for k, v in (e.get(key) or {}).items() if not isinstance(v, (str, type(None)))]
+        if bad:
+            raise DataError(f"{where}: {key}.{bad[0]} is not a name", where=f"{where}.{key}.{bad[0]}",
+                            fix=f"each of {key} maps to the field name (a string) in your records")
 
 
 def read_registry(path: str | Path) -> dict:
@@ -132,6 +155,7 @@ def entry(path: str | Path, name: str) -> Entry:
                         fix=(f"did you mean {close[0]!r}? " if close else "") + f"names: {', '.join(sorted(info)) or '(none)'}")
     e = info[name]
     where = f"{reg}: {name}"
+    _check_types(e, where)
     if e.get("ranking"):
         raise DataError(f"{name} is a ranking (preference pair) dataset", where=f"{where}.ranking",
                         fix="mmtune trains supervised answers; give a dataset without ranking: true")

@@ -13,7 +13,10 @@ Checks, each a BadRecord (a DataError with a `reason` that skip policies count u
 - placeholders in the rendered text vs media parts, per record (failure mode 16);
 - the encoded length against `data.max_length`; a record is never truncated, since that could cut
   media tokens (failure mode 17);
-- media files that are missing or undecodable (failure mode 18), via mmtune.data.media.
+- media files that are missing or undecodable (failure mode 18), via mmtune.data.media;
+- text holding one of the tokenizer's turn tokens (`<|im_end|>` in an answer: "special token in text").
+Anything else a record makes the tokenizer or processor raise is that record's BadRecord too
+(`formats.isolated`, around encode / measure / encode_prompt).
 """
 
 from __future__ import annotations
@@ -21,11 +24,27 @@ from __future__ import annotations
 import re
 
 from ..errors import DataError
-from .formats import BadRecord
+from .formats import BadRecord, isolated
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
 from .records import answer_text as _answer_text
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
+# Past this many answers in one record, its length is checked from one tokenization before the per-answer
+# renders (Encoder._too_many_turns).
+MANY_ANSWERS = 16
+
+
+def _isolated(method):
+    """Whatever a record's content makes the processor or tokenizer raise is that record's BadRecord
+    (formats.isolated), for every caller: training's draws, the start-up measure, inspect, doctor, eval."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self, record, *args, **kwargs):
+        with isolated(record.where()):
+            return method(self, record, *args, **kwargs)
+
+    return run
 
 
 class Encoder:
@@ -65,6 +84,41 @@ class Encoder:
             | {t.content for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values() if getattr(t, "special", False)},
             key=len, reverse=True)
         self._special_re = re.compile("|".join(map(re.escape, self.special_strings))) if self.special_strings else None
+        self._turn_re: re.Pattern | None | bool = False  # turn_tokens(): computed on first use
+
+    def turn_tokens(self) -> re.Pattern | None:
+        """The special strings that give a conversation its turns: those the chat template writes around a
+        plain user/assistant exchange, plus bos/eos/pad. Text holding one is tokenized into the control token
+        itself (an `<|im_end|>` inside an answer trains the model to end its turn there). Other special
+        tokens (Qwen2-VL's <|box_start|> grounding marks) are data some sets write on purpose."""
+        if self._turn_re is False:
+            words = {t for t in (self.tokenizer.bos_token, self.tokenizer.eos_token, self.tokenizer.pad_token) if t}
+            try:
+                # once per encoder, straight through the processor (not per record, not counted as one)
+                sample = self.processor.apply_chat_template(
+                    self._template_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]),
+                    tokenize=False)
+                words |= {t for t in self.special_strings if t in sample}
+            except Exception:  # noqa: BLE001 - a template that cannot render this is reported by the encode itself
+                pass
+            words -= {v for v in self.placeholder.values() if v}  # placeholders: checked as media (failure mode 16)
+            words = sorted(words, key=len, reverse=True)
+            self._turn_re = re.compile("|".join(map(re.escape, words))) if words else None
+        return self._turn_re
+
+    def _check_text(self, record: Record) -> None:
+        turn = self.turn_tokens()
+        if turn is None:
+            return
+        for m in record.messages:
+            for p in content_parts(m.get("content")):
+                hit = turn.search(p["text"]) if p.get("type") == "text" and isinstance(p.get("text"), str) else None
+                if hit:
+                    raise BadRecord("special token in text", f"the {m.get('role')} text holds {hit.group(0)!r}, a "
+                                    "control token of this tokenizer: it would be read as the token itself (a turn "
+                                    "ending inside the text), not as text", record.where(),
+                                    f"remove or escape {hit.group(0)!r} in the record (e.g. write it with a space), "
+                                    "or set data.on_bad_record=skip to leave such records out (they are counted)")
 
     # ------------------------------------------------------------------ rendering
     def _template_messages(self, messages: list[dict]) -> list[dict]:
@@ -119,6 +173,7 @@ class Encoder:
         the prefix without the generation prompt only where the generation prompt does not lead to it."""
         spans = []
         last = len(tmessages) - 1
+        self._too_many_turns(tmessages, full, record)
         for i, m in enumerate(tmessages):
             if m["role"] != "assistant":
                 continue
@@ -149,6 +204,20 @@ class Encoder:
                 end += len(tail) - len(stripped) + len(stop.group())
             spans.append((start, end, has_stop))
         return spans
+
+    def _too_many_turns(self, tmessages: list[dict], full: str, record: Record) -> None:
+        """Each answer's span renders the conversation up to it, so the cost grows with the square of the
+        turns (800 turns: 16 s here; 5,000: hours, a hang in effect). A conversation of many answers whose
+        rendered text alone (media expand it further) is past data.max_length is refused first, from one
+        tokenization, as the "too long" it is."""
+        if sum(1 for m in tmessages if m["role"] == "assistant") <= MANY_ANSWERS:
+            return
+        n = len(self.tokenizer(full, add_special_tokens=False)["input_ids"])
+        if n > self.max_length:
+            raise BadRecord("too long", f"record is at least {n} tokens ({len(tmessages)} turns), over "
+                            f"data.max_length={self.max_length}; it is not truncated", record.where(),
+                            f"raise data.max_length to at least {n}, split the conversation, or set "
+                            "data.on_bad_record=skip to drop such records (they are counted)")
 
     # ------------------------------------------------------------------ media
     def _check_media(self, record: Record, tmessages, full: str) -> None:
@@ -362,12 +431,14 @@ class Encoder:
                             f"raise data.max_length to at least {n}, lower model.max_pixels / model.video_frames, "
                             "or set data.on_bad_record=skip to drop such records (they are counted)")
 
+    @_isolated
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
         import torch
 
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
+        self._check_text(record)
         tmessages = self._template_messages(record.messages)
         full, spans = self._trained_text(tmessages, record)
         self._check_media(record, tmessages, full)
@@ -386,6 +457,7 @@ class Encoder:
         res["labels"] = torch.from_numpy(labels)
         return res
 
+    @_isolated
     def encode_prompt(self, record: Record) -> dict:
         """The prompt only (everything before the last assistant turn), with the generation prompt."""
         i = last_assistant_index(record.messages)
@@ -409,6 +481,7 @@ class Encoder:
         return {"text": total - sum(counts.values()), **counts, "total": total}
 
     # ------------------------------------------------------------------ lengths without pixels
+    @_isolated
     def measure(self, record: Record) -> dict:
         """`token_counts(record)` without decoding pixels or samples: media sizes from file headers,
         tokens per item from the processor's own arithmetic, text from the tokenizer. The same checks
@@ -420,6 +493,7 @@ class Encoder:
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
+        self._check_text(record)
         parts = record.media_parts()
         if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.name == "qwen3_vl"
                                                          or self.cfg.model.video_fps
@@ -455,7 +529,7 @@ class Encoder:
             check_regular(p, where, folder_ok=p["type"] == "video")  # a named pipe would hang the header read
             try:
                 if p["type"] == "image":
-                    sizes["image"].append(media_probe.image_size(p))
+                    sizes["image"].append(media_probe.image_size(p, where))
                 elif p["type"] == "video":
                     n, h, w = media_probe.video_shape(p, mc.video_frames, mc.video_fps, where=where)
                     if mc.max_pixels and h * w > mc.max_pixels:  # the loader downsizes frames first

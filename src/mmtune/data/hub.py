@@ -82,10 +82,26 @@ def dataset_rows(ds, split: str, label: str) -> Iterator[tuple[str, object]]:
         name = pick_split(list(ds.keys()), split, label)
         ds, label = ds[name], f"{label}[{name}]"
     for col, feat in (ds.features or {}).items():
-        if type(feat).__name__ in ("Image", "Audio", "Video") and getattr(feat, "decode", False):
-            ds = ds.cast_column(col, type(feat)(decode=False))
+        undecoded = _undecoded(feat)
+        if undecoded is not None:
+            ds = ds.cast_column(col, undecoded)
     for n, row in enumerate(ds):
         yield f"{label}:row {n}", row
+
+
+def _undecoded(feat):
+    """The feature with `datasets`' own media decoding off (None when there is none): media arrive as
+    {bytes, path} and are decoded by mmtune's loader, one record at a time. Decoded by `datasets`, one
+    corrupt image stops the iteration of the whole split with PIL's exception. Lists of media too (TRL's
+    `images` column is a List(Image))."""
+    name = type(feat).__name__
+    if name in ("Image", "Audio", "Video"):
+        return type(feat)(decode=False) if getattr(feat, "decode", False) else None
+    inner = getattr(feat, "feature", None)
+    if name in ("List", "Sequence", "LargeList") and inner is not None:
+        got = _undecoded(inner)
+        return type(feat)(got) if got is not None else None
+    return None
 
 
 def hub_rows(repo_id: str, split: str, subset: str | None = None) -> tuple[Path, Iterator[tuple[str, object]]]:

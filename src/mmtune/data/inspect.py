@@ -142,8 +142,15 @@ def inspect_data(resolved, split: str = "train", n_examples: int = 3) -> dict:
         key = "data.train" if split == "train" else "data.eval"
         raise ConfigError(f"no data for split {split!r}", where=key, fix=f"set {key}=path/to/file.jsonl")
     encoder = Encoder.for_run(resolved)
-    rs = load_records(spec, cfg.data, split)
-    scan = scan_records(rs, encoder, cfg.data.on_bad_record)
+    # Inspection counts every bad record by reason, whatever data.on_bad_record says: under "error" the
+    # note below names the record training would stop at, instead of inspect stopping there itself.
+    rs = load_records(spec, cfg.data.model_copy(update={"on_bad_record": "skip"}), split)
+    scan = scan_records(rs, encoder, "skip")
+    stops = []
+    if cfg.data.on_bad_record == "error" and scan.records.problems:
+        where, what = scan.records.problems[0]
+        stops.append(f"data.on_bad_record=error: training would stop at the first bad record found ({where}: "
+                     f"{what}); data.on_bad_record=skip leaves the {scan.records.n_skipped} out, counted")
     media_ids = set(encoder.media_token_id.values())
     examples = []
     for r in scan.records.records[:n_examples]:
@@ -152,9 +159,9 @@ def inspect_data(resolved, split: str = "train", n_examples: int = 3) -> dict:
                          "rendered": show_mask(enc, encoder.tokenizer, media_ids)})
     return {
         "spec": spec, "split": split, "model": cfg.model.name,
-        "ok": len(scan.records.records), "bad": dict(scan.records.skipped),
+        "ok": len(scan.records.records), "bad": dict(scan.records.skipped), "on_bad_record": cfg.data.on_bad_record,
         "problems": [{"where": w, "what": what} for w, what in scan.records.problems[:20]],
-        "notes": scan.records.notes + [d.line() for d in resolved.decisions if d.key.startswith(("model.", "data.",
+        "notes": stops + scan.records.notes + [d.line() for d in resolved.decisions if d.key.startswith(("model.", "data.",
                                                                                                      "processor"))],
         "max_length": cfg.data.max_length,
         "tokens": scan.distribution(),

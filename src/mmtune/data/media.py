@@ -50,6 +50,26 @@ def check_regular(part: dict, where: str, *, folder_ok: bool = False) -> None:
                                                         and stat.S_ISDIR(mode) else ""))
 
 
+# The largest image mmtune opens, decided once for every reader (the header measure of training's start-up
+# check, `data inspect` and the doctor, and the decoder training draws through): PIL's own default
+# decompression-bomb limit (89.5 M pixels, ~0.25 GB decoded as RGB). A larger one is a counted bad record
+# "image too large", never a crash and never a silent downscale: no processor takes such an image whole
+# (model.max_pixels caps far lower), and decoding it to downscale would cost the memory the limit guards.
+MAX_IMAGE_PIXELS = 89_478_485
+
+
+def too_large(part: dict, where: str, size: str) -> BadRecord:
+    return BadRecord("image too large", f"image is {size}, over mmtune's limit of {MAX_IMAGE_PIXELS / 1e6:.1f} M "
+                     f"pixels (a decompression bomb, or a scan no model takes whole): {media_label(part)}", where,
+                     "downscale the image (model.max_pixels caps what the model sees anyway), or set "
+                     "data.on_bad_record=skip to leave such records out (they are counted)")
+
+
+def check_image_pixels(width: int, height: int, part: dict, where: str) -> None:
+    if width * height > MAX_IMAGE_PIXELS:
+        raise too_large(part, where, f"{width}x{height} = {width * height / 1e6:.0f} M pixels")
+
+
 def load_image(part: dict, where: str = "", max_pixels: int | None = None):
     """A media part -> RGB PIL image (from an in-memory image, bytes, or a path)."""
     import warnings
@@ -68,21 +88,28 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
                 with Image.open(src) as im:
+                    check_image_pixels(im.width, im.height, part, where)  # before any pixel is decoded
                     im.load()
                     img = to_rgb(im)
         except FileNotFoundError:
             raise _bad("image file not found", part, where,
                        "check the path and data.media_root, or set data.on_bad_record=skip") from None
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise BadRecord("image too large", f"image declares too many pixels ({e}): {media_label(part)}", where,
-                            "downscale the image (model.max_pixels caps what the model sees anyway), or set "
-                            "data.on_bad_record=skip") from None
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # PIL's check, in open()
+            raise too_large(part, where, _pil_size(e)) from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
                        "replace or remove the file, or set data.on_bad_record=skip") from None
     elif img.mode != "RGB":
         img = to_rgb(img)
     return cap_pixels(img, max_pixels)
+
+
+def _pil_size(e: Exception) -> str:
+    """'196 M pixels' from PIL's decompression-bomb message ('Image size (196000000 pixels) exceeds ...')."""
+    import re
+
+    m = re.search(r"\((\d+) pixels\)", str(e))
+    return f"{int(m.group(1)) / 1e6:.0f} M pixels" if m else "too many pixels"
 
 
 def to_rgb(im):

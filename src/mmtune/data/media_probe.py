@@ -28,25 +28,43 @@ def _image_size_of_path(path: str) -> tuple[int, int]:
 
 def _image_size(src) -> tuple[int, int]:
     """(height, width) from the header."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(src) as im:
-            w, h = im.size
+        with warnings.catch_warnings():  # the size is checked against media.MAX_IMAGE_PIXELS by the caller
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(src) as im:
+                w, h = im.size
     except FileNotFoundError:
         raise DataError("missing media", fix="check the path and data.media_root") from None
+    except Image.DecompressionBombError as e:  # PIL's own refusal past twice its limit: the size is in the text
+        raise _TooLarge(str(e)) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
     return h, w
 
 
-def image_size(part: dict) -> tuple[int, int]:
-    if part.get("image") is not None:
-        w, h = part["image"].size
-        return h, w
-    if part.get("bytes") is not None:
-        return _image_size(io.BytesIO(part["bytes"]))
-    return _image_size_of_path(str(part["path"]))
+class _TooLarge(Exception):
+    pass
+
+
+def image_size(part: dict, where: str = "") -> tuple[int, int]:
+    """(height, width); an image past media.MAX_IMAGE_PIXELS is the loader's "image too large" BadRecord."""
+    from .media import _pil_size, check_image_pixels, too_large
+
+    try:
+        if part.get("image") is not None:
+            w, h = part["image"].size
+        elif part.get("bytes") is not None:
+            h, w = _image_size(io.BytesIO(part["bytes"]))
+        else:
+            h, w = _image_size_of_path(str(part["path"]))
+    except _TooLarge as e:
+        raise too_large(part, where, _pil_size(e)) from None
+    check_image_pixels(w, h, part, where)
+    return h, w
 
 
 def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -> tuple[int, int, int]:
@@ -66,7 +84,7 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
         frames = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not frames:
             raise DataError("corrupt media (a video folder without image frames)", fix="put the frames (.jpg/.png) in the folder")
-        h, w = _image_size_of_path(str(frames[0]))
+        h, w = image_size({"type": "image", "path": str(frames[0])}, where)
         total, seconds = len(frames), None
     else:
         total, seconds, h, w = _video_file_header(part)

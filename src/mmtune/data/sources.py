@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..config.aliases import SPLIT_ALIASES
 from ..errors import DataError
-from .formats import BadRecord, check_format, row_to_records
+from .formats import BadRecord, check_format, isolated, row_to_records
 from .records import RecordSet
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
@@ -29,7 +29,7 @@ def split_alias_of(p: Path) -> Path | None:
     `.../val.jsonl` there), or None."""
     suffix = p.suffix if p.suffix in FILE_SUFFIXES + (".arrow",) else ""
     stem = p.name[: len(p.name) - len(suffix)]
-    for group in (SPLIT_ALIASES["train"], SPLIT_ALIASES["eval"][:-1], SPLIT_ALIASES["test"]):
+    for group in (SPLIT_ALIASES["train"], SPLIT_ALIASES["eval"], SPLIT_ALIASES["test"]):
         for name in group:
             if stem == name or stem.endswith(("_" + name, "-" + name, "." + name)):
                 head = stem[: len(stem) - len(name)]
@@ -44,7 +44,7 @@ def resolve_split(spec: str, split: str) -> tuple[str, str | None]:
     """What `data.train` / `data.eval` will read, decided once: (spec, note or None).
 
     A folder becomes `FOLDER::NAME` with the split found under its aliases (eval -> validation, val,
-    valid, dev, eval, test); a file that does not exist but whose split-alias sibling does is replaced
+    valid, dev, eval; never test); a file that does not exist but whose split-alias sibling does is replaced
     by it (ChartQA publishes `val`, users write `validation`). Anything else is returned unchanged and
     fails, with its reason, when read."""
     if spec.startswith("synthetic:") or "::" in spec:
@@ -189,7 +189,17 @@ def _rows_csv(path: Path) -> Iterator[tuple[str, object]]:
         if bad_header is not None:
             raise DataError(f"{path}: the header row is not valid UTF-8 ({bad_header})", where=f"{path}:1",
                             fix=f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
-        for row in reader:
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:  # a cell past the csv module's field limit (128 KiB), a stray quote at EOF
+                where = f"{path}:{reader.reader.line_num}"  # (DictReader's own count moves on success only)
+                yield where, BadRecord("bad csv", f"row cannot be read as CSV ({e})", where,
+                                       "quote cells that hold commas, quotes or newlines; keep a cell under 128 KiB "
+                                       "(longer text: use JSONL)")
+                continue
             where = f"{path}:{reader.line_num}"  # the row's last line: a quoted cell may span several
             bad_text = _undecodable([v for v in row.values() if isinstance(v, str)])
             if bad_text is not None:
@@ -299,9 +309,14 @@ def make_resolver(base: Path, media_root: str | None):
         if "://" in p:
             raise BadRecord("missing media", f"media {p!r} is a URL; mmtune reads local files only", where,
                             "download the files and give local paths (relative to data.media_root)")
-        q = Path(p).expanduser()
-        full = q if q.is_absolute() else root / q
-        if not full.exists():
+        try:
+            q = Path(p).expanduser()
+            full = q if q.is_absolute() else root / q
+            exists = full.exists()
+        except (OSError, ValueError, RuntimeError) as e:  # a name too long, a NUL byte, ~user unknown
+            raise BadRecord("missing media", f"media path {p[:120]!r} cannot be looked up ({e})"[:300], where,
+                            "give the media file's path, relative to data.media_root or the data file's folder") from None
+        if not exists:
             raise BadRecord("missing media", f"media file not found: {full}", where,
                             f"check the path; relative paths resolve against "
                             f"{'data.media_root' if media_root else 'the data file folder'} ({root}). "
@@ -346,9 +361,10 @@ class OpenSource:
         """The row's records (load_source's, the stream's); a bad row raises its BadRecord."""
         if isinstance(row, BadRecord):
             raise row
-        if self.to_row is not None:
-            row = self.to_row(row, where)
-        return row_to_records(row, self.fmt, self.columns, where, index, self.resolve, templates=self.templates)
+        with isolated(where):
+            if self.to_row is not None:
+                row = self.to_row(row, where)
+            return row_to_records(row, self.fmt, self.columns, where, index, self.resolve, templates=self.templates)
 
 
 def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
@@ -383,18 +399,27 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         return load_synthetic(spec.split(":", 1)[1], data_cfg, split)
     src = open_source(spec, data_cfg, split, parts)
     rs = RecordSet()
-    n_rows = other_split = 0
+    n_rows = other_split = empty_media = 0
+    first_empty = ""
     for index, (where, row) in enumerate(src.rows):
         if not in_split(row, src.fmt, src.wanted):
             other_split += 1
             continue
         n_rows += 1
         try:
-            rs.records.extend(src.records(where, row, index))
+            got = src.records(where, row, index)
         except BadRecord as e:
             rs.bad(e, where, data_cfg.on_bad_record)
+            continue
+        rs.records.extend(got)
+        if isinstance(row, dict) and not any(r.media_parts() for r in got) and lists_no_media(row):
+            empty_media += 1
+            first_empty = first_empty or where
     if other_split:
         rs.notes.append(f"{spec}: left out {other_split} entries marked for another split than {src.wanted!r}")
+    if empty_media:
+        rs.notes.append(f"warning: {empty_media} record(s) give an empty images/videos/audios list and train as "
+                        f"text only (first: {first_empty}); if their media are missing, fix the lists")
     dup = duplicate_ids(rs.records)
     if dup:
         rs.notes.append(dup)
@@ -404,6 +429,15 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
                         fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
     return rs
+
+
+MEDIA_LIST_FIELDS = ("images", "image", "videos", "video", "audios", "audio")
+
+
+def lists_no_media(row: dict) -> bool:
+    """A row whose media list is there but empty (`"images": []`): counted as a warning, since a
+    multimodal set's record that lost its files would otherwise train as text without a word."""
+    return any(isinstance(row.get(k), (list, tuple)) and len(row[k]) == 0 for k in MEDIA_LIST_FIELDS)
 
 
 def duplicate_ids(records) -> str | None:

@@ -23,7 +23,7 @@ import base64
 import binascii
 import json
 
-from .formats import _PLACEHOLDER_RE, FORMAT_FIELDS, PLACEHOLDERS, BadRecord, _split_placeholders
+from .formats import _PLACEHOLDER_RE, FORMAT_FIELDS, PLACEHOLDERS, BadRecord, _split_placeholders, text_value
 from .records import MEDIA_TYPES, Record, content_parts, part_text
 
 MEDIA_LISTS = {"image": "images", "video": "videos", "audio": "audios"}
@@ -45,17 +45,19 @@ def _pairs(history, where: str) -> list[tuple[str, str]]:
     if not ok:
         raise BadRecord("missing field", "`history` is not a list of [question, answer] pairs", where,
                         'write history as [["earlier question", "earlier answer"], ...]')
-    return [(str(q), str(a)) for q, a in history]
+    return [(text_value(q, "history question", where), text_value(a, "history answer", where)) for q, a in history]
 
 
 def _conversation_row(row: dict, system, history, prompt: str, answer, media: dict, where: str) -> dict:
-    if answer is None or str(answer).strip() == "":
+    # A list or an object is no answer: str() of it would train the model on its Python repr ("['a', 'b']").
+    answer = text_value(answer, "answer", where) if answer is not None else None
+    if answer is None or answer.strip() == "":
         raise BadRecord("no answer", "record has an empty answer", where,
                         "give every training/eval record a non-empty answer, or set data.on_bad_record=skip")
-    messages = [{"role": "system", "content": str(system)}] if system else []
+    messages = [{"role": "system", "content": text_value(system, "system", where)}] if system else []
     for q, a in _pairs(history, where):
         messages += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
-    messages += [{"role": "user", "content": prompt}, {"role": "assistant", "content": str(answer)}]
+    messages += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
     out = {"messages": messages, **{k: v for k, v in media.items() if v is not None}}
     if row.get("id") is not None:
         out["id"] = row["id"]
@@ -76,7 +78,8 @@ def alpaca_row(row: dict, columns: dict[str, str], where: str) -> dict:
         raise BadRecord("missing field", "record has no 'instruction' (format 'alpaca' needs it)", where,
                         f"the record's fields are: {have}. Map yours with data.columns.instruction=<field>")
     # LLaMA-Factory joins instruction and input with a newline.
-    prompt = str(instruction) + (f"\n{extra}" if extra not in (None, "") else "")
+    prompt = text_value(instruction, "instruction", where) + (
+        "\n" + text_value(extra, "input", where) if extra not in (None, "") else "")
     media = {lst: get(lst) for lst in MEDIA_LISTS.values()}
     history = get("history")
     if not _has_tag(prompt + json.dumps(history or [])):
@@ -87,8 +90,8 @@ def alpaca_row(row: dict, columns: dict[str, str], where: str) -> dict:
 
 def query_response_row(row: dict, where: str) -> dict:
     media = {lst: row.get(lst) for lst in MEDIA_LISTS.values()}
-    return _conversation_row(row, row.get("system"), row.get("history"), str(row["query"]), row.get("response"),
-                             media, where)
+    return _conversation_row(row, row.get("system"), row.get("history"), text_value(row["query"], "query", where),
+                             row.get("response"), media, where)
 
 
 # ------------------------------------------------------------------------------- content parts
@@ -162,13 +165,20 @@ def _normalise_messages(row: dict, columns: dict[str, str], where: str) -> dict:
         texts = []
         for m in messages:
             c = m.get("content", m.get("value")) if isinstance(m, dict) else None
-            texts += [c] if isinstance(c, str) else [p.get("text", "") for p in c or [] if isinstance(p, dict)]
-        bare = any(isinstance(p, dict) and p.get("type") in MEDIA_TYPES and not (p.keys() - {"type"})
+            texts += [c] if isinstance(c, str) else [p.get("text", "") for p in c if isinstance(p, dict)] \
+                if isinstance(c, list) else []  # a number or an object: refused by the reader, with its reason
+        # A media part with no file of its own takes the next file of the top-level list. Arrow stores parts
+        # as one struct, so TRL's save_to_disk layout gives {"type": "image", "text": None}: bare too.
+        bare = any(isinstance(p, dict) and p.get("type") in MEDIA_TYPES and not _has_source(p)
                    for m in messages if isinstance(m, dict) and isinstance(m.get("content"), list) for p in m["content"])
         if not bare and not any(_has_tag(str(t)) for t in texts):
             messages = _media_first(messages, n_media, where)
             changed = True
     return {**row, key: messages} if changed else row
+
+
+def _has_source(part: dict) -> bool:
+    return any(part.get(k) is not None for k in ("path", "url", "bytes", part.get("type")))
 
 
 def _media_first(messages: list, n_media: dict[str, int], where: str) -> list:
@@ -181,6 +191,8 @@ def _media_first(messages: list, n_media: dict[str, int], where: str) -> list:
             tags = "".join(PLACEHOLDERS[k] * n for k, n in n_media.items())
             key = "content" if "content" in m else "value"
             c = m.get(key)
+            if not isinstance(c, (str, list, type(None))):
+                return messages  # a number or an object as content: the reader refuses it, with its reason
             new = tags + c if isinstance(c, str) else [{"type": k} for k, n in n_media.items() for _ in range(n)] + list(c or [])
             return messages[:i] + [{**m, key: new}] + messages[i + 1:]
     raise BadRecord("placeholder mismatch", "media are listed but the conversation has no user turn to hold them",

@@ -45,6 +45,8 @@ REASON_CODES = {
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "processor error": "MM018",
     "image too large": "MM018", "not a regular file": "MM018", "bad sample rate": "MM018",
     "unsupported modality": "MM033",
+    "special token in text": "MM060",
+    "unreadable record": "MM014",
 }
 
 
@@ -75,9 +77,6 @@ class SplitScan:
     answer_longest: tuple[int, str] = (0, "")
     # The first records that passed, for checks that encode a real record (collate, targets): no reload.
     samples: list = field(default_factory=list)
-    # Record text holding the tokenizer's special-token strings (MM060): (records, first where, token).
-    special_text: int = 0
-    special_first: tuple[str, str] = ("", "")
     # Eval records identical to a training record (MM061; conversation text and media files).
     leaked: int = 0
     leaked_first: str = ""
@@ -145,7 +144,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     """One split's pass. `train_keys`: the training records' keys, filled by the train split and read
     by the eval split (MM061: an eval record identical to a training record)."""
     from ..data.encode import Encoder
-    from ..data.formats import BadRecord, row_to_records
+    from ..data.formats import BadRecord, isolated, row_to_records
     from ..data.sources import open_source
 
     cfg = resolved.cfg
@@ -179,7 +178,6 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
-    special = _special_pattern(encoder)
     from ..resolve.processor import audio_window_seconds
 
     window = audio_window_seconds(encoder.processor)
@@ -204,15 +202,16 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                 try:
                     if isinstance(row, BadRecord):
                         raise row
-                    if to_row is not None:
-                        row = to_row(row, where)
-                    recs_in = row_to_records(row, fmt, columns, where, index, resolve, templates=templates)
+                    with isolated(where):  # the training loader's boundary (OpenSource.records)
+                        if to_row is not None:
+                            row = to_row(row, where)
+                        recs_in = row_to_records(row, fmt, columns, where, index, resolve, templates=templates)
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue
             row_ok = True
             for rec in recs_in:
-                _look_at_text(rec, scan, special, train_keys, seen)
+                _look_at_text(rec, scan, train_keys, seen)
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
                 if ok and window is not None:
                     _audio_past_window(rec, window, scan)
@@ -289,12 +288,13 @@ class _Decoder:
         self.reservoir = []
 
     def _decode(self, rec) -> bool:
-        from ..data.formats import BadRecord
+        from ..data.formats import BadRecord, isolated
 
         self.scan.decoded += 1
         try:
             # The encoder's own media loading (what `encode` runs in training), without the processor.
-            self.encoder._load_media(rec)
+            with isolated(rec.where()):
+                self.encoder._load_media(rec)
         except BadRecord as e:
             self.scan.decode_bad += 1
             self.scan.ok -= 1  # the header measure counted it ok
@@ -307,16 +307,6 @@ def _in_split(rows, fmt: str, wanted: str):
     from ..data.published import in_split
 
     return ((where, row) for where, row in rows if in_split(row, fmt, wanted))
-
-
-def _special_pattern(encoder):
-    """A regex of the tokenizer's special-token strings other than the media placeholders (those are
-    MM016's), or None. Text holding them is tokenized into the control tokens themselves."""
-    import re
-
-    skip = {v for v in encoder.placeholder.values() if v}
-    words = [t for t in encoder.special_strings if t and t not in skip]
-    return re.compile("|".join(re.escape(t) for t in words)) if words else None
 
 
 def record_key(rec) -> int | None:
@@ -339,11 +329,10 @@ def record_key(rec) -> int | None:
     return hash("\x1f".join(out))
 
 
-def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None, seen: set | None = None) -> None:
-    """Per-record text facts: special-token strings in the text (MM060), a system turn (MM062), and the
-    record's key for train/eval duplicates (MM061) and repeats inside the training split (MM068)."""
-    from ..data.records import content_parts
-
+def _look_at_text(rec, scan: SplitScan, train_keys: set | None, seen: set | None = None) -> None:
+    """Per-record text facts: a system turn (MM062), and the record's key for train/eval duplicates (MM061)
+    and repeats inside the training split (MM068). (Special-token text is the encoder's "special token in
+    text" bad record, MM060.)"""
     msgs = rec.messages
     h = hash(rec.id)
     if h in scan.id_hashes:
@@ -353,19 +342,6 @@ def _look_at_text(rec, scan: SplitScan, special, train_keys: set | None, seen: s
     scan.id_hashes.add(h)
     if msgs and msgs[0].get("role") == "system":
         scan.system_records += 1
-    if special is not None:
-        for m in msgs:
-            hit = None
-            for p in content_parts(m.get("content")):
-                if p.get("type") == "text" and p.get("text"):
-                    hit = special.search(str(p["text"]))
-                    if hit:
-                        break
-            if hit:
-                scan.special_text += 1
-                if scan.special_text == 1:
-                    scan.special_first = (rec.where(), hit.group(0))
-                break
     if train_keys is None and seen is None:
         return
     key = record_key(rec)

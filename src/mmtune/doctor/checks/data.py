@@ -164,17 +164,10 @@ def clean_written(ctx):
 @check("MM060", "record text holds no special-token strings of the tokenizer", needs=("cfg", "scan"))
 def special_token_text(ctx):
     """A record whose text holds e.g. '<|im_end|>' or '</s>' literally: the tokenizer turns the string
-    into the control token itself, so the model is trained to end (or open) a turn in mid-text, and the
-    prompt's turn structure breaks. A warning: the run works, the model learns a wrong stop."""
-    for s in ctx.need("scan").splits:
-        if not s.special_text:
-            continue
-        where, token = s.special_first
-        yield warning(f"{s.split}: {s.special_text} record(s) hold the tokenizer's special-token text (first: "
-                      f"{token!r}): the tokenizer reads it as the control token, not as text, so training sees a "
-                      "turn end / start inside the conversation", where=where,
-                      fix=f"remove or escape {token!r} in the records' text (e.g. write it with spaces), or drop "
-                          "those records")
+    into the control token itself, so the model would be trained to end (or open) a turn in mid-text. The
+    encoder refuses such records ("special token in text", data/encode.py); this names them, as an error
+    under data.on_bad_record=error (training stops at the first) and a warning under skip (counted)."""
+    yield from _bad_findings(ctx, "MM060")
 
 
 @check("MM061", "no eval record is a copy of a training record", needs=("cfg", "scan"))
