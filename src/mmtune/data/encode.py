@@ -421,7 +421,7 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         parts = record.media_parts()
-        if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.name == "qwen3_vl"
+        if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.video_timestamps_in_text
                                                          or self.cfg.model.video_fps
                                                          or any(p.get("use_audio") for p in parts)):
             return self.token_counts(record)
@@ -477,8 +477,8 @@ class Encoder:
                 raise BadRecord(reason, f"{media_label(p)}: {e.what}", where, e.fix) from None
         out = {k: [] for k in MEDIA_TYPES}
         if sizes["image"] or sizes["video"] or (sizes["audio"] and has_media_token_arithmetic(self.processor)
-                                                  and self.family is not None and self.family.name != "qwen2_audio"):
-            audio_lengths = sizes["audio"] if self.family is None or self.family.name != "qwen2_audio" else None
+                                                  and self.family is not None and not self.family.audio_tokens_by_whisper):
+            audio_lengths = sizes["audio"] if self.family is None or not self.family.audio_tokens_by_whisper else None
             # The count depends only on the sizes and the run's caps (fixed for this encoder): memoised, since
             # the processor's kwarg validation costs ~0.4 ms a call and VQA sets repeat image sizes.
             key = (tuple(sizes["image"]), tuple(sizes["video"]), tuple(audio_lengths or ()))

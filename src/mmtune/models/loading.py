@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
-from .families import Family, family_for_model_type, get_family
+from .families import Family, family_for_config, get_family
 from .tiny import is_tiny, tiny_spec
 
 log = logging.getLogger("mmtune.models")
@@ -74,7 +74,7 @@ def resolve_family(cfg) -> Family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):
         return get_family(tiny_spec(cfg.model.name).family)
-    return family_for_model_type(structure_config(cfg).model_type)
+    return family_for_config(structure_config(cfg))
 
 
 # `mmtune plan --verify --layers N`: the decoder cut to N layers, for the plan and the measured model alike

@@ -60,10 +60,10 @@ def text_part(config, family):
 def family_of(cfg, config):
     """The run's family from model.family or the config's model type (no weights needed), or None."""
     from ...errors import ModelLoadError
-    from ...models.families import family_for_model_type, get_family
+    from ...models.families import family_for_config, get_family
 
     try:
-        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(config.model_type)
+        return get_family(cfg.model.family) if cfg.model.family else family_for_config(config)
     except (ModelLoadError, KeyError, ValueError):
         return None
 
