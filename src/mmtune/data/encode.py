@@ -55,6 +55,8 @@ class Encoder:
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
         self.media_token_id = media_token_ids(processor)
+        self.placeholder_ids = {k: self.tokenizer.convert_tokens_to_ids(t) for k, t in self.placeholder.items()
+                                if t and self.tokenizer.convert_tokens_to_ids(t) != self.tokenizer.unk_token_id}
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
         fe = getattr(processor, "feature_extractor", None)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
@@ -296,7 +298,8 @@ class Encoder:
             in_answer |= (a0 < end) & (start < a1)
         in_answer &= end > start
         is_media = np.zeros(len(ids), dtype=bool)
-        for tid in set(self.media_token_id.values()):
+        # the placeholder's own id too where it differs from its expansion's (Gemma 3: <start_of_image>)
+        for tid in set(self.media_token_id.values()) | set(self.placeholder_ids.values()):
             is_media |= ids == tid
         starts = is_media.copy()
         starts[1:] &= ~is_media[:-1]
@@ -421,6 +424,8 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         parts = record.media_parts()
+        if parts and self.family is not None and self.family.expansion_adds_text:
+            return self.token_counts(record)
         if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.video_timestamps_in_text
                                                          or self.cfg.model.video_fps
                                                          or any(p.get("use_audio") for p in parts)):
@@ -508,7 +513,9 @@ def media_token_ids(processor) -> dict[str, int]:
     tok = getattr(processor, "tokenizer", processor)
     out = {}
     for k in MEDIA_TYPES:
-        tid = getattr(processor, f"{k}_token_id", None)
+        # `<kind>_token_ids` (transformers' processor API) where it names the expanded token: Gemma 3 writes
+        # `<start_of_image>` but expands it into `<image_soft_token>`s.
+        tid = (getattr(processor, f"{k}_token_ids", None) or [None])[0] or getattr(processor, f"{k}_token_id", None)
         token = getattr(processor, f"{k}_token", None)
         if tid is None and token:
             tid = tok.convert_tokens_to_ids(token)

@@ -65,6 +65,9 @@ class Family:
     # M-RoPE axis by second_per_grid_ts; Qwen3-VL writes "<t seconds>" stamps): doctor MM066 applies.
     time_aware_video: bool = False
     video_timestamps_in_text: bool = False  # the stamps are text: a video's length needs a real encode
+    # The processor writes text around each item's media tokens (Gemma 3: "\n\n<boi>...<eoi>\n\n"), whose
+    # token count depends on the neighbouring text: a record's length needs a real encode.
+    expansion_adds_text: bool = False
     default_fps: float = 24.0  # the rate the processor assumes for a video given without one (VideoMetadata)
     # Audio tokens from the Whisper arithmetic (data.encode.whisper_audio_tokens) instead of the processor's
     # own count (Qwen2-Audio's processor has none that matches its expansion).

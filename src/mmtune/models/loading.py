@@ -416,6 +416,7 @@ _TOKEN_KEYS = {
     "audio_token_id": ("audio_token", "<|AUDIO|>"), "audio_token_index": ("audio_token", "<|AUDIO|>"),
     "vision_start_token_id": (None, "<|vision_start|>"), "vision_end_token_id": (None, "<|vision_end|>"),
     "audio_start_token_id": (None, "<|audio_bos|>"), "audio_end_token_id": (None, "<|audio_eos|>"),
+    "boi_token_index": (None, "<start_of_image>"), "eoi_token_index": (None, "<end_of_image>"),  # Gemma 3
 }
 
 
@@ -431,8 +432,13 @@ def remap_token_ids(config, processor) -> None:
         for key, (attr, default) in _TOKEN_KEYS.items():
             if getattr(holder, key, None) is None:
                 continue
-            token = getattr(processor, attr, None) if attr else None
-            tid = tok.convert_tokens_to_ids(token or default)
+            kind = attr[:-len("_token")] if attr else None
+            # the id the placeholder expands to (processor.<kind>_token_ids: Gemma 3's soft token, not its
+            # <start_of_image> placeholder), else the placeholder's
+            tid = (getattr(processor, f"{kind}_token_ids", None) or [None])[0] if kind else None
+            if tid is None:
+                token = getattr(processor, attr, None) if attr else None
+                tid = tok.convert_tokens_to_ids(token or default)
             if tid is not None and tid != tok.unk_token_id:
                 setattr(holder, key, tid)
 

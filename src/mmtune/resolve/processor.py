@@ -95,6 +95,10 @@ def stand_in_processor(family, facts: dict):
                 sub.crop_size = type(sub.crop_size)(height=n, width=n)
         if "image_grid_pinpoints" in facts and hasattr(sub, "image_grid_pinpoints"):
             sub.image_grid_pinpoints = facts["image_grid_pinpoints"]  # multi-view ("anyres") crops
+    if "image_seq_length" in facts and hasattr(proc, "image_seq_length"):
+        # Gemma 3: tokens per image are fixed at construction (the expanded image string is built there).
+        proc = type(proc)(image_processor=proc.image_processor, tokenizer=proc.tokenizer,
+                          image_seq_length=facts["image_seq_length"], chat_template=proc.chat_template)
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
         proc.num_image_tokens = facts["num_image_tokens"]
     fe = getattr(proc, "feature_extractor", None)
