@@ -80,10 +80,10 @@ class Family:
     # Qwen2-VL: transformers#33294, fixed for transformers' eager attention by #33312 (#35151): an info.
     # Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
     fp16_overflow: tuple[str, str] | None = None
-    # Known bugs of transformers' own class for this family that bite training: (text, fix) for doctor MM095.
-    known_issues: tuple[tuple[str, str], ...] = ()
-    # Set by the day-0 path (models/generic.py): facts inferred from the model, not written down.
+    # Set by the day-0 path (models/generic.py): facts inferred from the model, not written down, and what
+    # was inferred from what: (key, value, reason) each, printed as decisions of the resolved run.
     inferred: bool = False
+    inferred_notes: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def custom(self) -> bool:
@@ -298,8 +298,19 @@ def family_for_model_type(model_type: str) -> Family:
 
 
 def family_for_config(config) -> Family:
-    """The family of a transformers config: its model_type in the registry."""
-    return family_for_model_type(config.model_type)
+    """The family of a transformers config: its model_type in the registry, else (day 0) a family inferred
+    from the model's structure where transformers loads it as AutoModelForImageTextToText (models/generic.py)."""
+    from ..errors import ModelLoadError
+
+    try:
+        return family_for_model_type(config.model_type)
+    except ModelLoadError:
+        from .generic import infer_family
+
+        fam = infer_family(config)
+        if fam is None:
+            raise
+        return fam
 
 
 def family_for_hub_name(name: str) -> Family | None:
