@@ -120,7 +120,11 @@ def build_on_meta(family: Family, config, dtype, attn: str):
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):
-        return build_from_config(family, config, dtype, attn)
+        model = build_from_config(family, config, dtype, attn)
+    # Tied input / output embeddings come out of accelerate's empty init as two meta tensors (checked on
+    # transformers 5.24, accelerate 1.15): tie them again, or the plan counts Gemma 3's 262k x d embedding twice.
+    model.tie_weights()
+    return model
 
 
 def _offline() -> bool:
