@@ -3,7 +3,8 @@ a family added as one module is held to all of them without editing a list.
 
 - the step's logged loss equals an independent computation with the model's own loss;
 - the planner's tensor peak matches a real CPU step of the same run;
-- `mmtune export --merge` writes a folder the family's transformers class loads, with the trained logits.
+- `mmtune export --merge` writes a folder the family's transformers class loads, with the trained logits;
+- full fine-tuning and QLoRA train with gradient checkpointing and write a checkpoint.
 (Also over the registry: scan length == encoded length in tests/data/test_lengths.py, the doctor silent on
 each family's default setups in tests/doctor/test_issue_checks_recipes.py, loss falls and the adapter
 round-trips in tests/test_families_e2e.py, the twin's class and components in tests/models/test_tiny_families.py.)
@@ -111,3 +112,16 @@ def test_merged_export_loads_with_the_family_class(twin, tmp_path):
     assert not any("lora" in n for n, _ in merged.named_parameters())
     with torch.no_grad():
         torch.testing.assert_close(merged(**inputs).logits, trained, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("method", ["full", "qlora"])
+@pytest.mark.parametrize("twin", TWINS)
+def test_full_and_qlora_train_and_checkpoint(twin, method, tmp_path):
+    """Every family also trains in full and with QLoRA (4-bit decoder + LoRA), with gradient checkpointing,
+    and writes a checkpoint a run resumes from."""
+    cfg = load_config(_config(twin, tmp_path, max_steps=2, save_every=2),
+                      [f"adapter.method={method}", "model.gradient_checkpointing=true"])
+    train(build_run(cfg))
+    losses = [json.loads(ln)["loss"] for ln in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 2 and all(x == x and x > 0 for x in losses), losses
+    assert (tmp_path / "run" / "checkpoint-2").is_dir()
