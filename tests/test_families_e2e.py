@@ -16,6 +16,8 @@ from mmtune.train.loop import train
 sys.path.insert(0, str(Path(__file__).resolve().parent / "train"))
 from equivalence_runs import video_only  # noqa: E402
 
+from tests.family_registry import DATA_FILE, TWINS, family_of_twin, first_medium  # noqa: E402
+
 DATA = Path(__file__).resolve().parents[1] / "recipes" / "data"
 
 
@@ -41,6 +43,11 @@ CASES = {
     "llava-image": ("tiny/llava", "image_qa.jsonl", None, "lora"),
     "llava-next-image-qlora": ("tiny/llava-next", "image_qa.jsonl", None, "qlora"),
 }
+# Every other registered family, on its first medium: a family added as one module is trained here too.
+for _twin in TWINS:
+    if _twin not in {c[0] for c in CASES.values()}:
+        _m = first_medium(_twin)
+        CASES[f"{family_of_twin(_twin).name}-{_m}"] = (_twin, DATA_FILE[_m], video_only if _m == "video" else None, "lora")
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

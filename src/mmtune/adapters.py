@@ -29,7 +29,7 @@ from typing import Any
 
 from .config.schema import COMPONENTS
 from .errors import ConfigError
-from .models.families import DECODER_LINEARS, Family
+from .models.families import Family
 
 log = logging.getLogger("mmtune.adapters")
 
@@ -181,7 +181,7 @@ def lora_target_names(model, family: Family, target_modules) -> list[str]:
                               "a list of names, or a regex over full module names")
     if target_modules in ("auto", "all-linear"):
         if target_modules == "auto":
-            chosen = [n for n in decoder if n.rsplit(".", 1)[-1] in DECODER_LINEARS]
+            chosen = [n for n in decoder if n.rsplit(".", 1)[-1] in family.lora_targets]
             if chosen:
                 return chosen
         return decoder  # all-linear, or auto on a decoder without the usual names

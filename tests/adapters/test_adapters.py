@@ -10,6 +10,7 @@ from mmtune.build import load_model
 from mmtune.config.schema import RunConfig
 from mmtune.errors import ConfigError
 from mmtune.models.examples import example_batch
+from tests.family_registry import TWINS, family_of_twin
 
 
 def setup(name="tiny/qwen2-vl", dtype="fp32", ckpt=True, lr=1e-3, **adapter):
@@ -143,8 +144,7 @@ def test_qlora_on_cpu():
     assert res.table.total > 0 and "qlora" in str(res.table)
 
 
-@pytest.mark.parametrize("name", ["tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio", "tiny/qwen2.5-omni",
-                                  "tiny/llava", "tiny/llava-next"])
+@pytest.mark.parametrize("name", [family_of_twin(t).tiny for t in TWINS if "projector" in family_of_twin(t).components])
 def test_lora_on_decoder_only_for_every_family(name):
     lm, res, _ = setup(name, train_components=["projector"])
     assert res.table.lora_by_component.keys() == {"decoder"}

@@ -11,20 +11,11 @@ from mmtune.data.encode import Encoder
 from mmtune.data.formats import BadRecord
 from mmtune.data.records import Record
 from mmtune.resolve import local_target, resolve_run
+from tests.family_registry import MEDIA
 
 from .conftest import write_mp4, write_png, write_wav
 
-FAMILIES = {
-    "tiny/qwen2": ("text",),
-    "tiny/qwen2-vl": ("image", "video"),
-    "tiny/qwen2.5-vl": ("image", "video"),
-    "tiny/qwen3-vl": ("image", "video"),
-    "tiny/qwen2-audio": ("audio",),
-    "tiny/qwen2.5-omni": ("image", "video", "audio"),
-    "tiny/llava": ("image",),
-    "tiny/llava-next": ("image",),
-    "tiny/llava-onevision": ("image",),
-}
+FAMILIES = MEDIA  # every registered family's tiny twin -> the media its records carry (tests/family_registry.py)
 
 
 @pytest.fixture(scope="module")

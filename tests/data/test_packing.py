@@ -13,6 +13,7 @@ from mmtune.data.encode import Encoder
 from mmtune.data.packing import pack_indices, pack_row, packed_micro_batches
 from mmtune.data.records import Record
 from mmtune.loss import loss_sum
+from mmtune.models.families import FAMILIES
 
 from .conftest import write_png
 
@@ -47,13 +48,13 @@ def _loss_and_grads(model, batch):
     return float(total.detach() / n), int(n), {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2", "tiny/llava",
-                                  "tiny/llava-next", "tiny/llava-onevision"])
+# every family that says it packs (Family.packable: decide_packing allows data.packing for it) is held to it here
+@pytest.mark.parametrize("name", [f.tiny for f in FAMILIES.values() if f.packable and f.tiny])
 def test_packed_rows_give_the_unpacked_loss_and_gradients(name, tmp_path):
     model, collate, items = _setup(name, tmp_path)
     loss0, n0, g0 = _loss_and_grads(model, collate(items))
     rope = rope_index_of(model)
-    assert (rope is not None) == (name.startswith("tiny/qwen") and name != "tiny/qwen2")
+    assert (rope is not None) == next(f.mrope for f in FAMILIES.values() if f.tiny == name)
     packed = collate([pack_row(items[:3], rope), pack_row(items[3:], rope)])  # rows of 3 and 1 records, padded
     assert "attention_mask" not in packed
     loss1, n1, g1 = _loss_and_grads(model, packed)
@@ -74,7 +75,7 @@ def test_packed_rows_give_the_unpacked_loss_and_gradients(name, tmp_path):
     assert max(float((g2[k] - g0[k]).abs().max()) for k in g0) > 1e-3
 
 
-@pytest.mark.parametrize("name", ["tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl"])
+@pytest.mark.parametrize("name", [f.tiny for f in FAMILIES.values() if f.packable and f.mrope and f.tiny])
 def test_rope_index_is_the_models_own_per_record(name, tmp_path):
     model, _, items = _setup(name, tmp_path)
     rope = rope_index_of(model)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.family_registry import TWINS
+
 RECIPES = sorted((Path(__file__).resolve().parents[2] / "recipes").glob("*.yaml"))
 CODES = [f"MM0{n}" for n in range(37, 57)]
 
@@ -27,8 +29,7 @@ def test_recipe_is_silent(recipe, tmp_path, monkeypatch):
     assert loud == [], loud
 
 
-TINY = ["tiny/qwen2", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio", "tiny/qwen2.5-omni",
-        "tiny/llava", "tiny/llava-next", "tiny/llava-onevision"]
+TINY = TWINS  # every registered family's tiny twin (tests/family_registry.py)
 
 
 @pytest.mark.parametrize("name", TINY)

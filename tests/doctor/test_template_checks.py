@@ -10,6 +10,8 @@ import json
 import pytest
 from doctor_helpers import TINY_VL, context_for, run_codes
 
+from tests.family_registry import TWINS
+
 NEW = ("MM060", "MM061", "MM062", "MM063", "MM064", "MM065")
 
 
@@ -194,8 +196,7 @@ def test_mm066_video_positions_need_the_clip_rate(doctor, tmp_path, model, fps, 
         assert rep.findings == []
 
 
-@pytest.mark.parametrize("model", ["tiny/qwen2", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl", "tiny/qwen2-audio",
-                                   "tiny/qwen2.5-omni", "tiny/llava", "tiny/llava-next", "tiny/llava-onevision"])
+@pytest.mark.parametrize("model", TWINS)
 def test_mm069_every_tiny_family_template_has_its_generation_prompt(tmp_path, model):
     # instructlab/training#232: a template without the add_generation_prompt clause is flagged
     # (tests/doctor/test_public_reports.py); every family's own template here writes its header.

@@ -8,6 +8,7 @@ import torch
 
 from mmtune.config import load_config
 from mmtune.errors import ConfigError
+from mmtune.models.families import FAMILIES
 from mmtune.resolve import gpu_target, resolve_run
 from mmtune.resolve.decisions import decide_fused_kernels
 
@@ -210,17 +211,17 @@ def test_liger_module_selection_per_family(name, counts):
     from collections import Counter
 
     from mmtune.build import build_model_and_adapters
-    from mmtune.models.fused_kernels import LIGER_FAMILIES, liger_modules
+    from mmtune.models.fused_kernels import liger_modules
 
     r = resolve_run(load_config(None, [f"model.name={name}"]), gpu_target("a100-80gb"))
     loaded, result = build_model_and_adapters(r, meta=True)
-    found = Counter(k for k, _ in liger_modules(result.model, LIGER_FAMILIES[loaded.family.name]).values())
+    found = Counter(k for k, _ in liger_modules(result.model, loaded.family.liger).values())
     assert dict(found) == counts
 
 
 @pytest.mark.skipif(not LIGER, reason="liger-kernel not installed: checks that Liger's own per-instance patch "
                                       "replaces exactly the modules the planner's twins replace")
-@pytest.mark.parametrize("name", ["tiny/qwen2", "tiny/llava", "tiny/qwen2-vl", "tiny/qwen2.5-vl", "tiny/qwen3-vl"])
+@pytest.mark.parametrize("name", [f.tiny for f in FAMILIES.values() if f.liger is not None and f.tiny])
 def test_liger_patches_the_modules_the_planner_models(name):
     """Liger's patch only rebinds forwards (no kernel runs), so this holds on a CPU: after adapters, the
     modules Liger patched are the ones plan/fused_kernels.py replaces. Where this liger-kernel's patch does
@@ -229,7 +230,6 @@ def test_liger_patches_the_modules_the_planner_models(name):
     from mmtune.build import build_model_and_adapters
     from mmtune.errors import ModelLoadError
     from mmtune.models.fused_kernels import (
-        LIGER_FAMILIES,
         apply_liger,
         liger_modules,
         liger_problem,
@@ -259,7 +259,7 @@ def test_liger_patches_the_modules_the_planner_models(name):
             for k, v in attrs.items():
                 setattr(m, k, v)
     kinds = {"LigerRMSNorm": "rms_norm", "LigerSwiGLUMLP": "swiglu", "LigerLayerNorm": "layer_norm"}
-    planned = {p: k for p, (k, _) in liger_modules(result.model, LIGER_FAMILIES[loaded.family.name]).items()}
+    planned = {p: k for p, (k, _) in liger_modules(result.model, loaded.family.liger).items()}
     assert {p: kinds[c] for p, c in patched_by_liger(result.model).items()} == planned
     assert len(lines) == 1 and "replaced" in lines[0]  # RoPE: the modeling module's function was swapped
 

@@ -74,6 +74,8 @@ class Encoder:
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
         self.media_token_id = media_token_ids(processor)
+        self.placeholder_ids = {k: self.tokenizer.convert_tokens_to_ids(t) for k, t in self.placeholder.items()
+                                if t and self.tokenizer.convert_tokens_to_ids(t) != self.tokenizer.unk_token_id}
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
         fe = getattr(processor, "feature_extractor", None)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
@@ -365,7 +367,8 @@ class Encoder:
             in_answer |= (a0 < end) & (start < a1)
         in_answer &= end > start
         is_media = np.zeros(len(ids), dtype=bool)
-        for tid in set(self.media_token_id.values()):
+        # the placeholder's own id too where it differs from its expansion's (Gemma 3: <start_of_image>)
+        for tid in set(self.media_token_id.values()) | set(self.placeholder_ids.values()):
             is_media |= ids == tid
         starts = is_media.copy()
         starts[1:] &= ~is_media[:-1]
@@ -495,7 +498,9 @@ class Encoder:
                             "end the conversation with an assistant message holding the answer")
         self._check_text(record)
         parts = record.media_parts()
-        if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.name == "qwen3_vl"
+        if parts and self.family is not None and self.family.expansion_adds_text:
+            return self.token_counts(record)
+        if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.video_timestamps_in_text
                                                          or self.cfg.model.video_fps
                                                          or any(p.get("use_audio") for p in parts)):
             return self.token_counts(record)
@@ -551,8 +556,8 @@ class Encoder:
                 raise BadRecord(reason, f"{media_label(p)}: {e.what}", where, e.fix) from None
         out = {k: [] for k in MEDIA_TYPES}
         if sizes["image"] or sizes["video"] or (sizes["audio"] and has_media_token_arithmetic(self.processor)
-                                                  and self.family is not None and self.family.name != "qwen2_audio"):
-            audio_lengths = sizes["audio"] if self.family is None or self.family.name != "qwen2_audio" else None
+                                                  and self.family is not None and not self.family.audio_tokens_by_whisper):
+            audio_lengths = sizes["audio"] if self.family is None or not self.family.audio_tokens_by_whisper else None
             # The count depends only on the sizes and the run's caps (fixed for this encoder): memoised, since
             # the processor's kwarg validation costs ~0.4 ms a call and VQA sets repeat image sizes.
             key = (tuple(sizes["image"]), tuple(sizes["video"]), tuple(audio_lengths or ()))
@@ -582,7 +587,9 @@ def media_token_ids(processor) -> dict[str, int]:
     tok = getattr(processor, "tokenizer", processor)
     out = {}
     for k in MEDIA_TYPES:
-        tid = getattr(processor, f"{k}_token_id", None)
+        # `<kind>_token_ids` (transformers' processor API) where it names the expanded token: Gemma 3 writes
+        # `<start_of_image>` but expands it into `<image_soft_token>`s.
+        tid = (getattr(processor, f"{k}_token_ids", None) or [None])[0] or getattr(processor, f"{k}_token_id", None)
         token = getattr(processor, f"{k}_token", None)
         if tid is None and token:
             tid = tok.convert_tokens_to_ids(token)

@@ -8,6 +8,11 @@ every family (failure mode 10: LoRA on the vision tower by accident).
 
 Prefixes are matched against names of the unwrapped model *before* any peft/DDP wrapping; code that
 selects parameters does it once, by identity, before wrapping (failure mode 12).
+
+A `Family` is the one home of a family's facts: the rest of mmtune reads attributes (`packable`, `mrope`,
+`time_aware_video`, `liger`, ...) and never tests `family.name`. The families of the first waves are
+defined below; newer ones are one module each in `mmtune/models/family/` (the Family, its tiny twin and
+its notes together), found by `_discover()` -- docs/internals.md "Adding a model family" lists the steps.
 """
 
 from __future__ import annotations
@@ -18,8 +23,17 @@ from ..compat.layouts import QWEN2_5_OMNI_THINKER_5_17, with_layouts
 
 # Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# Families with 3-D M-RoPE positions (the model's get_rope_index): a packed row carries them per record.
-MROPE_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
+@dataclass(frozen=True)
+class LigerPatch:
+    """What Liger-Kernel's patch for a family fuses (apply_liger_kernel_to_<type> in its monkey_patch.py);
+    models/fused_kernels.py applies and describes it."""
+    rms_norm: bool = True  # decoder RMSNorms (and q_norm / k_norm where the attention has them)
+    swiglu: bool = True  # decoder MLPs: LigerSwiGLUMLP
+    rope: str = "apply_rotary_pos_emb"  # the modeling-module function Liger's RoPE patch replaces
+    vision_norm: str = ""  # "rms_norm" / "layer_norm": the vision blocks' norm1 / norm2
+    liger_module: str = "qwen2"  # liger_kernel.transformers.model.<this>: what its patch imports
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,37 @@ class Family:
     # A model brought by import path (models/custom.py): model_class is then `pkg.module:Class` (or empty
     # with a factory), and `factory` the import path of its build function.
     factory: str | None = None
+    # Hub ids (lower-cased) matching this regex belong to the family when no config says so (`--smoke` on a
+    # name with nothing on disk); the longest match over all families wins ("llava-onevision" over "llava").
+    hub_pattern: str | None = None
+    # --- what the data pipeline, planner and doctor need to know
+    # Packed rows verified exact against unpacked ones (tests/data/test_packing.py: same loss and gradients on
+    # the tiny twin): the attention reads record boundaries from position_ids, media towers see whole items.
+    packable: bool = False
+    mrope: bool = False  # 3-D M-RoPE positions (the model's get_rope_index): a packed row carries them per record
+    # Video positions or prompts depend on the frames' rate in seconds (Qwen2.5-VL / Omni scale the temporal
+    # M-RoPE axis by second_per_grid_ts; Qwen3-VL writes "<t seconds>" stamps): doctor MM066 applies.
+    time_aware_video: bool = False
+    video_timestamps_in_text: bool = False  # the stamps are text: a video's length needs a real encode
+    # The processor writes text around each item's media tokens (Gemma 3: "\n\n<boi>...<eoi>\n\n"), whose
+    # token count depends on the neighbouring text: a record's length needs a real encode.
+    expansion_adds_text: bool = False
+    default_fps: float = 24.0  # the rate the processor assumes for a video given without one (VideoMetadata)
+    # Audio tokens from the Whisper arithmetic (data.encode.whisper_audio_tokens) instead of the processor's
+    # own count (Qwen2-Audio's processor has none that matches its expansion).
+    audio_tokens_by_whisper: bool = False
+    lora_targets: tuple[str, ...] = DECODER_LINEARS  # adapter.target_modules=auto: these leaves in the decoder
+    liger: LigerPatch | None = None  # Liger-Kernel's patch for this family, None where it has none
+    # Reported fp16 overflow of the vision tower (inf/NaN features, "!!!!" output): (severity, sources) for
+    # doctor MM041. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,
+    # llama.cpp#17534 NaN in the vision embeddings, ollama#18070 forcing fp32 for this family only): a warning.
+    # Qwen2-VL: transformers#33294, fixed for transformers' eager attention by #33312 (#35151): an info.
+    # Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
+    fp16_overflow: tuple[str, str] | None = None
+    # Set by the day-0 path (models/generic.py): facts inferred from the model, not written down, and what
+    # was inferred from what: (key, value, reason) each, printed as decisions of the resolved run.
+    inferred: bool = False
+    inferred_notes: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def custom(self) -> bool:
@@ -73,6 +118,9 @@ register(Family(
     modalities=("text",),
     components={"decoder": ("model.",), "lm_head": ("lm_head.",)},
     tiny="tiny/qwen2",
+    hub_pattern=r"qwen|llama|mistral|smollm|tinyllama",
+    packable=True,
+    liger=LigerPatch(),
 ))
 
 register(Family(
@@ -88,6 +136,11 @@ register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/qwen2-vl",
+    hub_pattern=r"qwen2-vl",
+    packable=True,
+    mrope=True,
+    liger=LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="layer_norm", liger_module="qwen2_vl"),
+    fp16_overflow=("info", "transformers#33294; fixed in transformers' eager attention by #33312"),
 ))
 
 
@@ -106,6 +159,12 @@ register(Family(
     modalities=("text", "image", "video"),
     components=_QWEN_VL_COMPONENTS,
     tiny="tiny/qwen2.5-vl",
+    hub_pattern=r"qwen2\.5-vl",
+    packable=True,
+    mrope=True,
+    time_aware_video=True,
+    liger=LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="rms_norm", liger_module="qwen2_5_vl"),
+    fp16_overflow=("warning", "MiMo-VL#8, llama.cpp#17534, ollama#18070"),
 ))
 
 register(Family(
@@ -117,6 +176,12 @@ register(Family(
     # DeepStack mergers feed intermediate vision features into early decoder layers: projectors too.
     components=_QWEN_VL_COMPONENTS,
     tiny="tiny/qwen3-vl",
+    hub_pattern=r"qwen3-vl",
+    packable=True,
+    mrope=True,
+    time_aware_video=True,
+    video_timestamps_in_text=True,
+    liger=LigerPatch(swiglu=False, liger_module="qwen3_vl"),
 ))
 
 register(Family(
@@ -132,6 +197,8 @@ register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/qwen2-audio",
+    hub_pattern=r"qwen2-audio",
+    audio_tokens_by_whisper=True,
 ))
 
 register(Family(
@@ -150,6 +217,9 @@ register(Family(
     }, QWEN2_5_OMNI_THINKER_5_17),  # transformers 5.17 names the same parts differently
     tiny="tiny/qwen2.5-omni",
     sub_config="thinker_config",
+    hub_pattern=r"qwen2\.5-omni",
+    time_aware_video=True,
+    default_fps=2.0,  # the Omni processor's own default rate (the VL processors take VideoMetadata's 24)
 ))
 
 _LLAVA_COMPONENTS = {
@@ -167,6 +237,9 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava",
+    hub_pattern=r"llava",
+    packable=True,
+    liger=LigerPatch(liger_module="llava"),
 ))
 
 register(Family(
@@ -177,6 +250,8 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava-next",
+    hub_pattern=r"llava-v1\.6|llava-1\.6|llava-next|llava_next",
+    packable=True,
 ))
 
 
@@ -191,10 +266,25 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava-onevision",
+    hub_pattern=r"llava-onevision|llava_onevision|llava-ov",
+    packable=True,
 ))
 
 
+def _discover() -> None:
+    """Register the family modules of mmtune/models/family/ (one module per family, imported in name order).
+    Each module only defines and registers; heavy imports stay inside its builder functions."""
+    import importlib
+    import pkgutil
+
+    from . import family as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        importlib.import_module(f"{pkg.__name__}.{info.name}")
+
+
 def family_for_model_type(model_type: str) -> Family:
+    """The one resolver from a config's model_type to a family (loading, smoke twins, the doctor, the planner)."""
     for fam in FAMILIES.values():
         if model_type in fam.model_types:
             return fam
@@ -207,6 +297,34 @@ def family_for_model_type(model_type: str) -> Family:
     )
 
 
+def family_for_config(config) -> Family:
+    """The family of a transformers config: its model_type in the registry, else (day 0) a family inferred
+    from the model's structure where transformers loads it as AutoModelForImageTextToText (models/generic.py)."""
+    from ..errors import ModelLoadError
+
+    try:
+        return family_for_model_type(config.model_type)
+    except ModelLoadError:
+        from .generic import infer_family
+
+        fam = infer_family(config)
+        if fam is None:
+            raise
+        return fam
+
+
+def family_for_hub_name(name: str) -> Family | None:
+    """The family whose hub_pattern matches the name longest (a name with no config to read), or None."""
+    import re
+
+    low, best, best_len = name.lower(), None, 0
+    for fam in FAMILIES.values():
+        m = re.search(fam.hub_pattern, low) if fam.hub_pattern else None
+        if m and m.end() - m.start() > best_len:
+            best, best_len = fam, m.end() - m.start()
+    return best
+
+
 def get_family(name: str) -> Family:
     if name not in FAMILIES:
         from ..errors import ModelLoadError
@@ -214,3 +332,6 @@ def get_family(name: str) -> Family:
         raise ModelLoadError(f"unknown model family {name!r}", where="model.family",
                              fix=f"one of: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[name]
+
+
+_discover()

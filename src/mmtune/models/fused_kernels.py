@@ -26,34 +26,16 @@ import importlib
 import importlib.util
 import inspect
 from collections import Counter
-from dataclasses import dataclass
 
+from .families import LigerPatch  # each family's patch is a fact of its Family (Family.liger)
 
-@dataclass(frozen=True)
-class LigerPatch:
-    rms_norm: bool = True  # decoder RMSNorms (and q_norm / k_norm where the attention has them)
-    swiglu: bool = True  # decoder MLPs: LigerSwiGLUMLP
-    rope: str = "apply_rotary_pos_emb"  # the modeling-module function Liger's RoPE patch replaces
-    vision_norm: str = ""  # "rms_norm" / "layer_norm": the vision blocks' norm1 / norm2
-    liger_module: str = "qwen2"  # liger_kernel.transformers.model.<this>: what its patch imports
-
-
-# Liger's defaults per family (apply_liger_kernel_to_<type> in liger_kernel/transformers/monkey_patch.py).
-LIGER_FAMILIES = {
-    "qwen2": LigerPatch(),
-    "qwen2_vl": LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="layer_norm", liger_module="qwen2_vl"),
-    "qwen2_5_vl": LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="rms_norm",
-                             liger_module="qwen2_5_vl"),
-    "qwen3_vl": LigerPatch(swiglu=False, liger_module="qwen3_vl"),
-    "llava": LigerPatch(liger_module="llava"),
-}
 # Said by both keys that need liger-kernel (train.fused_kernels, train.loss_impl) where it is missing.
 LIGER_MISSING = "liger_kernel is not installed here (pip install 'mmtune[gpu]', or liger-kernel alone)"
 _LIGER_CLASS = {"rms_norm": "LigerRMSNorm", "swiglu": "LigerSwiGLUMLP", "layer_norm": "LigerLayerNorm"}
 
 
 def liger_family(family) -> LigerPatch | None:
-    return None if family.custom else LIGER_FAMILIES.get(family.name)
+    return None if family.custom else family.liger
 
 
 def describe_patch(patch: LigerPatch) -> str:

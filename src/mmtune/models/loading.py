@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, ModelLoadError
-from .families import Family, family_for_model_type, get_family
+from .families import Family, family_for_config, get_family
 from .tiny import is_tiny, tiny_spec
 
 log = logging.getLogger("mmtune.models")
@@ -74,7 +74,7 @@ def resolve_family(cfg) -> Family:
         return get_family(cfg.model.family)
     if is_tiny(cfg.model.name):
         return get_family(tiny_spec(cfg.model.name).family)
-    return family_for_model_type(structure_config(cfg).model_type)
+    return family_for_config(structure_config(cfg))
 
 
 # `mmtune plan --verify --layers N`: the decoder cut to N layers, for the plan and the measured model alike
@@ -125,7 +125,11 @@ def build_on_meta(family: Family, config, dtype, attn: str):
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):
-        return build_from_config(family, config, dtype, attn)
+        model = build_from_config(family, config, dtype, attn)
+    # Tied input / output embeddings come out of accelerate's empty init as two meta tensors (checked on
+    # transformers 5.24, accelerate 1.15): tie them again, or the plan counts Gemma 3's 262k x d embedding twice.
+    model.tie_weights()
+    return model
 
 
 def _offline() -> bool:
@@ -421,6 +425,7 @@ _TOKEN_KEYS = {
     "audio_token_id": ("audio_token", "<|AUDIO|>"), "audio_token_index": ("audio_token", "<|AUDIO|>"),
     "vision_start_token_id": (None, "<|vision_start|>"), "vision_end_token_id": (None, "<|vision_end|>"),
     "audio_start_token_id": (None, "<|audio_bos|>"), "audio_end_token_id": (None, "<|audio_eos|>"),
+    "boi_token_index": (None, "<start_of_image>"), "eoi_token_index": (None, "<end_of_image>"),  # Gemma 3
 }
 
 
@@ -436,8 +441,13 @@ def remap_token_ids(config, processor) -> None:
         for key, (attr, default) in _TOKEN_KEYS.items():
             if getattr(holder, key, None) is None:
                 continue
-            token = getattr(processor, attr, None) if attr else None
-            tid = tok.convert_tokens_to_ids(token or default)
+            kind = attr[:-len("_token")] if attr else None
+            # the id the placeholder expands to (processor.<kind>_token_ids: Gemma 3's soft token, not its
+            # <start_of_image> placeholder), else the placeholder's
+            tid = (getattr(processor, f"{kind}_token_ids", None) or [None])[0] if kind else None
+            if tid is None:
+                token = getattr(processor, attr, None) if attr else None
+                tid = tok.convert_tokens_to_ids(token or default)
             if tid is not None and tid != tok.unk_token_id:
                 setattr(holder, key, tid)
 

@@ -11,25 +11,11 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from .families import family_for_model_type, get_family
+from .families import FAMILIES, family_for_hub_name, family_for_model_type, get_family
 from .tiny import is_tiny
-
-# Known hub ids (lower-cased) -> family, checked in order; most specific first.
-NAME_TABLE: list[tuple[str, str]] = [
-    (r"qwen2\.5-omni", "qwen2_5_omni"),
-    (r"qwen2\.5-vl", "qwen2_5_vl"),
-    (r"qwen3-vl", "qwen3_vl"),
-    (r"qwen2-vl", "qwen2_vl"),
-    (r"qwen2-audio", "qwen2_audio"),
-    (r"llava-onevision|llava_onevision|llava-ov", "llava_onevision"),
-    (r"llava-v1\.6|llava-1\.6|llava-next|llava_next", "llava_next"),
-    (r"llava", "llava"),
-    (r"qwen|llama|mistral|smollm|tinyllama", "qwen2"),
-]
 
 
 def _model_type_of(name: str) -> str | None:
@@ -55,10 +41,9 @@ def family_of_name(name: str, family: str | None = None) -> str:
     model_type = _model_type_of(name)
     if model_type is not None:
         return family_for_model_type(model_type).name
-    low = name.lower()
-    for pattern, fam in NAME_TABLE:
-        if re.search(pattern, low):
-            return fam
+    fam = family_for_hub_name(name)  # Family.hub_pattern, longest match
+    if fam is not None:
+        return fam.name
     raise ModelLoadError(f"cannot tell which model family {name!r} belongs to (no config.json on disk, no embedded "
                          "or cached config, and the name matches no known family)",
                          where="model.name", fix="set model.family (e.g. qwen2_vl, llava) in the recipe")
@@ -128,8 +113,11 @@ def shrink_config(real_config, vocab_size: int | None = None):
     d = copy.deepcopy(real_config.to_dict())
     for k in ("_name_or_path", "transformers_version", "architectures"):
         d.pop(k, None)
-    if d.get("model_type") == "qwen2_5_omni" and "thinker_config" in d:
-        raise ModelLoadError("shrink_config takes the Thinker's config (config.thinker_config) of Qwen2.5-Omni")
+    wrapper = next((f for f in FAMILIES.values() if f.sub_config and d.get("model_type") in f.model_types
+                    and f.sub_config in d), None)
+    if wrapper is not None:  # e.g. Qwen2.5-Omni: the Thinker inside the Omni config is what trains
+        raise ModelLoadError(f"shrink_config takes the trained part's config (config.{wrapper.sub_config}) of "
+                             f"{wrapper.name}")
     text_d = next((d[k] for k in TEXT_KEYS if isinstance(d.get(k), dict)), d)
     _shrink_text(text_d)
     for k in ENCODER_KEYS:

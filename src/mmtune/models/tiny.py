@@ -390,3 +390,8 @@ def build_tiny(name: str, seed: int = 0, attn_implementation: str | None = None,
         kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
         model = model_from_config(cls, config, **kw)
     return model, processor
+
+
+# The family modules (models/family/*.py) register their own twins when the registry loads: load it, so TINY
+# is complete whichever of the two modules is imported first.
+from . import families as _families  # noqa: E402,F401

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..models.families import MROPE_FAMILIES  # packed positions are (4, tokens) for these
-
 MEDIA = ("image", "video", "audio")
 
 
@@ -206,5 +204,5 @@ def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:
     def text_count(it):
         return torch.arange(it["input_ids"].shape[-1]).expand(3, -1)
 
-    row = pack_row(copies, text_count if resolved.family.name in MROPE_FAMILIES else None)
+    row = pack_row(copies, text_count if resolved.family.mrope else None)  # M-RoPE: (4, tokens) positions
     return row, cap, f"{src}; packed: {len(copies)} cop{'y' if len(copies) == 1 else 'ies'} filled to {cap} tokens"

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigError, ModelLoadError
-from ..models.families import MROPE_FAMILIES
 
 
 @dataclass(frozen=True)
@@ -209,8 +208,10 @@ def decide_fused_kernels(requested: str, target, family, adapter, liger_problem:
         return "none", Decision(key, "none", "requested: transformers' own RMSNorm, MLP and RoPE")
     patch = liger_family(family)
     if patch is None:
-        why_not = f"Liger-Kernel has no patch for {family.name} (it patches qwen2/llama/mistral/qwen3, qwen2_vl, " \
-                  "qwen2_5_vl, qwen3_vl and llava's text model)"
+        from ..models.families import FAMILIES
+
+        patched = ", ".join(f.name for f in FAMILIES.values() if f.liger is not None)
+        why_not = f"Liger-Kernel has no patch for {family.name} (mmtune applies it to: {patched})"
     elif target.gpu is None:
         why_not = f"Liger's kernels are Triton, CUDA only, and the run is on the {target.describe()}"
     else:
@@ -394,21 +395,18 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
 
 # --------------------------------------------------------------------------- sequence packing
 
-# Families whose packed rows are verified exact against unpacked ones (tests/data/test_packing.py: same
-# loss and gradients on the tiny twins): the attention reads record boundaries from position_ids, the
-# media towers see whole items, and M-RoPE positions come from the model's own get_rope_index per record.
-PACKABLE = ("qwen2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "llava_onevision")
-
-
 def decide_packing(cfg, family, attn: str) -> Decision | None:
     """data.packing: on where it is exact; a ConfigError saying why where it is not."""
     if not cfg.data.packing:
         return None
     key = "data.packing"
     why_not = None
-    if family.name not in PACKABLE:
+    if not family.packable:  # Family.packable: verified exact on the tiny twin (tests/data/test_packing.py)
+        from ..models.families import FAMILIES
+
+        packable = ", ".join(f.name for f in FAMILIES.values() if f.packable)
         why_not = (f"{family.name} is not verified exact under packing (audio encoders and Omni's interleaved "
-                   f"time positions are per batch row); packable: {', '.join(PACKABLE)}")
+                   f"time positions are per batch row); packable: {packable}")
     elif cfg.train.aux_losses:
         why_not = "auxiliary losses read their targets per batch row, and a packed row holds several records"
     elif cfg.data.group_by_length:
@@ -418,7 +416,7 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
     how = {"flash_attention_2": "FlashAttention-2 varlen over the records, found from position_ids",
            "sdpa": "SDPA with a block-diagonal causal mask built from position_ids",
            "eager": "a block-diagonal causal mask built from position_ids"}[attn]
-    rope = " and 3-D M-RoPE positions per record" if family.name in MROPE_FAMILIES else ""
+    rope = " and 3-D M-RoPE positions per record" if family.mrope else ""
     return Decision(key, f"rows of up to {cfg.data.max_length} tokens (data.max_length), "
                          f"{cfg.train.micro_batch_size} per micro-batch",
                     f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")

@@ -89,7 +89,7 @@ def stand_in_processor(family, facts: dict):
         sub = getattr(proc, part, None)
         if sub is None:
             continue
-        for key in ("patch_size", "merge_size", "temporal_patch_size"):
+        for key in ("patch_size", "merge_size", "temporal_patch_size", "max_patches"):  # max_patches: tiles (InternVL)
             if key in facts and hasattr(sub, key):
                 setattr(sub, key, facts[key])
     set_pixel_caps(proc, facts.get("min_pixels"), facts.get("max_pixels"))
@@ -106,6 +106,14 @@ def stand_in_processor(family, facts: dict):
                 sub.crop_size = type(sub.crop_size)(height=n, width=n)
         if "image_grid_pinpoints" in facts and hasattr(sub, "image_grid_pinpoints"):
             sub.image_grid_pinpoints = facts["image_grid_pinpoints"]  # multi-view ("anyres") crops
+    if "image_seq_length" in facts and hasattr(proc, "image_seq_length"):
+        # Rebuilt, not patched: Gemma 3 builds its expanded image string at construction (InternVL reads the
+        # attribute per call; a rebuild serves both).
+        from ..compat.transformers_internals import make_processor
+
+        parts = {name: getattr(proc, name) for name in proc.get_attributes()}
+        proc = make_processor(type(proc), **parts, image_seq_length=facts["image_seq_length"],
+                              chat_template=proc.chat_template)
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
         proc.num_image_tokens = facts["num_image_tokens"]
     fe = getattr(proc, "feature_extractor", None)

@@ -176,6 +176,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("model.loss", "the model's own loss from its output x answer tokens"
                                   if cfg.model.loss == "output" else "mmtune's cross entropy from the output's logits",
                                   f"model.loss={cfg.model.loss}"))
+    decisions += [Decision(k, v, why) for k, v, why in family.inferred_notes]  # day-0: what was inferred, from what
     if cfg.model.weights == "random":
         decisions.append(decide_random_weights(cfg))
     precision, scaled, d = decide_precision(cfg.train.precision, target)

@@ -214,11 +214,6 @@ def training_repeats(ctx):
                        "(data.train: [{path: ..., weight: 2}])")
 
 
-# Families whose video positions or prompts depend on the frames' rate in seconds: Qwen2.5-VL and the
-# Omni models scale the temporal M-RoPE axis by second_per_grid_ts, Qwen3-VL writes "<t seconds>" stamps.
-TIME_AWARE_VIDEO = {"qwen2_5_vl", "qwen2_5_omni", "qwen3_vl"}
-
-
 @check("MM066", "video temporal positions match the rate the frames were sampled at",
        needs=("cfg", "scan", "resolved", "processor_info"))
 def video_time_positions(ctx):
@@ -229,16 +224,16 @@ def video_time_positions(ctx):
     time-aware families a warning naming the count and the first record; silent for families without
     time positions and for data whose videos are all files."""
     scan, resolved = ctx.need("scan"), ctx.need("resolved")
-    if resolved.family.name not in TIME_AWARE_VIDEO:
+    if not resolved.family.time_aware_video:  # Family.time_aware_video
         return
     untimed = [s for s in scan.splits if s.untimed_videos]
     if not untimed:
         return
     n = sum(s.untimed_videos for s in untimed)
     vp = getattr(ctx.need("processor_info").processor, "video_processor", None)
-    # transformers 5.23 without a rate: Qwen2.5-VL / Qwen3-VL take 24 fps (VideoMetadata.sampled_fps), the
-    # Omni processor 2 fps; mmtune's CPU stand-in video processor says its own (default_fps).
-    assumed = float(getattr(vp, "default_fps", None) or (2.0 if resolved.family.name == "qwen2_5_omni" else 24.0))
+    # Without a rate the processor assumes its family's default (Family.default_fps); mmtune's CPU stand-in
+    # video processor says its own (default_fps).
+    assumed = float(getattr(vp, "default_fps", None) or resolved.family.default_fps)
     yield warning(f"{n} video item(s) are frames folders (or in-memory frames) with no frame rate: the processor "
                   f"builds {resolved.family.name}'s temporal positions for an assumed {assumed:g} fps, so durations "
                   "and moments in them are learned on a guessed time axis, without any error",

@@ -60,10 +60,10 @@ def text_part(config, family):
 def family_of(cfg, config):
     """The run's family from model.family or the config's model type (no weights needed), or None."""
     from ...errors import ModelLoadError
-    from ...models.families import family_for_model_type, get_family
+    from ...models.families import family_for_config, get_family
 
     try:
-        return get_family(cfg.model.family) if cfg.model.family else family_for_model_type(config.model_type)
+        return get_family(cfg.model.family) if cfg.model.family else family_for_config(config)
     except (ModelLoadError, KeyError, ValueError):
         return None
 
@@ -388,3 +388,30 @@ def static_rope_scaling(ctx):
                       "evaluates under the stretched positions, which costs short-context quality",
                       where="model.name", fix="remove rope_scaling from the model's config.json (keep it only for "
                                               f"sequences longer than {window} tokens)")
+
+
+# Checks that read facts only a registered family states (each verified on its tiny twin), and what they say
+# instead for a day-0 family (models/generic.py).
+REGISTERED_FACTS = {
+    "MM066": "video time positions: whether the family's video positions depend on the frame rate is unknown",
+    "MM041": "fp16 overflow of the vision tower: no reports are recorded for an unlisted family",
+    "MM081": "fused kernels: Liger-Kernel is applied to registered families only",
+    "data.packing": "packing is refused: exactness under packing is verified per family",
+}
+
+
+@check("MM095", "a day-0 family (inferred from the model, not in the registry) says what it inferred and which "
+                "checks cannot apply", needs=("cfg", "resolved"), fast=True)
+def day0_family(ctx):
+    from ..findings import info
+
+    family = ctx.need("resolved").family
+    if not family.inferred:
+        return
+    inferred = "; ".join(f"{k.rpartition('.')[2]}={v}" for k, v, _ in family.inferred_notes[1:])
+    cannot = "; ".join(f"{code} ({why})" for code, why in REGISTERED_FACTS.items())
+    twin = "" if family.tiny else ("; MM011 / MM013 / MM021 / MM022 run a real backward of the model itself when it "
+                                   "is small enough, else they cannot apply (no tiny twin)")
+    yield info(f"{family.name} is a day-0 family: {inferred}. Checks that cannot apply: {cannot}{twin}",
+               where="model.name",
+               fix="register the family (docs/internals.md, 'Adding a model family') to have these checks and a tiny twin")

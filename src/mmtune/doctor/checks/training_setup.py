@@ -63,17 +63,6 @@ def qlora_trains_4bit(ctx):
                             "blocks in full")
 
 
-# Families whose vision tower is reported to overflow in fp16 (inf/NaN features, "!!!!" output), with how
-# sure the reports make it. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,
-# llama.cpp#17534 NaN in the vision embeddings, ollama#18070 forcing fp32 for this family only): a warning.
-# Qwen2-VL: transformers#33294, fixed for transformers' eager attention by #33312 (#35151): an info.
-# Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
-FP16_OVERFLOW = {
-    "qwen2_5_vl": ("warning", "MiMo-VL#8, llama.cpp#17534, ollama#18070"),
-    "qwen2_vl": ("info", "transformers#33294; fixed in transformers' eager attention by #33312"),
-}
-
-
 @check("MM041", "fp16 is not used on an architecture reported to overflow in fp16", needs=("cfg", "resolved"),
        fast=True)
 def fp16_overflow_architecture(ctx):
@@ -82,7 +71,7 @@ def fp16_overflow_architecture(ctx):
     resolved = ctx.need("resolved")
     if resolved.precision != "fp16" or is_tiny(resolved.cfg.model.name):
         return
-    known = FP16_OVERFLOW.get(resolved.family.name)
+    known = resolved.family.fp16_overflow  # Family.fp16_overflow: (severity, sources)
     if known is None:
         return
     severity, src = known
