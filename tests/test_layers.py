@@ -16,6 +16,7 @@ RANKS = {
     "config": 2,
     "models": 3, "optim": 3,
     "data": 4, "adapters": 4,
+    "objectives": 4.5,  # what a step minimises (sft, dpo): resolve decides it, build / train / plan run it
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
     "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,

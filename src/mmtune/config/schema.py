@@ -299,6 +299,17 @@ class StageConfig(Section):
 DEFAULT_MAX_STEPS = 100
 
 
+class DPOConfig(Section):
+    """Direct preference optimisation (train.objective=dpo; docs/preference.md)."""
+
+    beta: float = Field(0.1, gt=0, description="strength of the pull towards the reference model (IPO: its tau)")
+    loss: Literal["sigmoid", "ipo"] = Field(
+        "sigmoid", description="sigmoid: DPO's -log sigmoid(beta * margin), with label_smoothing (cDPO); ipo: IPO's "
+                               "squared loss on the per-token mean log-ratios")
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="cDPO: the share of pairs taken to be flipped "
+                                                                   "(sigmoid loss only)")
+
+
 class TrainConfig(Section):
     max_steps: int | None = Field(None, gt=0, description="optimizer steps (100 when train.epochs is unset too); "
                                                          "give this or train.epochs")
@@ -355,6 +366,10 @@ class TrainConfig(Section):
                                           "{train: [projector, decoder_lora]}]")
     aux_losses: list[AuxLossConfig] = Field(
         default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
+    objective: Literal["sft", "dpo", "grpo"] = Field(
+        "sft", description="what the step minimises: sft (cross entropy on the answers), dpo (preference pairs "
+                           "against a reference model; train.dpo), grpo (not yet); docs/preference.md")
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
 
     @model_validator(mode="before")
     @classmethod

@@ -128,6 +128,7 @@ class ResolvedRun:
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
             "strategy": self.strategy, "cuda_alloc_conf": self.cuda_alloc_conf,
+            "objective": self.cfg.train.objective,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -199,6 +200,13 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("train.stages", describe(cfg.train.stages),
                                   "staged unfreezing: each step updates only its stage's parameters; planned "
                                   "with every stage's parameters trainable"))
+    from ..objectives import decide as decide_objective
+
+    objective, problems = decide_objective(cfg, strategy)
+    if problems:
+        raise MMTuneError(" ".join(problems), where="train.objective",
+                          fix="see docs/preference.md for what each objective supports")
+    decisions += [Decision(*d) for d in objective]
     from .length import decide_length
 
     length, length_decisions = decide_length(cfg, target)
@@ -289,6 +297,9 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
     liger = importlib.util.find_spec("liger_kernel") is not None
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
                                vocab=vocab, liger_missing=None if liger else LIGER_MISSING)
+    if cfg.train.objective == "dpo" and impl != "full":  # per-row log-probs come from the logits (objectives/dpo.py)
+        impl, d = "full", Decision("train.loss_impl", "full", f"train.objective=dpo: each sequence's log-probability "
+                                   f"from the full logits ({impl} not yet for dpo)", changed=True)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})
