@@ -15,8 +15,8 @@ carrying media of its own) is a BadRecord, counted with its file:line like any b
 
 Encoding (`PairEncoder`): the chosen conversation goes through the run's Encoder (one processor call:
 media decoded and expanded once); the rejected sequence is the chosen sequence's prompt tokens followed by
-the rejected answer's tokens from the tokenizer alone (text only: no second media decode). Labels keep
-the last answer only (DPO's completion). The rejected side lives under `rejected_*` keys of the same item.
+the rejected answer's tokens from the tokenizer alone (text only: no second media decode). Labels mark the
+completion only: every token after the prompt (TRL's rule, so both tools train the same tokens). The rejected side lives under `rejected_*` keys of the same item.
 """
 
 from __future__ import annotations
@@ -142,13 +142,12 @@ class PairEncoder:
         return tc, tr, k, span_c, span_r
 
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
-        import numpy as np
         import torch
 
         needs_pair(record)
         enc = self.encoder
         item = enc.encode(record, check_length=check_length)
-        tc, tr, k, span_c, span_r = self._split(record)
+        tc, tr, k, _, _ = self._split(record)
         ids_c = tc["input_ids"].reshape(-1)
         ids_r = tr["input_ids"].reshape(-1)
         expanded = item["input_ids"]
@@ -160,20 +159,17 @@ class PairEncoder:
             raise DataError("cannot find the chosen answer's tokens at the end of the encoded record",
                             where=record.where(), fix="report this model's processor to mmtune")
 
-        def completion_labels(tokens, span, ids):
-            off = tokens["offset_mapping"].reshape(-1, 2)[k:]
-            keep = (off[:, 1] > span[0]) & (off[:, 0] < span[1]) & (off[:, 1] > off[:, 0])
-            return np.where(keep, ids[k:], -100)
-
-        labels_c = torch.full_like(item["labels"], -100)  # the last answer only: DPO's completion
-        labels_c[prompt_len:] = torch.from_numpy(completion_labels(tc, span_c, ids_c))
+        # The completion: every token from the prompt's end on (the answer, its stop token and whatever the
+        # template writes after it), the last answer only -- TRL's completion, token for token.
+        labels_c = torch.full_like(item["labels"], -100)
+        labels_c[prompt_len:] = expanded[prompt_len:]
         item["labels"] = labels_c
         rej_ids = torch.cat([expanded[:prompt_len], torch.from_numpy(ids_r[k:]).to(expanded.dtype)])
         if check_length:
             enc._check_length(int(rej_ids.shape[0]), record)
         item[REJECTED + "input_ids"] = rej_ids
         lab = torch.full_like(rej_ids, -100)
-        lab[prompt_len:] = torch.from_numpy(completion_labels(tr, span_r, ids_r))
+        lab[prompt_len:] = rej_ids[prompt_len:]
         item[REJECTED + "labels"] = lab
         n_c = int(expanded.shape[0])
         for key, v in list(item.items()):  # the other per-token keys: the prompt's values, then the answer's
