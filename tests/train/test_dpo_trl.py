@@ -123,3 +123,77 @@ def test_label_smoothing_equals_trls_conservative_dpo(tmp_path):
     smooth, _ = _ours_loss(tr.model, batch, beta=0.3, label_smoothing=0.2)
     plain, _ = _ours_loss(tr.model, batch, beta=0.3)
     assert smooth != pytest.approx(plain)
+
+
+def test_qwen2_vl_pairs_share_their_pixels_and_match_trls_vision_dpo(tmp_path):
+    """Tiny Qwen2-VL through TRL's vision collator: the same tokens per row, the pixels TRL collates twice
+    (once per side) held once by mmtune, and the same loss on the same model and batch."""
+    import json
+
+    from datasets import Dataset
+    from peft import LoraConfig
+    from PIL import Image
+    from trl import DPOConfig, DPOTrainer
+
+    from mmtune.config import load_config
+    from mmtune.data.preference import PairCollator
+    from mmtune.data.sources import load_records
+    from mmtune.models.tiny import build_tiny
+    from mmtune.objectives import make_objective
+    from mmtune.resolve import resolve_here
+
+    sizes = [(56, 56), (84, 56)]
+    for i, s in enumerate(sizes):
+        Image.new("RGB", s, (200, 40 * i, 10)).save(tmp_path / f"img{i}.png")
+    answers = [("3", "four circles"), ("green", "blue I think")]
+    rows = [{"images": [f"img{i}.png"],
+             "prompt": [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": q}]}],
+             "chosen": [{"role": "assistant", "content": [{"type": "text", "text": c}]}],
+             "rejected": [{"role": "assistant", "content": [{"type": "text", "text": r}]}]}
+            for i, (q, (c, r)) in enumerate(zip(["How many circles?", "Colour?"], answers))]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cfg = load_config(None, ["model.name=tiny/qwen2-vl", f"data.train={path}", "data.format=preference",
+                             "train.objective=dpo", "train.device=cpu", "train.precision=fp32"])
+    resolved = resolve_here(cfg)
+    from mmtune.data.encode import Encoder
+    from mmtune.data.preference import PairEncoder
+
+    enc = PairEncoder(Encoder.for_run(resolved))
+    from mmtune.data.collate import Collator
+
+    ours = PairCollator(Collator(resolved.pad_token_id))(
+        [enc.encode(r) for r in load_records(str(path), cfg.data, split="train").records])
+
+    model, _ = build_tiny("tiny/qwen2-vl")
+    trl_rows = [{**r, "images": [Image.open(tmp_path / r["images"][0]).convert("RGB")]} for r in rows]
+    args = DPOConfig(output_dir=str(tmp_path / "trl"), report_to=[], per_device_train_batch_size=2, use_cpu=True,
+                     bf16=False, fp16=False, max_length=None, beta=0.2)
+    tr = DPOTrainer(model=model, args=args, train_dataset=Dataset.from_list(trl_rows), processing_class=resolved.processor,
+                    peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in tr.model.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    tr.model.train()
+    theirs = tr.data_collator([dict(tr.train_dataset[i]) for i in range(2)])
+    for row in range(4):  # the same tokens and completion per row, whatever each tool's padding
+        keep_o, keep_t = ours["attention_mask"][row].bool(), theirs["attention_mask"][row].bool()
+        assert ours["input_ids"][row][keep_o].tolist() == theirs["input_ids"][row][keep_t].tolist()
+        assert (ours["labels"][row][keep_o] != -100).tolist() == theirs["completion_mask"][row][keep_t].bool().tolist()
+    assert set(ours["pair_media"]) == {"pixel_values", "image_grid_thw"}
+    assert torch.allclose(torch.cat([ours["pixel_values"]] * 2), theirs["pixel_values"], atol=1e-6)
+    assert torch.equal(torch.cat([ours["image_grid_thw"]] * 2), theirs["image_grid_thw"])
+
+    same = {"input_ids": ours["input_ids"], "attention_mask": ours["attention_mask"],
+            "completion_mask": (ours["labels"] != -100).long(), "pixel_values": torch.cat([ours["pixel_values"]] * 2),
+            "image_grid_thw": torch.cat([ours["image_grid_thw"]] * 2)}
+    if "mm_token_type_ids" in ours:
+        same["mm_token_type_ids"] = ours["mm_token_type_ids"]
+    expected = float(tr._compute_loss(tr.model, same, False))
+    obj = make_objective(cfg.model_copy(update={"train": cfg.train.model_copy(update={"dpo": cfg.train.dpo.model_copy(
+        update={"beta": 0.2})})}))
+    total, _, stats = obj.loss_sum(tr.model, ours)
+    assert float(stats["rewards/margins"]) != 0
+    assert float(total) / obj.count(ours) == pytest.approx(expected, rel=1e-5, abs=1e-6)
