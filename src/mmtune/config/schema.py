@@ -93,7 +93,8 @@ class DataConfig(Section):
     mixture_size: int | None = Field(None, gt=0, description="samples per epoch shared by weighted sources; "
                                                              "default: their records added up")
     mixture_seed: int = 0
-    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147")
+    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147 | alpaca | "
+                                                     "preference (pairs: docs/preference.md)")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
