@@ -353,7 +353,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
-    objective = _make_objective(cfg, adapters.model, resolved)
+    objective = run_objective(cfg, adapters.model, resolved)
     run = Run(cfg=cfg, resolved=resolved, accelerator=accelerator, model=adapters.model,
               processor=loaded.processor, family=loaded.family, adapter_table=adapters.table,
               param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions,
@@ -441,7 +441,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     return run
 
 
-def _make_objective(cfg, model, resolved: ResolvedRun):
+def run_objective(cfg, model, resolved: ResolvedRun):
     """The run's objective (mmtune.objectives); dpo under full fine-tuning gets its frozen reference copy here,
     from the starting weights (before any resume loads trained ones), in the compute dtype."""
     from .objectives import make_objective, needs_frozen_copy

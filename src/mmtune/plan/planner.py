@@ -133,7 +133,13 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     pm = build_planned_model(resolved)
     pb = worst_case_batch(resolved, declared=declared)
     mode = ValueFakeMode(fast=fast)
+    reference = _planned_reference(pm, resolved)  # dpo under full fine-tuning: its frozen copy (meta, then fake)
     groups = materialize_fake(pm.model, mode, pm.param_groups)
+    if reference is not None:
+        materialize_fake(reference, mode, [])
+    from ..objectives import make_objective
+
+    objective = make_objective(cfg, pm.model, reference_model=reference)
     optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
                                kind=cfg.train.scheduler)
@@ -159,7 +165,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda, aux=aux,
-                       loss_impl=loss_impl, attention=attention, step_batches=step_batches,
+                       loss_impl=loss_impl, attention=attention, step_batches=step_batches, objective=objective,
                        dedup_groups=find_groups(pm.model, pm.hf_config) if dedup else None)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
@@ -184,6 +190,23 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
                             "copied from the interior one (" + ", ".join(f"{n}: {c} copied" for n, c in
                                                                          ex.copied_layers.items()) + ")")
     return pm, pb, ex, dtype
+
+
+def _planned_reference(pm, resolved):
+    """DPO's frozen reference copy of a full fine-tune, as build makes it (the starting weights, frozen, in the
+    compute dtype), copied from the meta model before it turns fake; None where the run has none."""
+    from ..objectives import needs_frozen_copy
+
+    if not needs_frozen_copy(resolved.cfg):
+        return None
+    import copy
+
+    ref = copy.deepcopy(pm.model)
+    ref.requires_grad_(False)
+    ref.to(resolved.compute_dtype)
+    pm.decisions.append("dpo: the frozen reference copy planned as weights held beside the model, its forward "
+                        "under no_grad")
+    return ref
 
 
 def with_aux(cfg, model, processor, batch: dict):
