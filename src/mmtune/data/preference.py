@@ -16,7 +16,8 @@ carrying media of its own) is a BadRecord, counted with its file:line like any b
 Encoding (`PairEncoder`): the chosen conversation goes through the run's Encoder (one processor call:
 media decoded and expanded once); the rejected sequence is the chosen sequence's prompt tokens followed by
 the rejected answer's tokens from the tokenizer alone (text only: no second media decode). Labels mark the
-completion only: every token after the prompt (TRL's rule, so both tools train the same tokens). The rejected side lives under `rejected_*` keys of the same item.
+completion only: every token after the prompt (TRL's rule, so both tools train the same tokens). The
+rejected side lives under `rejected_*` keys of the same item.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 
 from ..data.preference import PAIR_MEDIA
 from ..loss import IGNORE_INDEX, extract_logits, model_inputs
+
 STATS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
          "logps/rejected")
 

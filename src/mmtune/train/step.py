@@ -9,6 +9,12 @@ Auxiliary losses (mmtune.aux_losses) join the same backward: each micro-batch ad
 `weight * aux_sum / (records with a target in the step)` to its scaled LM sum, so the gradient is that
 of `lm_loss + sum(weight * aux/<name>)` whatever the accumulation, ranks or fp16 loss scale, and the
 logged parts are the unscaled means.
+
+Objectives (mmtune.objectives, train.objective) plug in here and nowhere else: the objective says how
+many units the step averages over (answer tokens for sft, pairs for dpo), computes each micro-batch's
+loss sum (dpo: chosen and rejected rows in one forward, the reference forward under no_grad), and names
+what it logs besides the loss (dpo: rewards/...). The accumulation, ranks, scaling, clipping and the
+planner's trace are the same for every objective.
 """
 
 from __future__ import annotations
