@@ -105,6 +105,13 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     lengths through the allocator models: benchmarks/allocator_varying_lengths.py)."""
     from .layer_dedup import DedupMismatch
 
+    if dedup and resolved.cfg.train.objective == "dpo":
+        # The reference forward runs the stack a second time in each micro-batch: the four-layer trace assumes
+        # one pass per layer, so the whole stack is traced (slower to plan, the same answer).
+        out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels, step_batches)
+        out[0].decisions.append("plan: every layer traced (dpo: the reference forward runs each layer a second "
+                                "time per micro-batch)")
+        return out
     if dedup:
         try:
             return _trace(resolved, declared, steps, plan_eval, fast, True, attention_kernels, step_batches)
