@@ -69,6 +69,10 @@ def test_dpo_trains_and_logs_rewards(tmp_path):
         assert k in last
     assert last["rewards/margins"] > 0 and last["loss"] < first["loss"]
     assert last["rewards/margins"] == pytest.approx(last["rewards/chosen"] - last["rewards/rejected"], abs=1e-6)
+    from mmtune.report.build import write_report
+
+    html = write_report([out]).read_text()  # report.html: the objective's decision and the rewards chart
+    assert "train.objective: dpo" in html and "DPO rewards" in html
 
 
 def test_a_dpo_run_killed_mid_way_resumes_bit_identically(tmp_path):
