@@ -51,15 +51,16 @@ def write_pairs(folder: Path, split: str, n: int, train_size: int, seed: int = 0
     return path
 
 
-def held_out(run, path: Path, batch: int = 20) -> dict:
-    """Preference accuracy and margins of the run's model on the pairs of `path` (no_grad, eval mode)."""
+def held_out(run, path: Path, batch: int = 20, limit: int | None = None) -> dict:
+    """Preference accuracy and margins of the run's model on the (first `limit`) pairs of `path` (no_grad,
+    eval mode)."""
     import torch
 
     from mmtune.data.sources import load_records
     from mmtune.loss import to_device
     from mmtune.objectives.dpo import pair_inputs, sequence_logps
 
-    records = load_records(str(path), run.cfg.data, split="train").records
+    records = load_records(str(path), run.cfg.data, split="train").records[:limit]
     model = run.unwrapped_model()
     ref = run.objective.reference
     was = model.training
@@ -108,6 +109,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--dpo-steps", type=int, default=60)
     ap.add_argument("--pairs", type=int, default=480)
     ap.add_argument("--eval-pairs", type=int, default=120)
+    ap.add_argument("--train-measure", type=int, default=200, help="training pairs measured before/after (the first N)")
     ap.add_argument("--beta", type=float, default=0.1)
     ap.add_argument("--dpo-lr", type=float, default=1e-4)
     ap.add_argument("--work", default="/tmp/mmtune_dpo_bench")
@@ -144,12 +146,12 @@ def main(argv=None) -> dict:
         "train.save_every=null", "train.resume=false", "logging.tensorboard=false", f"output_dir={work / 'dpo'}"])
     run = build_run(dpo)
     result["before"] = held_out(run, eval_pairs)
-    result["before_train_pairs"] = held_out(run, train_pairs)
+    result["before_train_pairs"] = held_out(run, train_pairs, limit=args.train_measure)
     t1 = time.perf_counter()
     summary = train(run)
     result["dpo_s"] = round(time.perf_counter() - t1, 1)
     result["after"] = held_out(run, eval_pairs)
-    result["after_train_pairs"] = held_out(run, train_pairs)
+    result["after_train_pairs"] = held_out(run, train_pairs, limit=args.train_measure)
     rows = [json.loads(line) for line in (work / "dpo" / "metrics.jsonl").read_text().splitlines()]
     rows = [r for r in rows if r["kind"] == "train"]
     keys = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
