@@ -156,7 +156,7 @@ def main(argv=None) -> dict:
     rows = [r for r in rows if r["kind"] == "train"]
     keys = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
     result["dpo_train_log"] = {"first": {k: rows[0][k] for k in keys}, "last": {k: rows[-1][k] for k in keys}}
-    result["decisions"] = [d for d in summary["decisions"] if d.startswith(("train.objective", "dpo reference"))]
+    result["decisions"] = [d for d in summary["decisions"] if d.startswith(("train.objective", "reference model"))]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / \
         f"dpo_preference_cpu{result['machine']['cpus']}_{time.strftime('%Y%m%d', time.gmtime())}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")

@@ -446,14 +446,16 @@ def run_objective(cfg, model, resolved: ResolvedRun):
     from the starting weights (before any resume loads trained ones), in the compute dtype."""
     from .objectives import make_objective, needs_frozen_copy
 
+    proc = resolved.processor
+    tok = getattr(proc, "tokenizer", proc)  # grpo decodes its sampled completions
     if not needs_frozen_copy(cfg):
-        return make_objective(cfg, model)
+        return make_objective(cfg, model, tokenizer=tok)
     import copy
 
     ref = copy.deepcopy(model)
     ref.requires_grad_(False)
     ref.to(resolved.compute_dtype)
-    return make_objective(cfg, model, reference_model=ref)
+    return make_objective(cfg, model, reference_model=ref, tokenizer=tok)
 
 
 def attach_eval_data(run: Run) -> None:

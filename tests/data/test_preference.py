@@ -144,11 +144,3 @@ def test_a_dpo_run_counts_records_that_are_no_pair(tmp_path):
     scan = scan_records(rs, PairEncoder(Encoder.for_run(resolve_here(cfg))), "skip", encode=False)
     assert scan.records.skipped == {"no rejected answer": 1}
     assert scan.records.problems[0][0].endswith("m.jsonl:1")
-
-
-def test_grpo_is_refused_as_not_yet():
-    from mmtune.errors import MMTuneError
-    from mmtune.resolve import resolve_here
-
-    with pytest.raises(MMTuneError, match="grpo is not implemented yet"):
-        resolve_here(load_config(None, ["model.name=tiny/qwen2", "train.objective=grpo", "train.device=cpu"]))

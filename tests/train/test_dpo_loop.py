@@ -56,11 +56,11 @@ def test_dpo_trains_and_logs_rewards(tmp_path):
     cfg = _cfg(tmp_path, "run")
     run = build_run(cfg)
     assert any(d.startswith("train.objective: dpo (sigmoid, beta=0.1)") for d in run.decisions)
-    assert any(d.startswith("dpo reference: the base model with the adapters disabled") for d in run.decisions)
+    assert any(d.startswith("reference model: the base model with the adapters disabled") for d in run.decisions)
     train(run)
     out = Path(cfg.output_dir)
     resolved = (out / "config.resolved.yaml").read_text()
-    assert "objective: dpo" in resolved and "dpo reference" in resolved
+    assert "objective: dpo" in resolved and "reference model" in resolved
     rows = _rows(out)
     first, last = rows[0], rows[-1]
     # step 1: the policy is the reference (LoRA B = 0), so every reward is 0 and the loss is log 2
@@ -97,7 +97,7 @@ def test_full_fine_tuning_takes_a_frozen_copy_of_the_starting_weights(tmp_path):
     extra = ("adapter.method=full", "train.lr=1e-4", "train.max_steps=3")
     cfg = _cfg(tmp_path, "full", *extra)
     run = build_run(cfg)
-    assert any(d.startswith("dpo reference: a frozen copy") for d in run.decisions)
+    assert any(d.startswith("reference model: a frozen copy") for d in run.decisions)
     ref = run.objective.reference_model
     assert ref is not None and not any(p.requires_grad for p in ref.parameters())
     before = {n: p.detach().clone() for n, p in ref.named_parameters()}

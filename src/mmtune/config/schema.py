@@ -311,6 +311,36 @@ class DPOConfig(Section):
                                                                    "(sigmoid loss only)")
 
 
+class RewardConfig(Section):
+    """One GRPO reward (mmtune.evaluate.rewards; docs/preference.md)."""
+
+    name: str = Field(description="a task metric (exact_match, vqa_accuracy, relaxed_accuracy, anls, f1), count "
+                                  "(1 / (1 + |count error|), the MAE's reward), format (the answer matches "
+                                  "`pattern`), or pkg.module:function for your own")
+    weight: float = Field(1.0, description="its weight in the summed reward")
+    pattern: str | None = Field(None, description="format: a regular expression the whole answer must match")
+
+    @model_validator(mode="after")
+    def _known(self):
+        from ..evaluate.rewards import check_reward
+
+        check_reward(self.name, self.pattern)  # did-you-mean at load time
+        return self
+
+
+class GRPOConfig(Section):
+    """Group relative policy optimisation (train.objective=grpo; docs/preference.md)."""
+
+    generations: int = Field(4, ge=2, description="completions sampled per prompt (G); advantages are normalised "
+                                                  "within each prompt's group")
+    max_completion_length: int = Field(16, gt=0, description="new tokens per sampled completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="the clipped objective's range: ratio in [1-eps, 1+eps]")
+    beta: float = Field(0.0, ge=0, description="weight of the KL to the reference model (0: no reference forward)")
+    rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(name="exact_match")],
+                                        description="rewards summed with their weights")
+
+
 class TrainConfig(Section):
     max_steps: int | None = Field(None, gt=0, description="optimizer steps (100 when train.epochs is unset too); "
                                                          "give this or train.epochs")
@@ -369,8 +399,10 @@ class TrainConfig(Section):
         default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
     objective: Literal["sft", "dpo", "grpo"] = Field(
         "sft", description="what the step minimises: sft (cross entropy on the answers), dpo (preference pairs "
-                           "against a reference model; train.dpo), grpo (not yet); docs/preference.md")
+                           "against a reference model; train.dpo), grpo (sampled completions scored by rewards; "
+                           "train.grpo); docs/preference.md")
     dpo: DPOConfig = Field(default_factory=DPOConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
 
     @model_validator(mode="before")
     @classmethod

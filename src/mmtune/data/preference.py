@@ -226,9 +226,20 @@ class PairCollator:
 
 
 def train_encoder(resolved, encoder):
-    """The encoder the training records go through: the run's own, or pairs of it for train.objective=dpo."""
-    return PairEncoder(encoder) if resolved.cfg.train.objective == "dpo" else encoder
+    """The encoder the training records go through: the run's own, pairs of it for train.objective=dpo, prompts
+    (data/prompts.py) for grpo."""
+    t = resolved.cfg.train
+    if t.objective == "grpo":
+        from .prompts import PromptEncoder
+
+        return PromptEncoder(encoder, t.grpo.max_completion_length)
+    return PairEncoder(encoder) if t.objective == "dpo" else encoder
 
 
 def train_collator(resolved, collator):
+    if resolved.cfg.train.objective == "grpo":  # left padding: every completion starts at the same column
+        from .collate import Collator
+        from .prompts import PromptCollator
+
+        return PromptCollator(Collator(collator.pad_token_id, collator.compute_dtype, padding_side="left"))
     return PairCollator(collator) if resolved.cfg.train.objective == "dpo" else collator

@@ -28,52 +28,71 @@ def decide(cfg, strategy: str | None = None) -> tuple[list, list]:
     t = cfg.train
     if t.objective == "sft":
         return [Decision("train.objective", "sft", "cross entropy over the answer tokens (train.objective=sft)")], []
-    if t.objective == "grpo":
-        return [], ["train.objective=grpo is not implemented yet (docs/preference.md says what is planned); "
-                    "use train.objective=sft or dpo"]
     problems = []
-    d = t.dpo
-    loss = (f"sigmoid, beta={d.beta:g}" + (f", label_smoothing={d.label_smoothing:g}" if d.label_smoothing else "")
-            if d.loss == "sigmoid" else f"ipo, tau=beta={d.beta:g}")
-    out = [Decision("train.objective", f"dpo ({loss})", "train.objective=dpo: preference pairs, chosen and rejected "
-                    "in one forward, the loss averaged over the step's pairs")]
-    if cfg.adapter.method in ("lora", "qlora"):
-        out.append(Decision("dpo reference", "the base model with the adapters disabled",
-                            f"adapter.method={cfg.adapter.method}: the same weights with peft's adapters off, no "
-                            "second copy (one more forward under no_grad per micro-batch)"))
+    if t.objective == "grpo":
+        g = t.grpo
+        rewards = " + ".join(f"{r.weight:g} x {r.name}" for r in g.rewards)
+        out = [Decision("train.objective", f"grpo (G={g.generations}, {g.max_completion_length} new tokens at "
+                        f"temperature {g.temperature:g}, clip {g.epsilon:g}, KL beta {g.beta:g}; reward {rewards})",
+                        "train.objective=grpo: completions sampled from the model, scored by the rewards, advantages "
+                        "normalised per prompt's group, one update per generation")]
+        if g.beta > 0:
+            out.append(_reference(cfg))
     else:
-        out.append(Decision("dpo reference", "a frozen copy of the starting weights, in the compute dtype",
-                            "adapter.method=full: the trained weights move, so the reference is a copy made "
-                            "before step 1 (planned as weights held beside the model)"))
+        d = t.dpo
+        loss = (f"sigmoid, beta={d.beta:g}" + (f", label_smoothing={d.label_smoothing:g}" if d.label_smoothing else "")
+                if d.loss == "sigmoid" else f"ipo, tau=beta={d.beta:g}")
+        out = [Decision("train.objective", f"dpo ({loss})", "train.objective=dpo: preference pairs, chosen and "
+                        "rejected in one forward, the loss averaged over the step's pairs"), _reference(cfg)]
+    if needs_frozen_copy(cfg):
         strategy = strategy or t.strategy
         if strategy in ("fsdp", "zero3"):
-            problems.append(f"train.objective=dpo with adapter.method=full under train.strategy={strategy}: the "
-                            "frozen reference copy is not sharded yet; use LoRA / QLoRA or ddp / zero2")
+            problems.append(f"train.objective={t.objective} with adapter.method=full under train.strategy={strategy}: "
+                            "the frozen reference copy is not sharded yet; use LoRA / QLoRA or ddp / zero2")
     if t.aux_losses:
-        problems.append("train.aux_losses with train.objective=dpo: auxiliary losses are SFT terms; remove them")
+        problems.append(f"train.aux_losses with train.objective={t.objective}: auxiliary losses are SFT terms; "
+                        "remove them")
     if cfg.data.packing:
-        problems.append("data.packing with train.objective=dpo: a pair's two sequences are rows of their own; "
-                        "set data.packing=false")
+        problems.append(f"data.packing with train.objective={t.objective}: set data.packing=false")
     if cfg.data.streaming:
-        problems.append("data.streaming with train.objective=dpo is not supported yet; set data.streaming=false")
+        problems.append(f"data.streaming with train.objective={t.objective} is not supported yet; set "
+                        "data.streaming=false")
     return out, problems
 
 
-def make_objective(cfg, model=None, *, reference_model=None):
-    """The run's objective. dpo: its reference is `reference_model` when given (the frozen copy of a full
-    fine-tune, built by `build`), else `model` with its adapters disabled."""
+def _reference(cfg):
+    kind = cfg.train.objective
+    if cfg.adapter.method in ("lora", "qlora"):
+        return ("reference model", "the base model with the adapters disabled",
+                f"train.objective={kind}, adapter.method={cfg.adapter.method}: the same weights with peft's adapters "
+                "off, no second copy (one more forward under no_grad per micro-batch)")
+    return ("reference model", "a frozen copy of the starting weights, in the compute dtype",
+            f"train.objective={kind}, adapter.method=full: the trained weights move, so the reference is a copy "
+            "made before step 1 (planned as weights held beside the model)")
+
+
+def make_objective(cfg, model=None, *, reference_model=None, tokenizer=None):
+    """The run's objective. dpo / grpo: the reference is `reference_model` when given (the frozen copy of a full
+    fine-tune, built by `build`), else `model` with its adapters disabled. grpo decodes with `tokenizer`."""
     if cfg.train.objective == "sft":
         return SFT()
-    if cfg.train.objective == "dpo":
-        from .dpo import DPO, AdaptersOff, FrozenCopy
+    from .dpo import AdaptersOff, FrozenCopy
 
-        ref = FrozenCopy(reference_model) if reference_model is not None else AdaptersOff()
+    ref = FrozenCopy(reference_model) if reference_model is not None else AdaptersOff()
+    if cfg.train.objective == "dpo":
+        from .dpo import DPO
+
         return DPO(cfg.train.dpo, ref)
-    raise ValueError(f"train.objective={cfg.train.objective} is not implemented yet")
+    from .grpo import GRPO
+
+    return GRPO(cfg.train.grpo, ref, tokenizer)
 
 
 def needs_frozen_copy(cfg) -> bool:
-    return cfg.train.objective == "dpo" and cfg.adapter.method not in ("lora", "qlora")
+    """A reference model is needed and the adapters cannot give it (full fine-tuning)."""
+    t = cfg.train
+    wants = t.objective == "dpo" or (t.objective == "grpo" and t.grpo.beta > 0)
+    return wants and cfg.adapter.method not in ("lora", "qlora")
 
 
 __all__ = ["NAMES", "SFT", "decide", "make_objective", "needs_frozen_copy"]

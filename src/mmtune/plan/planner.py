@@ -105,6 +105,11 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     lengths through the allocator models: benchmarks/allocator_varying_lengths.py)."""
     from .layer_dedup import DedupMismatch
 
+    if resolved.cfg.train.objective == "grpo":
+        raise MMTuneError("mmtune plan does not model train.objective=grpo yet (its generation phase: the KV cache "
+                          "of G sampled completions, then the training forward over them)", where="train.objective",
+                          fix="plan the same run with train.objective=sft for the training forward alone; "
+                              "docs/preference.md")
     if dedup and resolved.cfg.train.objective == "dpo":
         # The reference forward runs the stack a second time in each micro-batch: the four-layer trace assumes
         # one pass per layer, so the whole stack is traced (slower to plan, the same answer).

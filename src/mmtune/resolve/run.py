@@ -297,9 +297,9 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
     liger = importlib.util.find_spec("liger_kernel") is not None
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
                                vocab=vocab, liger_missing=None if liger else LIGER_MISSING)
-    if cfg.train.objective == "dpo" and impl != "full":  # per-row log-probs come from the logits (objectives/dpo.py)
-        impl, d = "full", Decision("train.loss_impl", "full", f"train.objective=dpo: each sequence's log-probability "
-                                   f"from the full logits ({impl} not yet for dpo)", changed=True)
+    if cfg.train.objective != "sft" and impl != "full":  # per-token log-probs come from the logits (objectives/)
+        impl, d = "full", Decision("train.loss_impl", "full", f"train.objective={cfg.train.objective}: per-token "
+                                   f"log-probabilities from the full logits ({impl} not yet for it)", changed=True)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})

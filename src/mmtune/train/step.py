@@ -69,8 +69,9 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     global_tokens = world_tokens(sum(objective.count(mb) for mb in micro_batches))
     if global_tokens == 0:
         raise ValueError(objective.empty_step())
+    # (a prompt-only batch, grpo's, has no labels: its answers are sampled inside the step)
     answer_tokens = global_tokens if objective.name == "sft" else \
-        world_tokens(sum(count_answer_tokens(mb["labels"]) for mb in micro_batches))
+        world_tokens(sum(count_answer_tokens(mb["labels"]) for mb in micro_batches if "labels" in mb))
     stat_sums: dict = {}
     scale = accelerator.num_processes / global_tokens
     # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
