@@ -42,6 +42,7 @@ SIDEWAYS = {
     ("chat", "train"): "chat loads a run's checkpoint",
     ("chat", "export"): "chat reads a run's config as export does",
     ("report", "evaluate"): "the report reads evaluation's references",
+    ("evaluate.rewards", "evaluate.metrics"): "GRPO's rewards are the task metrics, one registry",
 }
 
 

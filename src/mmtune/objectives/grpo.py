@@ -80,7 +80,7 @@ class GRPO:
             raise ValueError("train.objective=grpo takes no auxiliary-loss inputs")
         refs = references(mb)
         prompt = {k: v for k, v in model_inputs(mb).items() if k != REFS}
-        ids, mask = prompt["input_ids"], prompt["attention_mask"]
+        ids = prompt["input_ids"]
         B, P = ids.shape
         G = self.cfg.generations
         completions = self._sample(model, prompt)
