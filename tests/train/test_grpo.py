@@ -67,10 +67,14 @@ def test_rewards_are_the_metrics_and_check_what_they_return():
         check_reward("exact_mach")
     with pytest.raises(ValueError, match="needs `pattern`"):
         check_reward("format")
-    with pytest.raises(ValueError, match="one finite number per completion"):
+    from mmtune.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="one finite number per completion"):
         score(lambda c, r: ["yes"] * len(c), "mine", ["a"], [["a"]])
     custom = reward_function("mmtune.evaluate.rewards:_count")  # the import-path contract
     assert custom(["2"], [["2"]]) == [1.0]
+    with pytest.raises(ConfigError, match="cannot be imported"):
+        reward_function("no_such_module:fn")
 
 
 def test_plan_says_it_does_not_model_grpo_yet():

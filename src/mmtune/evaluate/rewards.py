@@ -63,7 +63,11 @@ def reward_function(name: str, pattern: str | None = None):
     try:
         fn = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise ValueError(f"reward {name!r} cannot be imported: {e}") from None
+        from ..errors import ConfigError
+
+        raise ConfigError(f"reward {name!r} cannot be imported: {e}", where="train.grpo.rewards",
+                          fix="give pkg.module:function importable here, fn(completions, references) -> list of "
+                              "floats (docs/preference.md)") from None
     return fn
 
 
@@ -74,6 +78,9 @@ def score(fn, name: str, completions, references) -> list[float]:
     got = list(fn(completions, references))
     if len(got) != len(completions) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                and math.isfinite(x) for x in got):
-        raise ValueError(f"reward {name!r} must return one finite number per completion ({len(completions)}); "
-                         f"it returned {str(got)[:120]}")
+        from ..errors import ConfigError
+
+        raise ConfigError(f"reward {name!r} must return one finite number per completion ({len(completions)}); "
+                          f"it returned {str(got)[:120]}", where="train.grpo.rewards",
+                          fix="fn(completions, references) -> list of floats, one per completion (docs/preference.md)")
     return [float(x) for x in got]
