@@ -12,10 +12,12 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mmtune"
 RANKS = {
     "errors": 0,
     "console": 1, "gpus": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
+    "evaluate.rewards": 1,  # GRPO's rewards are the metrics: config checks names, objectives score with them
     "aux_losses": 1,  # the auxiliary-loss registry: config checks names at load time; train and plan run them
     "config": 2,
     "models": 3, "optim": 3,
     "data": 4, "adapters": 4,
+    "objectives": 4.5,  # what a step minimises (sft, dpo): resolve decides it, build / train / plan run it
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
     "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
@@ -28,7 +30,7 @@ RANKS = {
     "cli": 9,
 }
 # Leaf modules inside a part, ranked on their own: pure functions that anything may use.
-LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source"}
+LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source", "evaluate.rewards"}
 # Sideways imports between parts of one rank, and why each is needed. Anything else is a bug.
 SIDEWAYS = {
     ("train", "evaluate"): "the loop evaluates during training",
@@ -44,6 +46,7 @@ SIDEWAYS = {
     ("serve", "evaluate"): "the server generates through evaluation's generate_batch",
     ("serve", "export"): "--backend vllm reads a run's config and its export as export writes it",
     ("serve", "train"): "--backend vllm finds a run's checkpoint as chat and export do",
+    ("evaluate.rewards", "evaluate.metrics"): "GRPO's rewards are the task metrics, one registry",
 }
 
 

@@ -39,6 +39,11 @@ class Run:
     startup_check: Any = None
     train_ok: list | None = None  # the records the check found good (set when it finishes beside training)
     decisions: list[str] = field(default_factory=list)
+    # What the step minimises (mmtune.objectives) and what its training micro-batches hold: the run's encoder
+    # and collator for sft, both sides of a pair for dpo (data/preference.py).
+    objective: Any = None
+    train_encoder: Any = None
+    train_collator: Any = None
 
     def unwrapped_model(self):
         return self.accelerator.unwrap_model(self.model)
@@ -348,12 +353,17 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
 
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
+    objective = run_objective(cfg, adapters.model, resolved)
     run = Run(cfg=cfg, resolved=resolved, accelerator=accelerator, model=adapters.model,
               processor=loaded.processor, family=loaded.family, adapter_table=adapters.table,
-              param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions)
+              param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions,
+              objective=objective)
     run.startup["model_s"] = model_s
     if with_data:
+        from .data.preference import train_collator, train_encoder
+
         run.encoder = Encoder.for_run(resolved)
+        run.train_encoder = train_encoder(resolved, run.encoder)
         if not cfg.data.train:
             from .errors import ConfigError
 
@@ -384,7 +394,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             if procs > 1:
                 decisions.append(f"data: the start-up check measures {len(records.records)} records in {procs} "
                                  f"processes (spawned; one per {RECORDS_PER_PROCESS:,} records, at most one per CPU)")
-            scan = scan_records(records, run.encoder, cfg.data.on_bad_record, encode=False, processes=procs,
+            scan = scan_records(records, run.train_encoder, cfg.data.on_bad_record, encode=False, processes=procs,
                                 progress="check train data")
             run.train_set, run.train_lengths = scan.records, scan.lengths
             run.startup["train_records_measured"] = len(scan.lengths)
@@ -402,6 +412,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
         run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
+        run.train_collator = train_collator(resolved, run.collator)
         checked = "being checked beside training" if run.startup_check is not None else "checked at start-up"
         decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
                          f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
@@ -428,6 +439,23 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                                        total=cfg.train.max_steps, kind=cfg.train.scheduler,
                                        scale=lr_scale(cfg.train.stages))
     return run
+
+
+def run_objective(cfg, model, resolved: ResolvedRun):
+    """The run's objective (mmtune.objectives); dpo under full fine-tuning gets its frozen reference copy here,
+    from the starting weights (before any resume loads trained ones), in the compute dtype."""
+    from .objectives import make_objective, needs_frozen_copy
+
+    proc = resolved.processor
+    tok = getattr(proc, "tokenizer", proc)  # grpo decodes its sampled completions
+    if not needs_frozen_copy(cfg):
+        return make_objective(cfg, model, tokenizer=tok)
+    import copy
+
+    ref = copy.deepcopy(model)
+    ref.requires_grad_(False)
+    ref.to(resolved.compute_dtype)
+    return make_objective(cfg, model, reference_model=ref, tokenizer=tok)
 
 
 def attach_eval_data(run: Run) -> None:
@@ -459,7 +487,7 @@ def _start_background_check(run: Run, records, decisions: list[str]) -> None:
 
     n = len(records.records)
     run.train_set = records  # every record loaded: the batches' indices; load-time skips already counted
-    run.startup_check = BackgroundScan(records.records, run.encoder, run.cfg.data.on_bad_record,
+    run.startup_check = BackgroundScan(records.records, run.train_encoder, run.cfg.data.on_bad_record,
                                        background_processes(n)).start()
     procs = run.startup_check.processes
     decisions.append(f"data: the start-up check of {n:,} records runs beside training "

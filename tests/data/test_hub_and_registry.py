@@ -172,7 +172,7 @@ def test_registry_names_several_as_llama_factory_does(registry):
 
 
 @pytest.mark.parametrize("name,where,what", [
-    ("pairs", "pairs.ranking", "ranking"), ("gone", "gone.file_name", "does not exist"),
+    ("gone", "gone.file_name", "does not exist"),
     ("ms", ": ms", "ms_hub_url"), ("tools", "tools.columns", "tools"), ("mllm_dem", "mllm_dem", "did you mean 'mllm_demo'")])
 def test_registry_refusals_name_the_entry_and_key(registry, name, where, what):
     with pytest.raises(DataError) as e:

@@ -128,7 +128,8 @@ class DataConfig(Section):
     mixture_size: int | None = Field(None, gt=0, description="samples per epoch shared by weighted sources; "
                                                              "default: their records added up")
     mixture_seed: int = 0
-    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147")
+    format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147 | alpaca | "
+                                                     "preference (pairs: docs/preference.md)")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
@@ -334,6 +335,47 @@ class StageConfig(Section):
 DEFAULT_MAX_STEPS = 100
 
 
+class DPOConfig(Section):
+    """Direct preference optimisation (train.objective=dpo; docs/preference.md)."""
+
+    beta: float = Field(0.1, gt=0, description="strength of the pull towards the reference model (IPO: its tau)")
+    loss: Literal["sigmoid", "ipo"] = Field(
+        "sigmoid", description="sigmoid: DPO's -log sigmoid(beta * margin), with label_smoothing (cDPO); ipo: IPO's "
+                               "squared loss on the per-token mean log-ratios")
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5, description="cDPO: the share of pairs taken to be flipped "
+                                                                   "(sigmoid loss only)")
+
+
+class RewardConfig(Section):
+    """One GRPO reward (mmtune.evaluate.rewards; docs/preference.md)."""
+
+    name: str = Field(description="a task metric (exact_match, vqa_accuracy, relaxed_accuracy, anls, f1), count "
+                                  "(1 / (1 + |count error|), the MAE's reward), format (the answer matches "
+                                  "`pattern`), or pkg.module:function for your own")
+    weight: float = Field(1.0, description="its weight in the summed reward")
+    pattern: str | None = Field(None, description="format: a regular expression the whole answer must match")
+
+    @model_validator(mode="after")
+    def _known(self):
+        from ..evaluate.rewards import check_reward
+
+        check_reward(self.name, self.pattern)  # did-you-mean at load time
+        return self
+
+
+class GRPOConfig(Section):
+    """Group relative policy optimisation (train.objective=grpo; docs/preference.md)."""
+
+    generations: int = Field(4, ge=2, description="completions sampled per prompt (G); advantages are normalised "
+                                                  "within each prompt's group")
+    max_completion_length: int = Field(16, gt=0, description="new tokens per sampled completion")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="the clipped objective's range: ratio in [1-eps, 1+eps]")
+    beta: float = Field(0.0, ge=0, description="weight of the KL to the reference model (0: no reference forward)")
+    rewards: list[RewardConfig] = Field(default_factory=lambda: [RewardConfig(name="exact_match")],
+                                        description="rewards summed with their weights")
+
+
 class TrainConfig(Section):
     max_steps: int | None = Field(None, gt=0, description="optimizer steps (100 when train.epochs is unset too); "
                                                          "give this or train.epochs")
@@ -390,6 +432,12 @@ class TrainConfig(Section):
                                           "{train: [projector, decoder_lora]}]")
     aux_losses: list[AuxLossConfig] = Field(
         default_factory=list, description="extra losses added to the LM loss, e.g. [{name: heatmap, weight: 0.1}]")
+    objective: Literal["sft", "dpo", "grpo"] = Field(
+        "sft", description="what the step minimises: sft (cross entropy on the answers), dpo (preference pairs "
+                           "against a reference model; train.dpo), grpo (sampled completions scored by rewards; "
+                           "train.grpo); docs/preference.md")
+    dpo: DPOConfig = Field(default_factory=DPOConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
 
     @model_validator(mode="before")
     @classmethod

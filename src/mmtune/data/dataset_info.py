@@ -6,9 +6,10 @@ files -- or `hf_hub_url` with optional `subset` / `split`), its `formatting` (`a
 `sharegpt`), its `columns` (alpaca: prompt / query / response / history / system; sharegpt: messages /
 system; both: images / videos / audios) and, for sharegpt, its `tags` (role_tag / content_tag /
 user_tag / assistant_tag / system_tag). Only the columns an entry names are read, as in LLaMA-Factory;
-media paths resolve against the registry's folder (LLaMA-Factory's default media_dir). Entries mmtune
-cannot train on (ranking pairs, tool turns, ModelScope / script sources) are refused with the entry's
-name and the key that makes them so.
+media paths resolve against the registry's folder (LLaMA-Factory's default media_dir). A `ranking: true`
+entry (preference pairs: `chosen` / `rejected` columns) is read as data.format=preference. Entries mmtune
+cannot train on (tool turns, ModelScope / script sources) are refused with the entry's name and the key
+that makes them so.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .formats import BadRecord
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None}
 SHAREGPT_COLUMNS = {"messages": "conversations", "system": None}
 MEDIA_COLUMNS = {"images": None, "videos": None, "audios": None}
+RANKING_COLUMNS = {"chosen": "chosen", "rejected": "rejected"}  # a `ranking: true` entry's pair
 SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
                  "observation_tag": "observation", "function_tag": "function_call", "system_tag": "system"}
 
@@ -40,6 +42,7 @@ class Entry:
     subset: str | None = None
     split: str = "train"
     notes: list[str] = field(default_factory=list)
+    ranking: bool = False  # preference pairs (chosen / rejected): data.format=preference
 
     @property
     def where(self) -> str:
@@ -63,6 +66,8 @@ class Entry:
             return row
         media = {ours: row.get(theirs) for ours, theirs in self.columns.items() if ours in MEDIA_COLUMNS and theirs}
         out = {"id": row["id"]} if row.get("id") is not None else {}
+        if self.ranking:
+            return {**out, **media, **self._pair_row(row, where)}
         if self.formatting == "alpaca":
             for key in ("prompt", "response"):
                 if row.get(self.columns[key]) is None:
@@ -75,6 +80,36 @@ class Entry:
                 if self.columns[key]:
                     out[key] = row.get(self.columns[key])
             return {**out, **media}
+        out["messages"] = self._messages(row, where)
+        if self.columns["system"] and row.get(self.columns["system"]):
+            out["system"] = row[self.columns["system"]]
+        return {**out, **media}
+
+    def _pair_row(self, row: dict, where: str) -> dict:
+        """A ranking row as data.format=preference reads it: prompt turns, chosen, rejected."""
+        sides = {}
+        for side in ("chosen", "rejected"):
+            v = row.get(self.columns[side])
+            if v is None:
+                raise BadRecord("missing field", f"record has no {self.columns[side]!r} ({self.where}: columns.{side})",
+                                where, f"the record's fields are: {', '.join(sorted(map(str, row)))}")
+            if isinstance(v, dict):  # sharegpt: {"from": "gpt", "value": ...}
+                v = {"role": "assistant", "content": v.get(self.tags["content_tag"], v.get("content"))}
+            sides[side] = v
+        if self.formatting == "alpaca":
+            prompt = row.get(self.columns["prompt"])
+            if not isinstance(prompt, str):
+                raise BadRecord("missing field", f"record has no {self.columns['prompt']!r} ({self.where}: "
+                                "columns.prompt)", where, f"the record's fields are: {', '.join(sorted(map(str, row)))}")
+            query = row.get(self.columns["query"]) if self.columns["query"] else None
+            messages = [{"role": "user", "content": prompt + ("\n" + query if isinstance(query, str) and query else "")}]
+        else:
+            messages = self._messages(row, where)
+        if self.columns["system"] and row.get(self.columns["system"]):
+            messages = [{"role": "system", "content": row[self.columns["system"]]}, *messages]
+        return {"prompt": messages, **sides}
+
+    def _messages(self, row: dict, where: str) -> list[dict]:
         msgs = row.get(self.columns["messages"])
         if not isinstance(msgs, list) or not msgs:
             raise BadRecord("missing field", f"record has no conversation list {self.columns['messages']!r} "
@@ -96,10 +131,7 @@ class Entry:
                                 f"{self.where}: tags name user {t['user_tag']!r}, assistant {t['assistant_tag']!r}, "
                                 f"system {t['system_tag']!r}; set tags.role_tag / user_tag / assistant_tag to match")
             messages.append({"role": roles[role], "content": m.get(t["content_tag"])})
-        out["messages"] = messages
-        if self.columns["system"] and row.get(self.columns["system"]):
-            out["system"] = row[self.columns["system"]]
-        return {**out, **media}
+        return messages
 
 
 # An entry's keys and the types LLaMA-Factory gives them: anything else is an error naming the key, not a
@@ -156,15 +188,14 @@ def entry(path: str | Path, name: str) -> Entry:
     e = info[name]
     where = f"{reg}: {name}"
     _check_types(e, where)
-    if e.get("ranking"):
-        raise DataError(f"{name} is a ranking (preference pair) dataset", where=f"{where}.ranking",
-                        fix="mmtune trains supervised answers; give a dataset without ranking: true")
+    ranking = bool(e.get("ranking"))  # preference pairs: read as data.format=preference (data/preference.py)
     fmt = e.get("formatting", "alpaca")
     if fmt not in ("alpaca", "sharegpt"):
         raise DataError(f"{name}: formatting {fmt!r} is not one LLaMA-Factory defines", where=f"{where}.formatting",
                         fix="formatting is alpaca or sharegpt")
     given = e.get("columns") or {}
-    defaults = {**(ALPACA_COLUMNS if fmt == "alpaca" else SHAREGPT_COLUMNS), **MEDIA_COLUMNS}
+    defaults = {**(ALPACA_COLUMNS if fmt == "alpaca" else SHAREGPT_COLUMNS), **MEDIA_COLUMNS,
+                **(RANKING_COLUMNS if ranking else {})}
     unknown = sorted(set(given) - set(defaults) - {"tools"})
     if unknown or "tools" in given:
         bad = unknown or ["tools"]
@@ -173,7 +204,7 @@ def entry(path: str | Path, name: str) -> Entry:
                             + ("; tool calling is not supported" if "tools" in given else ""))
     tags = {**SHAREGPT_TAGS, **(e.get("tags") or {})}
     out = Entry(name=name, registry=reg, formatting=fmt, columns={**defaults, **given}, tags=tags,
-                subset=e.get("subset"), split=e.get("split", "train"))
+                subset=e.get("subset"), split=e.get("split", "train"), ranking=ranking)
     if e.get("file_name"):
         out.file = (reg.parent / e["file_name"]).expanduser()
         if not out.file.exists():

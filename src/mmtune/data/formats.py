@@ -37,6 +37,11 @@ FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     "fsc147": {"image": ("image",), "object": ("object",), "count": ("count",), "id": ("id",)},
     "ocrvqa": {"image": ("image", "image_path"), "question": ("questions",), "answer": ("answers",),
                "id": ("id", "image_id")},
+    # Preference pairs (data/preference.py): TRL's prompt/chosen/rejected, LLaMA-Factory's ranking sharegpt,
+    # RLAIF-V's question/chosen/rejected/image.
+    "preference": {"prompt": ("prompt", "conversations", "messages", "question", "query"), "chosen": ("chosen",),
+                   "rejected": ("rejected",), "images": ("images", "image"), "videos": ("videos", "video"),
+                   "audios": ("audios", "audio"), "id": ("id", "idx")},
 }
 OPTIONAL = {"id", "images", "videos", "audios"}
 PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
@@ -386,6 +391,10 @@ def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: s
     rid = text_value(rid, "id", where) if rid is not None else str(index)
     if fmt == "messages":
         return _messages_records(row, columns, where, rid, resolve)
+    if fmt == "preference":
+        from .preference import pair_records
+
+        return pair_records(row, columns, where, index, resolve)
     from .published import default_image, with_media_dirs
 
     resolve = with_media_dirs(resolve, fmt)

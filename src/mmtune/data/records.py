@@ -26,6 +26,9 @@ class Record:
     # Targets for auxiliary losses (mmtune.aux_losses), e.g. FSC147's density map path and points;
     # a record without them contributes nothing to those losses.
     targets: dict = field(default_factory=dict)
+    # A preference pair's rejected answer (assistant content parts; data/preference.py); `messages` ends with
+    # the chosen one. None: no pair.
+    rejected: list[dict] | None = None
 
     def media_parts(self) -> list[dict]:
         return media_parts(self.messages)

@@ -371,7 +371,8 @@ def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
     fmt, columns, media_root, to_row = data_cfg.format, dict(data_cfg.columns), data_cfg.media_root, None
     registered = _registry_entry(spec, data_cfg)
     if registered is not None:  # a name in LLaMA-Factory's dataset_info.json (data/dataset_info.py)
-        fmt, columns, to_row = ("alpaca" if registered.formatting == "alpaca" else "messages"), {}, registered.to_row
+        fmt, columns, to_row = ("preference" if registered.ranking else "alpaca" if registered.formatting == "alpaca"
+                                else "messages"), {}, registered.to_row
         media_root = media_root or str(registered.registry.parent)
         base, rows = registered.rows(spec.partition("::")[2] or None)
         wanted = spec.partition("::")[2] or registered.split

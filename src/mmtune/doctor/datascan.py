@@ -47,6 +47,8 @@ REASON_CODES = {
     "unsupported modality": "MM033",
     "special token in text": "MM060",
     "unreadable record": "MM014",
+    # preference pairs (data/preference.py): checks/preference.py
+    "pair media differ": "MM083", "no rejected answer": "MM083", "bad pair": "MM083",
 }
 
 
@@ -94,6 +96,9 @@ class SplitScan:
     id_hashes: set = field(default_factory=set)
     repeated_ids: int = 0
     repeated_ids_first: str = ""
+    # Preference pairs whose chosen and rejected answers are the same text (MM084): count and first.
+    equal_pairs: int = 0
+    equal_pairs_first: str = ""
 
     @property
     def decode_sampled(self) -> bool:
@@ -150,7 +155,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     cfg = resolved.cfg
     seen: set | None = set() if split == "train" else None  # training record keys (MM068 repeats)
     scan = SplitScan(split, spec)
-    encoder = Encoder.for_run(resolved)
+    from ..data.preference import train_encoder
+
+    # The training split through the objective's encoder (a dpo run measures both sides of each pair).
+    encoder = train_encoder(resolved, Encoder.for_run(resolved)) if split == "train" else Encoder.for_run(resolved)
     max_len = cfg.data.max_length
     out = None
     if write_clean is not None:
@@ -212,6 +220,10 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
             row_ok = True
             for rec in recs_in:
                 _look_at_text(rec, scan, train_keys, seen)
+                if rec.rejected is not None and rec.answer_text().strip() == "".join(
+                        p.get("text", "") for p in rec.rejected).strip():
+                    scan.equal_pairs += 1
+                    scan.equal_pairs_first = scan.equal_pairs_first or rec.where()
                 ok = _check_record(rec, encoder, max_len, scan) and decoder.add(rec)
                 if ok and window is not None:
                     _audio_past_window(rec, window, scan)

@@ -90,7 +90,8 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
     out = dict(item)
     for k, v in item.items():
         if v.dim() == 1 and v.shape[0] == cur:
-            val = fill_id if k in ("input_ids", "labels") else (1 if k == "attention_mask" else 0)
+            name = k.removeprefix("rejected_")  # a declared dpo pair's rejected side grows alike
+            val = fill_id if name in ("input_ids", "labels") else (1 if name == "attention_mask" else 0)
             out[k] = torch.cat([v, torch.full((extra,), val, dtype=v.dtype)])
     return out
 
@@ -116,9 +117,14 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     from ..errors import DataError
 
     cfg, family = resolved.cfg, resolved.family
-    enc = Encoder.for_run(resolved)
+    from ..data.preference import train_collator, train_encoder
+
+    # The training batch as the objective holds it (dpo: both sides of each pair); evaluation's is the run's.
+    training = micro_batch_size is None
+    enc = train_encoder(resolved, Encoder.for_run(resolved)) if training else Encoder.for_run(resolved)
     tok = enc.tokenizer
-    collate = Collator(resolved.pad_token_id, None)
+    collate = train_collator(resolved, Collator(resolved.pad_token_id, None)) if training else \
+        Collator(resolved.pad_token_id, None)
     mb = micro_batch_size or cfg.train.micro_batch_size
     # The eval split only when another spec is given: a mixture's eval sources can equal its train sources.
     split = "eval" if spec is not None and spec is not cfg.data.train else "train"
@@ -168,7 +174,10 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped)
     decl = declared or Declared.default_for(family.modalities)
-    item = enc.encode(_declared_record(decl), check_length=False)
+    record = _declared_record(decl)
+    if training and cfg.train.objective == "dpo":  # a declared pair: both sides as long as the declared answer
+        record.rejected = record.messages[-1]["content"]
+    item = enc.encode(record, check_length=False)
     n_media = int(item["input_ids"].shape[-1])
     target = decl.tokens or cfg.data.max_length
     if n_media > target:

@@ -87,7 +87,7 @@ def _phase_hooks(model, tracker: StorageTracker):
 def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accum: int, compute_dtype,
               max_grad_norm, trainable_params, steps: int = 2, cpu_kernels: bool = False,
               aux=None, loss_impl: str = "full", attention=None, dedup_groups=None,
-              step_batches=None) -> Execution:
+              step_batches=None, objective=None) -> Execution:
     """`dedup_groups` (layer_dedup.find_groups): stacks of identical layers traced as four layers, the
     others' events copied from the interior one (DedupMismatch when a layer does not repeat exactly).
     `step_batches`: one micro-batch per step (as many steps), each allocated at its step's start and
@@ -105,6 +105,11 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
             ex.param_serials[s] = "trainable" if p.requires_grad else "weights"
     for b in model.buffers():
         s = tracker.register(b, "setup")
+        if s is not None:
+            ex.param_serials.setdefault(s, "weights")
+    reference = getattr(objective, "reference_model", None)  # dpo's frozen copy: weights held all along
+    for t in list(reference.parameters()) + list(reference.buffers()) if reference is not None else []:
+        s = tracker.register(t, "setup")
         if s is not None:
             ex.param_serials.setdefault(s, "weights")
     fake_batch, serials = _fake_inputs(micro_batch, mode, tracker, "setup")
@@ -130,6 +135,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     from .dequant_cost import dequant_cost_hooks
 
     handles = _phase_hooks(model, tracker) + dequant_cost_hooks(model, tracker)
+    if reference is not None:  # its forward is filed as forward activations too (freed at once: no_grad)
+        handles += _phase_hooks(reference, tracker)
     h1 = optimizer.register_step_pre_hook(pre_step)
     h2 = optimizer.register_step_post_hook(post_step)
     dedup = contextlib.nullcontext()
@@ -154,7 +161,7 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
                                max_grad_norm=max_grad_norm, trainable_params=trainable_params,
                                # auxiliary losses at full weight: the plan holds what they keep
                                aux=aux, step=max((t.start for t in aux or []), default=0),
-                               loss_impl=loss_impl)
+                               loss_impl=loss_impl, objective=objective)
     finally:
         mode.tracker = None
         for h in handles + [h1, h2]:

@@ -65,19 +65,25 @@ def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
     torch.manual_seed(cfg.train.seed)
     _, adapters = build_model_and_adapters(resolved, device=accelerator.device)
     model = adapters.model
+    from ..build import run_objective
+
+    objective = run_objective(cfg, model, resolved)  # the run's, dpo's frozen copy included
+    reference = objective.reference_model
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     model, optimizer = accelerator.prepare(model, optimizer)
     scheduler = make_scheduler(optimizer, warmup=0, total=10, kind="constant")
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
     dev = accelerator.device
-    batch = {k: v.to(dev) for k, v in micro_batch.items()}
+    from ..loss import to_device
+
+    batch = to_device(micro_batch, dev)
     n_mb = min(cfg.train.grad_accum, 2)
 
     def run():
         for i in range(steps):  # the planner's schedule: 1 micro-batch, then min(grad_accum, 2)
             optimizer_step(model, optimizer, scheduler, [batch] * (n_mb if i == steps - 1 else 1), accelerator=accelerator,
                            max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
-                           loss_impl=cfg.train.loss_impl)
+                           loss_impl=cfg.train.loss_impl, objective=objective)
 
     if dev.type == "cuda":
         torch.cuda.synchronize()
@@ -86,17 +92,21 @@ def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
         run()
         torch.cuda.synchronize()
         return Measured(torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved(), base_alloc, "cuda")
-    baseline, peak = cpu_peak(model, batch, run)
+    baseline, peak = cpu_peak(model, batch, run, reference=reference)
     return Measured(baseline + peak, None, baseline, "cpu")
 
 
-def cpu_peak(model, batch: dict, run) -> tuple[int, int]:
-    """(bytes live before `run`: weights, buffers, 4-bit quant state, the batch; the CPU allocator's peak
-    above them while `run()` runs). Serves measure_step and `plan --verify` on a CPU (verify.py)."""
+def cpu_peak(model, batch: dict, run, reference=None) -> tuple[int, int]:
+    """(bytes live before `run`: weights, buffers, 4-bit quant state, the batch, dpo's frozen reference copy; the
+    CPU allocator's peak above them while `run()` runs). Serves measure_step and `plan --verify` on a CPU."""
+    import torch
+
     from ..compat.torch_internals import cpu_allocator_peak
 
     state = list(model.parameters()) + list(model.buffers()) + _quant_state_tensors(model)
-    baseline = _storage_bytes(state) + _storage_bytes(list(batch.values()))
+    if reference is not None:
+        state += list(reference.parameters()) + list(reference.buffers())
+    baseline = _storage_bytes(state) + _storage_bytes([v for v in batch.values() if isinstance(v, torch.Tensor)])
     return baseline, cpu_allocator_peak(run)
 
 

@@ -106,6 +106,18 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     lengths through the allocator models: benchmarks/allocator_varying_lengths.py)."""
     from .layer_dedup import DedupMismatch
 
+    if resolved.cfg.train.objective == "grpo":
+        raise MMTuneError("mmtune plan does not model train.objective=grpo yet (its generation phase: the KV cache "
+                          "of G sampled completions, then the training forward over them)", where="train.objective",
+                          fix="plan the same run with train.objective=sft for the training forward alone; "
+                              "docs/preference.md")
+    if dedup and resolved.cfg.train.objective == "dpo":
+        # The reference forward runs the stack a second time in each micro-batch: the four-layer trace assumes
+        # one pass per layer, so the whole stack is traced (slower to plan, the same answer).
+        out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels, step_batches)
+        out[0].decisions.append("plan: every layer traced (dpo: the reference forward runs each layer a second "
+                                "time per micro-batch)")
+        return out
     if dedup:
         try:
             return _trace(resolved, declared, steps, plan_eval, fast, True, attention_kernels, step_batches)
@@ -134,7 +146,13 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     pm = build_planned_model(resolved)
     pb = worst_case_batch(resolved, declared=declared)
     mode = ValueFakeMode(fast=fast)
+    reference = _planned_reference(pm, resolved)  # dpo under full fine-tuning: its frozen copy (meta, then fake)
     groups = materialize_fake(pm.model, mode, pm.param_groups)
+    if reference is not None:
+        materialize_fake(reference, mode, [])
+    from ..objectives import make_objective
+
+    objective = make_objective(cfg, pm.model, reference_model=reference)
     optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
                                kind=cfg.train.scheduler)
@@ -160,7 +178,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         ex = run_steps(pm.model, optimizer, scheduler, batch, mode=mode, grad_accum=cfg.train.grad_accum,
                        compute_dtype=dtype, max_grad_norm=cfg.train.max_grad_norm, trainable_params=trainable,
                        steps=steps, cpu_kernels=not target_cuda, aux=aux,
-                       loss_impl=loss_impl, attention=attention, step_batches=step_batches,
+                       loss_impl=loss_impl, attention=attention, step_batches=step_batches, objective=objective,
                        dedup_groups=find_groups(pm.model, pm.hf_config) if dedup else None)
         ex.train_peak_bytes = ex.tracker.trace.peak_bytes
         ex.paged_bytes = int(getattr(optimizer, "paged_bytes", 0))
@@ -185,6 +203,23 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
                             "copied from the interior one (" + ", ".join(f"{n}: {c} copied" for n, c in
                                                                          ex.copied_layers.items()) + ")")
     return pm, pb, ex, dtype
+
+
+def _planned_reference(pm, resolved):
+    """DPO's frozen reference copy of a full fine-tune, as build makes it (the starting weights, frozen, in the
+    compute dtype), copied from the meta model before it turns fake; None where the run has none."""
+    from ..objectives import needs_frozen_copy
+
+    if not needs_frozen_copy(resolved.cfg):
+        return None
+    import copy
+
+    ref = copy.deepcopy(pm.model)
+    ref.requires_grad_(False)
+    ref.to(resolved.compute_dtype)
+    pm.decisions.append("dpo: the frozen reference copy planned as weights held beside the model, its forward "
+                        "under no_grad")
+    return ref
 
 
 def with_aux(cfg, model, processor, batch: dict):

@@ -63,14 +63,18 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
     optimizer = make_optimizer(adapters.param_groups, cfg.train)
     scheduler = make_scheduler(optimizer, warmup=0, total=warmup + steps + 1, kind="constant")
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
-    batch = {k: v.to(dev) for k, v in micro_batch.items()}
+    from ..build import run_objective
+    from ..loss import to_device
+
+    objective = run_objective(cfg, model, resolved)  # the run's (dpo: its reference, a frozen copy for full)
+    batch = to_device(micro_batch, dev)
     acc = PlanAccelerator(resolved.compute_dtype, device=dev)
     mbs = [batch] * cfg.train.grad_accum
 
     def one_step():
         optimizer_step(model, optimizer, scheduler, mbs, accelerator=acc, max_grad_norm=cfg.train.max_grad_norm,
                        trainable_params=trainable, aux=aux, step=max((t.start for t in aux), default=0),
-                       loss_impl=cfg.train.loss_impl)
+                       loss_impl=cfg.train.loss_impl, objective=objective)
 
     times: list[float] = []
     if dev.type == "cuda":
@@ -88,7 +92,7 @@ def measure_run(resolved, micro_batch: dict, *, device, warmup: int = 2, steps: 
         for _ in range(warmup):
             one_step()
 
-    baseline, peak = cpu_peak(model, batch, warm_up)
+    baseline, peak = cpu_peak(model, batch, warm_up, reference=objective.reference_model)
     for _ in range(steps):  # timed outside the profiler, which slows every op
         t0 = time.perf_counter()
         one_step()

@@ -16,7 +16,8 @@ from .svg import bar_chart, line_chart
 
 SAMPLE = 12  # predictions shown per run
 TITLES = {"loss": "training loss", "lr": "learning rate", "grad_norm": "gradient norm (before clipping)",
-          "tokens_per_s": "tokens / s"}
+          "tokens_per_s": "tokens / s",
+          "rewards": "DPO rewards (beta x log-ratio to the reference), margins, accuracy"}
 
 CSS = """
 body{font-family:sans-serif;margin:24px;max-width:1000px;color:#222}

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from ..errors import MMTuneError
 
-TRAIN_SERIES = ("loss", "lr", "grad_norm", "tokens_per_s")
+# train.objective=dpo adds its rewards (one chart, a line each: chosen, rejected, margins, accuracies)
+TRAIN_SERIES = ("loss", "lr", "grad_norm", "tokens_per_s", "rewards/chosen", "rewards/rejected", "rewards/margins",
+                "rewards/accuracies")
 
 
 @dataclass

@@ -129,6 +129,7 @@ class ResolvedRun:
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
             "strategy": self.strategy, "cuda_alloc_conf": self.cuda_alloc_conf,
+            "objective": self.cfg.train.objective,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -218,6 +219,13 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("train.stages", describe(cfg.train.stages),
                                   "staged unfreezing: each step updates only its stage's parameters; planned "
                                   "with every stage's parameters trainable"))
+    from ..objectives import decide as decide_objective
+
+    objective, problems = decide_objective(cfg, strategy)
+    if problems:
+        raise MMTuneError(" ".join(problems), where="train.objective",
+                          fix="see docs/preference.md for what each objective supports")
+    decisions += [Decision(*d) for d in objective]
     from .length import decide_length
 
     length, length_decisions = decide_length(cfg, target)
@@ -331,6 +339,9 @@ def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
         missing = package_problem(target, "liger_kernel")
     impl, d = decide_loss_impl(cfg.train.loss_impl, target, rows=cfg.train.micro_batch_size * cfg.data.max_length,
                                vocab=vocab, liger_missing=missing)
+    if cfg.train.objective != "sft" and impl != "full":  # per-token log-probs come from the logits (objectives/)
+        impl, d = "full", Decision("train.loss_impl", "full", f"train.objective={cfg.train.objective}: per-token "
+                                   f"log-probabilities from the full logits ({impl} not yet for it)", changed=True)
     decisions.append(d)
     if impl != cfg.train.loss_impl:
         fields["cfg"] = cfg.model_copy(update={"train": cfg.train.model_copy(update={"loss_impl": impl})})

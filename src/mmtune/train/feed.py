@@ -93,13 +93,14 @@ def open_feed(run, position: dict, aux_losses=()):
 def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     from ..data.collate import make_dataloader
 
-    dataset = EncodedDataset(run.train_set.records, run.encoder, run.encode_cache, aux_losses)
+    # The objective's encoder and collator (a dpo pair: both sides; data/preference.py), the run's for sft.
+    dataset = EncodedDataset(run.train_set.records, run.train_encoder, run.encode_cache, aux_losses)
     if run.cfg.data.packing:  # the sampler yields rows of records; the loader packs them (data/packing.py)
         from ..compat.rope_index import rope_index_of
         from ..data.packing import PackedRows
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
-    return iter(make_dataloader(dataset, SkippingCollator(run.collator), _FromStream(stream_args),
+    return iter(make_dataloader(dataset, SkippingCollator(run.train_collator), _FromStream(stream_args),
                                 plan=run.resolved.loader, seed=run.cfg.train.seed))
 
 

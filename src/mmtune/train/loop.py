@@ -172,7 +172,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
                                      max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                                      world_tokens=world_sum, aux=aux, step=step,
                                      inactive=staged.inactive(step) if drop_stage_grads else (),
-                                     loss_impl=cfg.train.loss_impl)
+                                     loss_impl=cfg.train.loss_impl, objective=run.objective)
             step += 1
             if cfg.train.nan_guard and not math.isfinite(res.loss):
                 bad = [i if isinstance(i, str) else run.train_set.records[i].id for b in ids for i in flat_indices(b)]

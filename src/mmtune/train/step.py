@@ -9,6 +9,12 @@ Auxiliary losses (mmtune.aux_losses) join the same backward: each micro-batch ad
 `weight * aux_sum / (records with a target in the step)` to its scaled LM sum, so the gradient is that
 of `lm_loss + sum(weight * aux/<name>)` whatever the accumulation, ranks or fp16 loss scale, and the
 logged parts are the unscaled means.
+
+Objectives (mmtune.objectives, train.objective) plug in here and nowhere else: the objective says how
+many units the step averages over (answer tokens for sft, pairs for dpo), computes each micro-batch's
+loss sum (dpo: chosen and rejected rows in one forward, the reference forward under no_grad), and names
+what it logs besides the loss (dpo: rewards/...). The accumulation, ranks, scaling, clipping and the
+planner's trace are the same for every objective.
 """
 
 from __future__ import annotations
@@ -40,22 +46,33 @@ class StepResult:
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
                    trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=(),
-                   loss_impl: str = "full") -> StepResult:
+                   loss_impl: str = "full", objective=None) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
     over ranks, so each rank scales its loss by world_size / global_tokens to get the global mean.
     `aux`: AuxTerms (train.aux_losses) weighted for 0-based `step`. `inactive`: parameters whose gradient
     is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive). `loss_impl`:
-    the resolved train.loss_impl (mmtune.loss: full / chunked / liger).
+    the resolved train.loss_impl (mmtune.loss: full / chunked / liger). `objective`: the run's
+    (mmtune.objectives; default sft): what the loss is averaged over, how a micro-batch's sum is computed,
+    and what it logs besides the loss.
     """
     import torch
 
     device = accelerator.device
     world_tokens = world_tokens or (lambda n: n)
-    global_tokens = world_tokens(sum(count_answer_tokens(mb["labels"]) for mb in micro_batches))
+    if objective is None:
+        from ..objectives import SFT
+
+        objective = SFT()
+    # The units the step's loss is averaged over: answer tokens (sft), pairs (dpo); all ranks.
+    global_tokens = world_tokens(sum(objective.count(mb) for mb in micro_batches))
     if global_tokens == 0:
-        raise ValueError("this step has no answer tokens (every label is masked); check the data's answers")
+        raise ValueError(objective.empty_step())
+    # (a prompt-only batch, grpo's, has no labels: its answers are sampled inside the step)
+    answer_tokens = global_tokens if objective.name == "sft" else \
+        world_tokens(sum(count_answer_tokens(mb["labels"]) for mb in micro_batches if "labels" in mb))
+    stat_sums: dict = {}
     scale = accelerator.num_processes / global_tokens
     # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
     # A packed batch (data.packing) has no attention_mask: packed_token_mask marks its tokens.
@@ -87,15 +104,17 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         else:
             ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
-            total, _, output = loss_sum_and_output(model, mb, impl=loss_impl, **forward_kwargs)
-            objective = total * (scale * gas)
+            total, output, stats = objective.loss_sum(model, mb, impl=loss_impl, **forward_kwargs)
+            scaled = total * (scale * gas)
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
-                objective = objective + value * (weight * accelerator.num_processes * gas / n)
+                scaled = scaled + value * (weight * accelerator.num_processes * gas / n)
                 acc += value.detach().double()
             del output
-            accelerator.backward(objective)
+            accelerator.backward(scaled)
         loss_acc += total.detach().double()
+        for k, v in stats.items():
+            stat_sums[k] = stat_sums[k] + v if k in stat_sums else v
     for p in inactive:
         p.grad = None
     grad_norm = None
@@ -110,8 +129,9 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     optimizer.zero_grad(set_to_none=True)
     lm_loss = world_tokens(float(loss_acc)) / global_tokens
     if not terms:
-        return StepResult(loss=lm_loss, answer_tokens=int(global_tokens), input_tokens=input_tokens,
-                          grad_norm=grad_norm, skipped=skipped)
+        logged = objective.parts({k: world_tokens(float(v)) for k, v in stat_sums.items()}, global_tokens)
+        return StepResult(loss=lm_loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
+                          grad_norm=grad_norm, skipped=skipped, parts=logged)
     parts, loss = {"lm_loss": lm_loss}, lm_loss
     for term, weight, n, acc in terms:
         value = None
@@ -120,5 +140,5 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
             loss += weight * value
         parts[f"aux/{term.name}"] = value
         parts[f"aux_weight/{term.name}"] = weight
-    return StepResult(loss=loss, answer_tokens=int(global_tokens), input_tokens=input_tokens,
+    return StepResult(loss=loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
                       grad_norm=grad_norm, skipped=skipped, parts=parts)

@@ -240,3 +240,22 @@ def video_time_positions(ctx):
                   where=untimed[0].untimed_first,
                   fix="give these videos as files (mp4, webm, ...), which carry their frame rate, or extract the "
                       f"folders' frames at {assumed:g} fps")
+
+
+@check("MM083", "preference pairs have a rejected answer and share the prompt's media", needs=("cfg", "scan"))
+def preference_pairs(ctx):
+    """A pair whose rejected side is missing (a dpo run on SFT records), malformed, or carries media of its
+    own: the two sides would not be answers to the same prompt and image, so their margin means nothing."""
+    yield from _bad_findings(ctx, "MM083")
+
+
+@check("MM084", "preference pairs differ between chosen and rejected", needs=("cfg", "scan"))
+def equal_pairs(ctx):
+    """chosen == rejected: the pair's margin is 0 whatever the model does; DPO's gradient on it is a constant
+    push that teaches nothing about the preference (a labelling or export slip)."""
+    for s in ctx.need("scan").splits:
+        if s.equal_pairs:
+            make = warning if ctx.need("cfg").train.objective == "dpo" else info
+            yield make(f"{s.split}: {s.equal_pairs} preference pair(s) whose chosen and rejected answers are the same "
+                       "text: their margin is 0 whatever the model learns", where=s.equal_pairs_first,
+                       fix="fix or drop these pairs (they train nothing about the preference)")

@@ -1,0 +1,86 @@
+"""GRPO's rewards, one registry over the task metrics: a reward and the eval number it is meant to raise are
+the same code (mmtune.evaluate.metrics).
+
+A reward scores each completion against its record's references: `fn(completions, references) -> list of
+floats`, one per completion (`references[i]` is the list of accepted answers of completion i's record).
+- every per-item metric: exact_match, vqa_accuracy, relaxed_accuracy, anls, f1 (the metric on one item);
+- count: 1 / (1 + |error|) of the number parsed from the answer (the MAE's error, 0 when no number is found);
+- format: 1 when the whole answer (stripped) matches the reward's `pattern`, else 0;
+- your own: `pkg.module:function` with the contract above, imported when the run starts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .metrics import METRICS, parse_number
+
+PER_ITEM = ("exact_match", "vqa_accuracy", "relaxed_accuracy", "anls", "f1")
+BUILT_IN = (*PER_ITEM, "count", "format")
+
+
+def check_reward(name: str, pattern: str | None = None) -> None:
+    """ValueError (with a did-you-mean) for a name that is neither built in nor an import path; a format reward
+    needs a pattern that compiles."""
+    if ":" in name:
+        return  # an import path: resolved when the run builds its objective (reward_function)
+    if name not in BUILT_IN:
+        import difflib
+
+        close = difflib.get_close_matches(name, BUILT_IN, n=1)
+        raise ValueError(f"unknown reward {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                         + f" (built in: {', '.join(BUILT_IN)}; or pkg.module:function)")
+    if name == "format":
+        if not pattern:
+            raise ValueError("the format reward needs `pattern` (a regular expression the answer must match)")
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise ValueError(f"the format reward's pattern does not compile: {e}") from None
+
+
+def _count(completions, references):
+    out = []
+    for p, refs in zip(completions, references):
+        got, want = parse_number(p), parse_number(refs[0]) if refs else None
+        out.append(0.0 if got is None or want is None else 1.0 / (1.0 + abs(got - want)))
+    return out
+
+
+def reward_function(name: str, pattern: str | None = None):
+    """The scoring function of a reward (check_reward has vetted the name)."""
+    if name in PER_ITEM:
+        metric = METRICS[name]
+        return lambda completions, references: [float(metric([p], [refs])) for p, refs in zip(completions, references)]
+    if name == "count":
+        return _count
+    if name == "format":
+        rx = re.compile(pattern)
+        return lambda completions, references: [float(rx.fullmatch(p.strip()) is not None) for p in completions]
+    import importlib
+
+    module, _, attr = name.partition(":")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"reward {name!r} cannot be imported: {e}", where="train.grpo.rewards",
+                          fix="give pkg.module:function importable here, fn(completions, references) -> list of "
+                              "floats (docs/preference.md)") from None
+    return fn
+
+
+def score(fn, name: str, completions, references) -> list[float]:
+    """`fn`'s rewards, checked: one finite number per completion, or a ValueError naming the reward."""
+    import math
+
+    got = list(fn(completions, references))
+    if len(got) != len(completions) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                               and math.isfinite(x) for x in got):
+        from ..errors import ConfigError
+
+        raise ConfigError(f"reward {name!r} must return one finite number per completion ({len(completions)}); "
+                          f"it returned {str(got)[:120]}", where="train.grpo.rewards",
+                          fix="fn(completions, references) -> list of floats, one per completion (docs/preference.md)")
+    return [float(x) for x in got]

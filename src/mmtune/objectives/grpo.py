@@ -1,0 +1,135 @@
+"""Group relative policy optimisation (Shao et al. 2024, DeepSeekMath), on-policy, one update per generation.
+
+A micro-batch holds B prompts (left-padded, their media, their references: data/prompts.py). Per micro-batch:
+1. sample G completions per prompt from the model itself (HF `generate`, eval mode, no_grad; G calls of B
+   rows, so each call takes the batch's media as they are), at `temperature`, up to `max_completion_length`
+   new tokens; a completion ends at its first end-of-sequence token;
+2. score each completion with the rewards (mmtune.evaluate.rewards: the task metrics), summed with weights;
+3. advantages: each reward minus its group's mean, over the group's standard deviation (+1e-4);
+4. the clipped objective per completion token, `-min(r * A, clip(r, 1 - eps, 1 + eps) * A)` with
+   r = pi / pi_old, plus `beta * KL(pi || pi_ref)` (the k3 estimator) when beta > 0, averaged over each
+   completion's tokens; the step averages over its completions (B x G per micro-batch, all ranks).
+With one update per generation pi_old is the sampling policy itself (r = 1, its gradient that of log pi), so
+the clip never binds: `clip_ratio` is logged, and is 0 here, as in TRL with num_iterations=1.
+
+Logged: reward (mean) and reward_std, reward/<name> per function (unweighted means), completion_length,
+kl (when beta > 0), clip_ratio.
+"""
+
+from __future__ import annotations
+
+from ..data.prompts import REFS, references
+from ..loss import extract_logits, model_inputs
+
+
+class GRPO:
+    name = "grpo"
+    unit = "completions"
+
+    def __init__(self, cfg, reference, tokenizer):
+        from ..evaluate.rewards import reward_function
+
+        self.cfg, self.reference, self.tok = cfg, reference, tokenizer
+        self.rewards = [(r.name, r.weight, reward_function(r.name, r.pattern)) for r in cfg.rewards]
+        eos = tokenizer.eos_token_id
+        self.eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self.pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (self.eos or [0])[0]
+
+    @property
+    def reference_model(self):
+        return self.reference.model if self.cfg.beta > 0 else None
+
+    def count(self, mb) -> int:
+        return int(mb["input_ids"].shape[0]) * self.cfg.generations
+
+    def empty_step(self) -> str:
+        return "this step has no prompt"
+
+    def _sample(self, model, prompt: dict):
+        import torch
+
+        inner = getattr(model, "module", model)
+        was = inner.training
+        inner.eval()
+        try:
+            with torch.no_grad():
+                return [inner.generate(**prompt, do_sample=True, temperature=self.cfg.temperature, top_k=0, top_p=1.0,
+                                       max_new_tokens=self.cfg.max_completion_length, pad_token_id=self.pad,
+                                       eos_token_id=self.eos or None)[:, prompt["input_ids"].shape[1]:]
+                        for _ in range(self.cfg.generations)]
+        finally:
+            inner.train(was)
+
+    def _mask(self, completion):
+        """1 up to and including each row's first end-of-sequence token, 0 after."""
+        import torch
+
+        is_eos = torch.zeros_like(completion, dtype=torch.bool)
+        for e in self.eos:
+            is_eos |= completion == e
+        after = (is_eos.cumsum(dim=1) - is_eos.long()) > 0  # positions after the first eos
+        return (~after).long()
+
+    def loss_sum(self, model, mb, *, impl: str = "full", **forward_kwargs):
+        import torch
+        import torch.nn.functional as F
+
+        from ..evaluate.rewards import score
+
+        if forward_kwargs:
+            raise ValueError("train.objective=grpo takes no auxiliary-loss inputs")
+        refs = references(mb)
+        prompt = {k: v for k, v in model_inputs(mb).items() if k != REFS}
+        ids = prompt["input_ids"]
+        B, P = ids.shape
+        G = self.cfg.generations
+        completions = self._sample(model, prompt)
+        masks = [self._mask(c) for c in completions]
+        texts = [self.tok.batch_decode(c * m + self.pad * (1 - m), skip_special_tokens=True)
+                 for c, m in zip(completions, masks)]
+        rewards = torch.zeros(B, G, dtype=torch.float64)
+        stats = {}
+        for name, weight, fn in self.rewards:
+            got = torch.tensor([score(fn, name, texts[g], refs) for g in range(G)], dtype=torch.float64).T  # (B, G)
+            rewards += weight * got
+            stats[f"reward/{name}"] = got.sum()
+        adv = (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
+        total = None
+        kl_sum = torch.zeros((), dtype=torch.float64)
+        for g in range(G):
+            c, m = completions[g], masks[g]
+            inputs = dict(prompt)
+            for k, v in prompt.items():  # per-token keys grow by the completion: the mask by its own, others by 0
+                if isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape == (B, P) and k != "input_ids":
+                    inputs[k] = torch.cat([v, m.to(v.dtype) if k == "attention_mask" else torch.zeros_like(c, dtype=v.dtype)], 1)
+            inputs["input_ids"] = torch.cat([ids, c], dim=1)
+            logits = extract_logits(model(**inputs, use_cache=False))[:, P - 1:-1, :].float()
+            logp = -F.cross_entropy(logits.reshape(-1, logits.size(-1)), c.reshape(-1), reduction="none").view(c.shape)
+            ratio = torch.exp(logp - logp.detach())
+            a = adv[:, g].to(logp.dtype).unsqueeze(1)
+            eps = self.cfg.epsilon
+            per_tok = -torch.min(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+            if self.cfg.beta > 0:
+                with torch.no_grad(), self.reference.active(model) as ref:
+                    ref_logits = extract_logits(ref(**inputs, use_cache=False))[:, P - 1:-1, :].float()
+                    ref_logp = -F.cross_entropy(ref_logits.reshape(-1, ref_logits.size(-1)), c.reshape(-1),
+                                                reduction="none").view(c.shape)
+                d = ref_logp - logp
+                kl = torch.exp(d) - d - 1
+                per_tok = per_tok + self.cfg.beta * kl
+                kl_sum += ((kl.detach() * m).sum(1) / m.sum(1).clamp(min=1)).double().sum()
+            seq = (per_tok * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+            total = seq.sum() if total is None else total + seq.sum()
+        lengths = torch.stack([m.sum(dim=1) for m in masks]).double()
+        stats.update({"reward": rewards.sum(), "reward_sq": (rewards ** 2).sum(), "completion_length": lengths.sum(),
+                      "clip_ratio": torch.zeros((), dtype=torch.float64)})
+        if self.cfg.beta > 0:
+            stats["kl"] = kl_sum
+        return total, None, stats
+
+    def parts(self, sums: dict, n: int) -> dict:
+        out = {k: v / n for k, v in sums.items() if k != "reward_sq"}
+        if "reward" in sums:
+            var = sums["reward_sq"] / n - out["reward"] ** 2
+            out["reward_std"] = max(var, 0.0) ** 0.5
+        return out
