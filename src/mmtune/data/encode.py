@@ -55,6 +55,7 @@ class Encoder:
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
         self.media_token_id = media_token_ids(processor)
+        self.batch_ok = True  # encode_batch.encode_many may merge records into one processor call
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
         fe = getattr(processor, "feature_extractor", None)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
@@ -363,21 +364,37 @@ class Encoder:
                             "or set data.on_bad_record=skip to drop such records (they are counted)")
 
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
-        import torch
+        full, spans, media_kwargs = self.prepare(record)
+        tokens = None
+        if self.text_only:  # the tokenizer is the processor (no media: _check_media refused any): one
+            # tokenization gives the ids and the offsets the labels need
+            tokens = self._text_tokens(full)
+            out = self.text_tensors(tokens)
+        else:
+            out = self._run(full, record, media_kwargs)
+        return self.complete(record, full, spans, out, tokens, check_length=check_length)
 
+    def prepare(self, record: Record) -> tuple[str, list, dict | None]:
+        """A record's per-record work before its processor call: (the trained text, its answer spans, the
+        processor's media kwargs: None for a text-only model). Raises the record's BadRecord."""
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         tmessages = self._template_messages(record.messages)
         full, spans = self._trained_text(tmessages, record)
         self._check_media(record, tmessages, full)
-        tokens = None
-        if self.text_only:  # the tokenizer is the processor (no media: _check_media refused any): one
-            # tokenization gives the ids and the offsets the labels need
-            tokens = self._text_tokens(full)
-            out = {k: torch.from_numpy(v).reshape(1, -1) for k, v in tokens.items() if k != "offset_mapping"}
-        else:
-            out = self._run(full, record, self._load_media(record))
+        return full, spans, None if self.text_only else self._load_media(record)
+
+    @staticmethod
+    def text_tensors(tokens: dict) -> dict:
+        import torch
+
+        return {k: torch.from_numpy(v).reshape(1, -1) for k, v in tokens.items() if k != "offset_mapping"}
+
+    def complete(self, record: Record, full: str, spans, out: dict, tokens=None, *, check_length: bool = True) -> dict:
+        """The processor's output for one record (each per-token key (1, tokens)) -> its encoding, labels added."""
+        import torch
+
         ids = out["input_ids"][0]
         if check_length:
             self._check_length(int(ids.shape[0]), record)
