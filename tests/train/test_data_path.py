@@ -29,7 +29,8 @@ def _corrupt_images(cfg, which=None):
 
 
 class CountingEncoder(Encoder):
-    """The run's real Encoder, counting how often each record is measured and encoded."""
+    """The run's real Encoder, counting how often each record is measured and encoded (`prepare`: every
+    encoding of a record starts there, one by one or in a micro-batch's one processor call)."""
 
     def count(self, what, record):
         self.counts = getattr(self, "counts", {"measure": Counter(), "encode": Counter()})
@@ -39,9 +40,9 @@ class CountingEncoder(Encoder):
         self.count("measure", record)
         return super().measure(record)
 
-    def encode(self, record, *args, **kwargs):
+    def prepare(self, record):
         self.count("encode", record)
-        return super().encode(record, *args, **kwargs)
+        return super().prepare(record)
 
 
 @pytest.fixture
