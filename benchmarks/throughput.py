@@ -54,6 +54,9 @@ from _provenance import dumps, provenance, write_results  # noqa: E402
 
 DATA = {"counting": ("tiny/qwen2-vl", "synthetic:counting"), "short-text": ("tiny/qwen2", "synthetic:arithmetic"),
         "long-text": ("tiny/qwen2", None)}
+# The top-level keys of a results file (tests/test_benchmark_results.py), beside the provenance keys.
+RESULT_KEYS = ("model", "data", "steps", "repeats", "workers", "micro_batch_size", "grad_accum", "device",
+               "precision", "results", "ratio_ours_over")
 LONG_WORDS = 1000  # words in a long-text record's question: ~1,030 tokens with the template
 
 
