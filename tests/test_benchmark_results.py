@@ -32,6 +32,8 @@ FILES = sorted(p for p in RESULTS.iterdir() if p.is_file()) if RESULTS.is_dir() 
 
 
 def _script_of(path: Path) -> Path | None:
+    if path.name.startswith("gpu_"):  # benchmarks/gpu/run.py's files, written by its ResultsFile
+        return BENCH / "gpu" / "results.py"
     return next((s for s in SCRIPTS if re.match(re.escape(s.stem) + r"[_.]", path.name)), None)
 
 

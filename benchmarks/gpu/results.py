@@ -20,7 +20,9 @@ FINAL = ("pass", "fail", "oom", "timeout")  # measured (or failed for real): not
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _provenance import finish, provenance  # noqa: E402
 
-STARTED = provenance()  # this invocation's start: the commit and the load before its rows ran
+STARTED = provenance()
+# The top-level keys of a gpu_*.json results file (tests/test_benchmark_results.py), beside the provenance.
+RESULT_KEYS = ("environment", "rows", "summary")  # this invocation's start: the commit and the load before its rows ran
 
 
 class ResultsFile:
