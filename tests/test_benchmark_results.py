@@ -1,8 +1,7 @@
 """Every results file under benchmarks/results/ was written by its script, not by hand: it names the script
 that wrote it (its file name starts with the script's name), carries the provenance that script writes
 (benchmarks/_provenance.py: commit, dirty flag, command, versions, machine, threads, load average) and
-the result keys the script declares (`RESULT_KEYS`). Files from before provenance existed live in
-benchmarks/results/unverified/ (its README says why) and are not quoted as current."""
+the result keys the script declares (`RESULT_KEYS`). Files from before provenance existed were removed."""
 
 from __future__ import annotations
 
@@ -28,7 +27,7 @@ def _literal(path: Path, name: str):
 
 PROVENANCE_KEYS = _literal(BENCH / "_provenance.py", "PROVENANCE_KEYS")
 SCRIPTS = sorted((p for p in BENCH.glob("*.py") if not p.name.startswith("_")), key=lambda p: -len(p.stem))
-FILES = sorted(p for p in RESULTS.iterdir() if p.is_file()) if RESULTS.is_dir() else []
+FILES = sorted(p for p in RESULTS.rglob("*") if p.is_file()) if RESULTS.is_dir() else []
 
 
 def _script_of(path: Path) -> Path | None:
@@ -67,8 +66,3 @@ def test_results_file_carries_its_scripts_keys(path):
     else:
         pytest.fail(f"{path.name}: results are .json or .txt written by a script")
 
-
-def test_unverified_results_are_explained():
-    folder = RESULTS / "unverified"
-    if folder.is_dir():
-        assert (folder / "README.md").is_file()
