@@ -20,7 +20,6 @@ a text of a length drawn from `--text-tokens` (each micro-batch holds copies of 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
@@ -94,6 +93,9 @@ def main(argv=None) -> int:
     ap.add_argument("--text-tokens", default="40,160", help="text tokens per image record: LO,HI")
     ap.add_argument("--out", default=None, help="write PREFIX.json and PREFIX.txt")
     args = ap.parse_args(argv)
+    from _provenance import provenance, text_header, write_results
+
+    started = provenance()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from mmtune.config import load_config
     from mmtune.plan.batch import Declared, worst_case_batch
@@ -144,8 +146,8 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out + ".json").write_text(json.dumps({"args": vars(args), "lengths": lengths, "rows": rows}, indent=1))
-        Path(args.out + ".txt").write_text(text + "\n")
+        write_results(args.out + ".json", {"args": vars(args), "lengths": lengths, "rows": rows}, started)
+        Path(args.out + ".txt").write_text(text_header(started) + "\n" + text + "\n")
     return 0
 
 

@@ -122,6 +122,9 @@ def main() -> None:
         torch.set_num_threads(1)
         print("RESULT " + json.dumps(run_one(args)))
         return
+    from _provenance import provenance, write_results
+
+    started = provenance()
     data = make_set(Path(args.out) / "data", args.steps * args.mbs)
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.path.abspath(args.src) if args.src else str(Path(__file__).resolve().parents[1] / "src")}
@@ -156,9 +159,9 @@ def main() -> None:
     report = {"model": args.model, "src": args.src or "this checkout", "max_pixels": args.max_pixels,
               "steps": args.steps, "micro_batch_size": args.mbs,
               "sizes": [f"{w}x{h} {ext}" for (w, h), ext in SIZES], "overrides": args.set or [],
-              "command": " ".join(sys.argv), "results": results}
+              "results": results}
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        write_results(args.json, report, started)
 
 
 if __name__ == "__main__":

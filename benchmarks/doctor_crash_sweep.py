@@ -149,6 +149,9 @@ def sweep(selected: list[Combo] | None = None, progress=print) -> list[dict]:
 def main(argv: list[str]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from _provenance import provenance, write_results
+
+    started = provenance()
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else None
     t0 = time.perf_counter()
     results = sweep()
@@ -157,9 +160,9 @@ def main(argv: list[str]) -> int:
     for r in bad:
         print(f"--- {r['label']}\n{r['problem']}")
     if out is not None:
-        out.write_text(json.dumps({"runs": len(results), "problems": len(bad), "gpu": GPU,
-                                   "max_records": MAX_RECORDS, "skipped_checks": list(SKIP),
-                                   "seconds": round(time.perf_counter() - t0, 1), "results": results}, indent=1))
+        write_results(out, {"runs": len(results), "problems": len(bad), "gpu": GPU,
+                            "max_records": MAX_RECORDS, "skipped_checks": list(SKIP),
+                            "seconds": round(time.perf_counter() - t0, 1), "results": results}, started)
     return 1 if bad else 0
 
 

@@ -39,6 +39,9 @@ def make_dataset(folder: Path, n: int, n_images: int) -> Path:
 
 
 def main() -> None:
+    from _provenance import provenance, text_header
+
+    started = provenance()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     n = int(args[0]) if args else 100_000
     n_images = int(sys.argv[sys.argv.index("--images") + 1]) if "--images" in sys.argv else 2000
@@ -64,6 +67,7 @@ def main() -> None:
               f"{(s.ok + s.n_bad) / dt:,.0f} records/s; peak RSS growth {(rss1 - rss0) / 1024:.0f} MiB")
         print(f"load average at the end: {open('/proc/loadavg').read().split()[0]}")
         print(f"tokens/record: median {s.percentile(0.5)}, max {max(s.lengths)}")
+        print(text_header(started))  # a results .txt made from this output starts... ends with its provenance
 
 
 if __name__ == "__main__":

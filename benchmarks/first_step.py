@@ -48,6 +48,9 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--set", action="append", default=[])
     args = ap.parse_args()
+    from _provenance import dumps, provenance
+
+    started = provenance()
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
         t = time.perf_counter()
@@ -85,14 +88,14 @@ def main() -> None:
     # What the run does not time itself: interpreter start and imports before `run_training`, the start
     # summary, the loop's set-up and the first step (whose own time is step_time_s).
     rest = first_step - known if first_step and startup else None
-    print(json.dumps({"records": args.n, "images": args.images, "dataset_made_s": round(made, 1),
+    print(dumps({"records": args.n, "images": args.images, "dataset_made_s": round(made, 1),
                       "first_step_s": first_step and round(first_step, 1), "wall_s": round(wall, 1),
                       "cpu_s": round(cpu, 1), "train_process_cpu_to_first_step_s": cpu_first,
                       "overrides": args.set, "startup": startup,
                       "first_step_time_s": step1.get("step_time_s"),
                       "imports_loop_setup_and_step_s": rest and round(rest, 1),
                       "load_average_start": load_start,
-                      "load_average": open("/proc/loadavg").read().split()[0]}, indent=1))
+                      "load_average_end": open("/proc/loadavg").read().split()[0]}, started))
 
 
 if __name__ == "__main__":

@@ -97,6 +97,9 @@ def main(argv=None):
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--measured", help="re-plan against the per-rank peaks of an earlier --out file (no 2-rank run)")
     args = ap.parse_args(argv)
+    from _provenance import provenance, write_results
+
+    started = provenance()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     names = args.only or [r[0] for r in RUNS]
     if args.worker:
@@ -135,11 +138,10 @@ def main(argv=None):
     errs = [abs(r["error_pct"]) for r in rows]
     summary = {"runs": len(rows), "repeats": len(next(iter(measured.values()))),
                "mean_abs_error_pct": sum(errs) / len(errs), "max_abs_error_pct": max(errs),
-               "max_spread_pct": max(r["spread_pct"] for r in rows), "measure_s": round(measure_s, 1),
-               "command": "python benchmarks/fsdp_plan_accuracy.py " + " ".join(argv if argv is not None else sys.argv[1:])}
+               "max_spread_pct": max(r["spread_pct"] for r in rows), "measure_s": round(measure_s, 1)}
     print(f"mean |error| {summary['mean_abs_error_pct']:.2f} %, max {summary['max_abs_error_pct']:.2f} % over {len(rows)} runs")
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, **summary}, indent=2))
+        write_results(args.out, {"rows": rows, **summary}, started)
     return 0
 
 

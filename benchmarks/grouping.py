@@ -117,6 +117,9 @@ def main() -> None:
     if args.variant:
         print("RESULT " + json.dumps(run_one(args, args.variant == "grouped")))
         return
+    from _provenance import dumps, provenance
+
+    started = provenance()
     runs = run_variants(__file__, args, ("plain", "grouped"))
     res = {v: {**{k: _median([r[k] for r in rs]) for k in rs[0]},
                "tokens_per_s_spread": [min(r["tokens_per_s"] for r in rs), max(r["tokens_per_s"] for r in rs)]}
@@ -128,7 +131,7 @@ def main() -> None:
               "ratio_grouped_over_plain_tokens_per_s": res["grouped"]["tokens_per_s"] / res["plain"]["tokens_per_s"],
               "ratio_pairwise_median": _median(pair), "ratio_pairwise_runs": pair}
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(dumps(report, started))
         return
     for v in ("plain", "grouped"):
         r = res[v]

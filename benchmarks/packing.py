@@ -103,6 +103,9 @@ def main() -> None:
     if args.variant:
         print("RESULT " + json.dumps(run_one(args, args.variant)))
         return
+    from _provenance import dumps, provenance
+
+    started = provenance()
     runs = run_variants(__file__, args, VARIANTS, "--pack-rows", str(args.pack_rows))
     res = {v: {**{k: _median([r[k] for r in rs]) for k in rs[0]},
                "tokens_per_s_spread": [min(r["tokens_per_s"] for r in rs), max(r["tokens_per_s"] for r in rs)],
@@ -118,7 +121,7 @@ def main() -> None:
               **{f"cpu_ratio_{v}_over_plain_pairwise_median": _median(p) for v, p in cpu_pairs.items()},
               **{f"cpu_ratio_{v}_over_plain_pairwise_runs": p for v, p in cpu_pairs.items()}}
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(dumps(report, started))
         return
     for v in VARIANTS:
         r = res[v]

@@ -58,6 +58,9 @@ def main(argv=None):
     if args.child:
         print(json.dumps(child()))
         return 0
+    from _provenance import dumps, provenance
+
+    started = provenance()
     rows = []
     for i in range(args.repeats):
         env = {**os.environ, "PYTHONPATH": args.src, "OMP_NUM_THREADS": "1"}
@@ -69,7 +72,7 @@ def main(argv=None):
                   f"measured), eval scan {r['eval']['cpu_s']} s CPU, predict {r['predict']['cpu_s']} s CPU / "
                   f"{r['predict']['wall_s']} s wall (load {r['load_avg_1m']})", flush=True)
     if args.json:
-        print(json.dumps({"src": args.src, "rows": rows}, indent=2))
+        print(dumps({"src": args.src, "rows": rows}, started))
     return 0
 
 

@@ -33,6 +33,9 @@ def main() -> None:
     ap.add_argument("--gpu", default="a100-80gb")
     ap.add_argument("--ckpt", default="false", help="model.gradient_checkpointing")
     args = ap.parse_args()
+    from _provenance import provenance, text_header
+
+    started = provenance()
     gib = 2 ** 30
     print(f"LoRA r16 bf16, micro batch 1 x {args.seq} tokens, gradient checkpointing {args.ckpt}, planned for "
           f"{args.gpu}; liger-kernel's RMSNorm + SwiGLU planned by torch twins")
@@ -62,6 +65,8 @@ def main() -> None:
         print(f"  planned peak: none {out['none'][1] / gib:.2f} GiB, liger {out['liger'][1] / gib:.2f} GiB "
               f"({(out['liger'][1] - out['none'][1]) / gib:+.3f} GiB); plan took {out['none'][2]:.1f} s / "
               f"{out['liger'][2]:.1f} s")
+
+    print(text_header(started))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ def main(argv=None) -> int:
     ap.add_argument("--method", default="lora")
     ap.add_argument("--only", action="append", default=[], help="run only the cases whose label contains this")
     args = ap.parse_args(argv)
+    from _provenance import provenance, text_header
+
+    started = provenance()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from mmtune.config import load_config
     from mmtune.plan.batch import Declared
@@ -62,6 +65,7 @@ def main(argv=None) -> int:
             print(f"{label:58s} {seq:5d} {r.peak_allocated_bytes / gib:9.2f} {r.peak_reserved_bytes / gib:9.2f} "
                   f"{r.process_total_bytes / gib:9.2f}  {r.peak_phase} / {kernels} ({time.perf_counter() - t0:.0f} s)",
                   flush=True)
+    print(text_header(started))
     return 0
 
 

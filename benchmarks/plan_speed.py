@@ -36,9 +36,12 @@ def main(argv=None):
     ap.add_argument("--full-trace", action="store_true", help="trace every layer (no layer_dedup)")
     ap.add_argument("--cases", default=None, help="comma-separated indices of the cases to run (default: all)")
     args = ap.parse_args(argv)
+    from _provenance import dumps, provenance
+
+    started = provenance()
     if args.only is None:
         cases = [int(x) for x in args.cases.split(",")] if args.cases else list(range(len(DEFAULT)))
-        return _fresh_processes(args.json, cases, args.full_trace)
+        return _fresh_processes(args.json, cases, args.full_trace, started)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     t0 = time.perf_counter()
     import torch  # noqa: F401
@@ -75,16 +78,18 @@ def main(argv=None):
     for r in rows:
         r["import_s"] = round(import_s, 2)
     if args.json:
-        print(json.dumps({"import_s": round(import_s, 2), "rows": rows}, indent=2))
+        print(dumps({"import_s": round(import_s, 2), "rows": rows}, started))
     else:
         print(f"imports: {import_s:.1f} s")
     return 0
 
 
-def _fresh_processes(as_json: bool, cases: list, full_trace: bool) -> int:
+def _fresh_processes(as_json: bool, cases: list, full_trace: bool, started: dict) -> int:
     """Every chosen case in its own `python` process, one after the other."""
     import resource
     import subprocess
+
+    from _provenance import dumps
 
     rows = []
     for i in cases:
@@ -106,7 +111,7 @@ def _fresh_processes(as_json: bool, cases: list, full_trace: bool) -> int:
                   f"{row['import_s']} s)" + (f"; {row['candidates']} candidates" if "candidates" in row else ""),
                   flush=True)
     if as_json:
-        print(json.dumps({"rows": rows}, indent=2))
+        print(dumps({"rows": rows}, started))
     return 0
 
 

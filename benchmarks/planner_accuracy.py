@@ -12,7 +12,6 @@ Targets on CPU: mean |error| <= 2 %, max <= 5 %.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
@@ -107,6 +106,10 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import os
 
+    from _provenance import dumps, provenance, write_results
+
+    started = provenance()
+
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     import torch
 
@@ -133,10 +136,9 @@ def main(argv=None):
     summary["by_kind"] = {k: {"runs": len(v), "mean_abs_error_pct": round(sum(v) / len(v), 3),
                               "max_abs_error_pct": round(max(v), 3)} for k, v in sorted(kinds.items())}
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"rows": rows, **summary}, f, indent=2)
+        write_results(args.out, {"rows": rows, **summary}, started)
     if args.json:
-        print(json.dumps({"rows": rows, **summary}, indent=2))
+        print(dumps({"rows": rows, **summary}, started))
     else:
         print(f"mean |error| {summary['mean_abs_error_pct']:.2f} %, "
               f"max {summary['max_abs_error_pct']:.2f} % over {len(rows)} runs")

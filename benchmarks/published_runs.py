@@ -170,6 +170,9 @@ def main(argv=None) -> int:
                     help="plan every row under this PYTORCH_CUDA_ALLOC_CONF (default: the allocator each row was "
                          "measured under, torch's fixed segments unless the row says)")
     args = ap.parse_args(argv)
+    from _provenance import provenance, text_header, write_results
+
+    started = provenance()
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     spec = load_runs(Path(args.runs))
     rows = [r for r in spec["rows"] if not args.only or r["id"] in args.only or r["group"] in args.only]
@@ -187,10 +190,9 @@ def main(argv=None) -> int:
     text = render(results, summary)
     print("\n" + text)
     if args.out:
-        Path(args.out + ".json").write_text(json.dumps({"layers": args.layers, "alloc_conf": args.alloc_conf,
-                                                        "rows": results, "summary": summary},
-                                                       indent=1))
-        Path(args.out + ".txt").write_text(text + "\n")
+        write_results(args.out + ".json", {"layers": args.layers, "alloc_conf": args.alloc_conf,
+                                           "rows": results, "summary": summary}, started)
+        Path(args.out + ".txt").write_text(text_header(started) + "\n" + text + "\n")
     return 0
 
 

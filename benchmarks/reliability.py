@@ -328,6 +328,9 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="keep the runs here (default: a temporary folder)")
     ap.add_argument("--json", default=None, help="also write the trials as JSON to this file")
     args = ap.parse_args()
+    from _provenance import provenance, write_results
+
+    started = provenance()
     rng = random.Random(args.seed)
     work = Path(args.out or tempfile.mkdtemp(prefix="mmtune-reliability-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -383,7 +386,7 @@ def main() -> None:
     if missed:
         print(f"not counted (the run had finished before the kill/signal landed): {', '.join(missed)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"trials": trials, "fuzz": fz}, indent=1, default=str))
+        write_results(args.json, json.loads(json.dumps({"trials": trials, "fuzz": fz}, default=str)), started)
 
 
 if __name__ == "__main__":

@@ -178,6 +178,9 @@ def main() -> None:
             results.append((run_ours if args.variant == "ours" else run_plain)(args))
         print("RESULT " + json.dumps(results))
         return
+    from _provenance import provenance, write_results
+
+    started = provenance()
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
     seqs, batches = [int(s) for s in args.seqs.split(",")], [int(b) for b in args.batches.split(",")]
@@ -233,9 +236,9 @@ def main() -> None:
         print(f"  {k:22s} const {f['const']:.4g}  per token {f['per_token']:.4g}  per batch*seq^2 "
               f"{f['per_batch_seq2']:.4g}  R^2 {f['r2']:.4f}")
     report = {"model": args.model, "attn": "sdpa", "steps": args.steps, "repeats": args.repeats,
-              "command": " ".join(sys.argv), "cells": cells, "fits": fits}
+              "cells": cells, "fits": fits}
     if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2))
+        write_results(args.json, report, started)
 
 
 if __name__ == "__main__":

@@ -222,11 +222,13 @@ def _median_of(runs: list):
     return first
 
 
-def compare(args, argv) -> None:
+def compare(args, argv, started: dict) -> None:
     """--before-src: this script in a process per side and round, alternating, then the medians."""
     import os
     import subprocess
     import tempfile
+
+    from _provenance import text_header, write_results
 
     here = str(Path(__file__).resolve().parents[1] / "src")
     sides = {"before": args.before_src, "after": here}
@@ -276,10 +278,9 @@ def compare(args, argv) -> None:
         print(text + "\n")
         if args.save:
             base = args.save.format(side)
-            Path(base + ".txt").write_text(text + "\n")
-            Path(base + ".json").write_text(json.dumps({"header": header, "results": merged[side],
-                                                        "rounds": [run["results"] for run in got[side]]},
-                                                       indent=1) + "\n")
+            Path(base + ".txt").write_text(text_header(started) + "\n" + text + "\n")
+            write_results(base + ".json", {"header": header, "results": merged[side],
+                                           "rounds": [run["results"] for run in got[side]]}, started)
 
 
 def main(argv=None) -> None:
@@ -298,8 +299,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3, help="with --before-src: processes per side")
     ap.add_argument("--save", help="with --before-src: write PATH.{json,txt} per side, {} in PATH -> before/after")
     args = ap.parse_args(argv)
+    from _provenance import provenance, write_results
+
+    started = provenance()
     if args.before_src:
-        compare(args, list(sys.argv[1:] if argv is None else argv))
+        compare(args, list(sys.argv[1:] if argv is None else argv), started)
         return
     import torch
 
@@ -313,7 +317,7 @@ def main(argv=None) -> None:
               f"1 thread; {time.perf_counter() - t0:.0f} s" + (f"\n# {args.note}" if args.note else ""))
     print(render(results, header))
     if args.json:
-        Path(args.json).write_text(json.dumps({"header": header, "results": results}, indent=1) + "\n")
+        write_results(args.json, {"header": header, "results": results}, started)
 
 
 if __name__ == "__main__":

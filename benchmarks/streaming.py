@@ -47,6 +47,9 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--out")
     args = ap.parse_args()
+    from _provenance import dumps, provenance, write_results
+
+    started = provenance()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "train.jsonl"
         with open(path, "w") as f:
@@ -61,9 +64,9 @@ def main() -> None:
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(rows[-1], flush=True)
     result = {"records": args.records, "file_mib": round(size / 2**20, 1), "runs": rows}
-    print(json.dumps(result, indent=2))
+    print(dumps(result, started))
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        write_results(args.out, result, started)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """mmtune's loop vs a plain transformers + peft loop (the seeds' way), HF `Trainer` + peft and TRL's
 `SFTTrainer` + peft: same model, records, micro-batch, accumulation and steps.
 
-    python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json]
+    python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json] [--save FILE]
+        [--data counting|short-text|long-text]   # the image twin's counting records (default), or text
+                                                 # records (tiny/qwen2): "What is 3 + 4?" or ~1,000 tokens
         [--src OTHER/src]   # run "ours" from another checkout's code (a before/after comparison)
         [--peers plain,trainer,sft] [--peer-python VENV/bin/python]   # where trl is installed
         [--device auto|cpu|cuda] [--precision fp32|bf16|fp16]
@@ -24,6 +26,15 @@ Both process the same synthetic counting records in the same order with the same
 micro-batch and accumulation; tokens/s counts non-pad input tokens over the timed steps (the first
 step of each is a warm-up and is not timed). Variants run interleaved (ours, plain, ours, plain, ...)
 with one thread each; the median of the repeats is reported with the spread (min-max), not the best.
+Beside tokens/s each variant reports its process CPU seconds per 1,000 tokens over the same steps (the
+machine is shared: CPU time says how much work a token cost, wall time also counts waits for a core);
+mmtune's with train.num_workers > 0 would leave out its workers' CPU, so --workers > 0 reports none.
+Every side's data preparation (chat template, processor, labels, collation) is inside its timed window:
+mmtune encodes a record when the loop first draws it (nothing is encoded at start-up), the plain loop and
+the Trainers call the processor per micro-batch in their collators. TRL is compared on the image records
+only: on text records its SFTTrainer tokenizes the whole data set before training (outside any step).
+`--save FILE` writes the report with its provenance (benchmarks/_provenance.py: commit, command, versions,
+machine, threads, load average).
 """
 
 from __future__ import annotations
@@ -35,14 +46,48 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from statistics import median
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import dumps, provenance, write_results  # noqa: E402
+
+DATA = {"counting": ("tiny/qwen2-vl", "synthetic:counting"), "short-text": ("tiny/qwen2", "synthetic:arithmetic"),
+        "long-text": ("tiny/qwen2", None)}
+# The top-level keys of a results file (tests/test_benchmark_results.py), beside the provenance keys.
+RESULT_KEYS = ("model", "data", "steps", "repeats", "workers", "micro_batch_size", "grad_accum", "device",
+               "precision", "results", "ratio_ours_over")
+LONG_WORDS = 1000  # words in a long-text record's question: ~1,030 tokens with the template
+
+
+def long_text_records(out: str, n: int) -> Path:
+    """n text records with a ~1,000-token question and a short answer, written once as JSON lines."""
+    import random
+
+    path = Path(out) / "data" / f"long_text_{n}.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        rng = random.Random(0)
+        words = ["red", "blue", "green", "circle", "square", "count", "the", "of", "and", "how", "many", "shape"]
+        rows = [{"messages": [{"role": "user", "content": " ".join(rng.choice(words) for _ in range(LONG_WORDS))
+                               + " How many circles?"},
+                              {"role": "assistant", "content": str(rng.randint(0, 9))}]} for _ in range(n)]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(path)
+    return path
+
+
+def data_of(args) -> str:
+    data = getattr(args, "data", "counting")  # scripts that borrow _config (step_cpu.py) name theirs by --set
+    return DATA[data][1] or str(long_text_records(args.out, args.steps * args.mbs * args.accum + 8))
 
 
 def _config(args):
     from mmtune.config import load_config
     from mmtune.models.tiny import is_tiny
 
-    ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", "data.train=synthetic:counting",
+    ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", f"data.train={data_of(args)}",
           "data.eval=null", f"data.synthetic_train_size={args.steps * args.mbs * args.accum + 8}",
           "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
           f"train.device={device_of(args)}", f"train.precision={args.precision}", "train.gpu=null",
@@ -50,9 +95,8 @@ def _config(args):
           "train.lr=1e-4", "train.warmup_steps=0", "train.scheduler=constant", "train.max_grad_norm=null",
           "logging.tensorboard=false", f"output_dir={args.out}/ours", "train.resume=false",
           f"train.num_workers={args.workers}"] + ([] if is_tiny(args.model) else ["model.weights=random"]) \
+        + (["data.max_length=2048"] if getattr(args, "data", None) == "long-text" else []) \
         + list(args.set or [])
-    from pathlib import Path
-
     return load_config(Path(__file__).resolve().parents[1] / "recipes" / "demo_counting.yaml", ov)
 
 
@@ -109,7 +153,9 @@ def run_ours(args) -> dict:
     timed = [r for r in rows if r["kind"] == "train"][1:]
     tokens = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed)
     secs = sum(r["step_time_s"] for r in timed)
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": summary and rows[-1]["loss"],
+    cpu = sum(r["cpu_s"] for r in timed) if args.workers == 0 else None
+    return {"tokens_per_s": tokens / secs, "cpu_s_per_1k_tokens": cpu and 1000 * cpu / tokens,
+            "peak_memory_bytes": _peak(args), "final_loss": summary and rows[-1]["loss"],
             "data_wait_fraction": sum(r.get("data_wait_s", 0.0) for r in timed) / secs,
             "build_s": build_s}
 
@@ -137,8 +183,8 @@ def plain_micro_batch(processor, recs, device: str) -> tuple[dict, int]:
     "processor" is its tokenizer), every non-pad token a label. Returns (batch with labels, non-pad tokens)."""
     texts, images = [], []
     for r in recs:
-        texts.append(processor.apply_chat_template(_text_only(r.messages), tokenize=False))
-        images.extend(p["image"] for m in r.messages for p in m["content"] if p["type"] == "image")
+        texts.append(processor.apply_chat_template(_text_only(r.messages, processor), tokenize=False))
+        images.extend(_images(r))
     batch = processor(text=texts, **({"images": images} if images else {}), padding=True, return_tensors="pt").to(device)
     pad = getattr(processor, "tokenizer", processor).pad_token_id
     batch["labels"] = batch["input_ids"].masked_fill(batch["input_ids"] == pad, -100)
@@ -168,17 +214,19 @@ def run_plain(args) -> dict:
     device = device_of(args)
     torch.manual_seed(0)
     model, processor, opt = plain_model(args.model, device, base=_base_model(args))
-    records = load_records("synthetic:counting", cfg.data, split="train").records
+    records = load_records(cfg.data.train, cfg.data, split="train").records
     stream = BatchStream(len(records), seed=0, micro_batch_size=args.mbs)
-    tokens, secs = 0, 0.0
+    tokens, secs, cpu = 0, 0.0, 0.0
     for step in range(args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         made = [plain_micro_batch(processor, [records[i] for i in stream.next()], device) for _ in range(args.accum)]
         loss = plain_step(model, opt, [b for b, _ in made], autocast=lambda: _autocast(args))
         if step > 0:
             secs += time.perf_counter() - t0
+            cpu += time.process_time() - c0
             tokens += sum(n for _, n in made)
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": loss}
+    return {"tokens_per_s": tokens / secs, "cpu_s_per_1k_tokens": 1000 * cpu / tokens, "peak_memory_bytes": _peak(args),
+            "final_loss": loss}
 
 
 def _peer_setup(args):
@@ -192,14 +240,26 @@ def _peer_setup(args):
     torch.manual_seed(0)
     model, processor = _base_model(args)
     model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=LORA_TARGETS))
-    records = load_records("synthetic:counting", cfg.data, split="train").records
+    records = load_records(cfg.data.train, cfg.data, split="train").records
     return model, processor, records
 
 
-def _text_only(messages: list[dict]) -> list[dict]:
+def _text_only(messages: list[dict], processor=None) -> list[dict]:
+    """The chat template's messages: media parts as {"type": kind}; a text model's tokenizer (no
+    `tokenizer` attribute) gets plain strings, as its template expects."""
+    from mmtune.data.records import content_parts, part_text
+
+    if processor is not None and getattr(processor, "tokenizer", None) is None:
+        return [{"role": m["role"], "content": part_text(content_parts(m["content"]))} for m in messages]
     return [{"role": m["role"],
              "content": [{"type": p["type"], **({"text": p["text"]} if p["type"] == "text" else {})}
-                         for p in m["content"]]} for m in messages]
+                         for p in content_parts(m["content"])]} for m in messages]
+
+
+def _images(record) -> list:
+    from mmtune.data.records import content_parts
+
+    return [p["image"] for m in record.messages for p in content_parts(m["content"]) if p["type"] == "image"]
 
 
 def _timed_trainer(trainer, counts: list[int], args) -> dict:
@@ -207,17 +267,18 @@ def _timed_trainer(trainer, counts: list[int], args) -> dict:
     micro-batches [(k-1)*accum, k*accum) in collation order, whatever the dataloader prefetches."""
     from transformers import TrainerCallback
 
-    marks: list[float] = []
+    marks: list[tuple[float, float]] = []
 
     class StepClock(TrainerCallback):
         def on_step_end(self, *a, **k):
-            marks.append(time.perf_counter())
+            marks.append((time.perf_counter(), time.process_time()))
 
     trainer.add_callback(StepClock())
     out = trainer.train()
-    secs = marks[-1] - marks[0]
+    secs, cpu = marks[-1][0] - marks[0][0], marks[-1][1] - marks[0][1]
     tokens = sum(counts[args.accum: args.steps * args.accum])
-    return {"tokens_per_s": tokens / secs, "peak_memory_bytes": _peak(args), "final_loss": float(out.training_loss)}
+    return {"tokens_per_s": tokens / secs, "cpu_s_per_1k_tokens": 1000 * cpu / tokens, "peak_memory_bytes": _peak(args),
+            "final_loss": float(out.training_loss)}
 
 
 def _trainer_args(cls, args, **extra):
@@ -235,13 +296,13 @@ def run_trainer(args) -> dict:
     from transformers import Trainer, TrainingArguments
 
     model, processor, records = _peer_setup(args)
-    pad = processor.tokenizer.pad_token_id
+    pad = getattr(processor, "tokenizer", processor).pad_token_id
     counts: list[int] = []
 
     def collate(recs):
-        texts = [processor.apply_chat_template(_text_only(r.messages), tokenize=False) for r in recs]
-        images = [p["image"] for r in recs for m in r.messages for p in m["content"] if p["type"] == "image"]
-        batch = processor(text=texts, images=images, padding=True, return_tensors="pt")
+        texts = [processor.apply_chat_template(_text_only(r.messages, processor), tokenize=False) for r in recs]
+        images = [im for r in recs for im in _images(r)]
+        batch = processor(text=texts, **({"images": images} if images else {}), padding=True, return_tensors="pt")
         batch["labels"] = batch["input_ids"].masked_fill(batch["input_ids"] == pad, -100)
         counts.append(int(batch["attention_mask"].sum()))
         return dict(batch)
@@ -257,11 +318,14 @@ def run_sft(args) -> dict:
     from trl import SFTConfig, SFTTrainer
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
+    if args.data != "counting":
+        raise SystemExit("the sft peer runs on the image records only (--data counting): on text records TRL "
+                         "tokenizes the whole data set before training, outside the timed steps")
     model, processor, records = _peer_setup(args)
     rows = {"messages": [], "images": []}
     for r in records:
         rows["messages"].append(_text_only(r.messages))  # {"type": "image"} parts; pixels in "images"
-        rows["images"].append([p["image"] for m in r.messages for p in m["content"] if p["type"] == "image"])
+        rows["images"].append(_images(r))
     ds = datasets.Dataset.from_dict(rows)
     counts: list[int] = []
     inner = DataCollatorForVisionLanguageModeling(processor)
@@ -288,14 +352,17 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--mbs", type=int, default=4)
     ap.add_argument("--accum", type=int, default=2)
-    ap.add_argument("--model", default="tiny/qwen2-vl")
+    ap.add_argument("--model", default=None, help="default: the --data set's tiny twin (tiny/qwen2-vl, tiny/qwen2)")
+    ap.add_argument("--data", default="counting", choices=sorted(DATA))
+    ap.add_argument("--save", help="write the report (with its provenance) to this JSON file")
     ap.add_argument("--out", default="runs/bench_throughput")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workers", type=int, default=0, help="train.num_workers for mmtune (the plain loop has none)")
     ap.add_argument("--repeats", type=int, default=5, help="runs per variant, interleaved; median and spread reported")
     ap.add_argument("--src", help="run mmtune from this src folder (e.g. an export of the previous commit)")
     ap.add_argument("--set", action="append", help="extra config override for mmtune, e.g. --set data.cache_mb=0")
-    ap.add_argument("--peers", default="plain,trainer,sft", help="comma-separated: plain, trainer, sft")
+    ap.add_argument("--peers", default=None, help="comma-separated: plain, trainer, sft (default: all three on "
+                    "--data counting, plain and trainer on text)")
     ap.add_argument("--peer-python", help="python of an environment with trl (for the sft peer)")
     ap.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: cuda where available")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
@@ -309,8 +376,9 @@ def variant_command(args, variant: str) -> tuple[list[str], dict]:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     src = args.src if variant == "ours" and args.src else here
     cmd = [python, os.path.abspath(__file__), "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-           "--accum", str(args.accum), "--model", args.model, "--out", args.out, "--workers", str(args.workers),
-           "--device", args.device, "--precision", args.precision] + [a for kv in args.set or [] for a in ("--set", kv)]
+           "--accum", str(args.accum), "--model", args.model, "--data", args.data, "--out", args.out,
+           "--workers", str(args.workers), "--device", args.device, "--precision", args.precision] \
+        + [a for kv in args.set or [] for a in ("--set", kv)]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.path.abspath(src)}
     return cmd, env
@@ -334,15 +402,25 @@ def summarize(runs: dict[str, list[dict]], peers: list[str]) -> tuple[dict, dict
         ratios[peer] = {"tokens_per_s": results["ours"]["tokens_per_s"] / results[peer]["tokens_per_s"],
                         "tokens_per_s_pairwise_median": median(pair), "tokens_per_s_pairwise_spread": [min(pair), max(pair)],
                         "peak_memory_bytes": results["ours"]["peak_memory_bytes"] / results[peer]["peak_memory_bytes"]}
+        if all(r.get("cpu_s_per_1k_tokens") for r in runs["ours"] + runs[peer]):
+            # CPU per token, peer over ours (so > 1 means mmtune spends less CPU per token, like tokens/s)
+            cpu = [p["cpu_s_per_1k_tokens"] / o["cpu_s_per_1k_tokens"] for o, p in zip(runs["ours"], runs[peer])]
+            ratios[peer]["cpu_per_token_pairwise_median"] = median(cpu)
+            ratios[peer]["cpu_per_token_pairwise_spread"] = [min(cpu), max(cpu)]
     return results, ratios
 
 
 def main() -> None:
     args = parser().parse_args()
+    args.model = args.model or DATA[args.data][0]
     if args.variant:
         print("RESULT " + json.dumps(VARIANTS[args.variant](args)))
         return
-    peers = [p for p in args.peers.split(",") if p]
+    started = provenance()
+    if args.data == "long-text":
+        data_of(args)  # written once, before the variants start
+    peers = [p for p in (args.peers or ("plain,trainer,sft" if args.data == "counting" else "plain,trainer")).split(",")
+             if p]
     runs: dict[str, list[dict]] = {v: [] for v in ["ours", *peers]}
     for _ in range(args.repeats):
         for variant in runs:  # interleaved: ours, plain, trainer, sft, ours, ...
@@ -353,18 +431,22 @@ def main() -> None:
                 sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
             runs[variant].append(json.loads(line[0][7:]))
     results, ratios = summarize(runs, peers)
-    report = {"model": args.model, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
+    report = {"model": args.model, "data": args.data, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
               "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",
               "device": device_of(args), "precision": args.precision,
               "overrides": args.set or [], "results": results, "ratio_ours_over": ratios}
+    if args.save:
+        write_results(args.save, report, started)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(dumps(report, started))
         return
-    print(f"{'':8} {'tokens/s (median)':>18} {'spread':>16} {'peak MiB':>10} {'ours/this tok/s':>16} {'ours/this mem':>14}")
+    print(f"{'':8} {'tokens/s (median)':>18} {'spread':>16} {'peak MiB':>10} {'ours/this tok/s':>16} "
+          f"{'this/ours CPU per tok':>22} {'ours/this mem':>14}")
     for v in runs:
         lo, hi = results[v]["tokens_per_s_spread"]
         r = ratios.get(v)
-        tail = f"{r['tokens_per_s_pairwise_median']:16.2f} {r['peak_memory_bytes']:14.2f}" if r else ""
+        cpu = f"{r['cpu_per_token_pairwise_median']:22.2f}" if r and "cpu_per_token_pairwise_median" in r else " " * 22
+        tail = f"{r['tokens_per_s_pairwise_median']:16.2f} {cpu} {r['peak_memory_bytes']:14.2f}" if r else ""
         mib = results[v]["peak_memory_bytes"] / 2**20
         print(f"{v:8} {results[v]['tokens_per_s']:18.0f} {lo:7.0f}-{hi:<8.0f} {mib:10.0f} {tail}")
 

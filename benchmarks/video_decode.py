@@ -11,7 +11,6 @@ repeats; the frames taken are checked equal.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -59,6 +58,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    from _provenance import dumps, provenance
+
+    started = provenance()
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for gop, label in [(30, "keyframe every 1 s"), (None, "x264 default (250)")]:
@@ -82,7 +84,7 @@ def main() -> None:
                     print(f"{row['clip']:<50} {n_frames:>3} frames: seek {row['seek_s']:.3f} s, "
                           f"every frame {row['full_s']:.3f} s -> {row['speedup']}x")
     if args.json:
-        print(json.dumps({"repeats": args.repeats, "rows": rows}, indent=1))
+        print(dumps({"repeats": args.repeats, "rows": rows}, started))
 
 
 if __name__ == "__main__":

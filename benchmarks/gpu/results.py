@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
 FINAL = ("pass", "fail", "oom", "timeout")  # measured (or failed for real): not run again
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _provenance import finish, provenance  # noqa: E402
+
+STARTED = provenance()
+# The top-level keys of a gpu_*.json results file (tests/test_benchmark_results.py), beside the provenance.
+RESULT_KEYS = ("environment", "rows", "summary")  # this invocation's start: the commit and the load before its rows ran
 
 
 class ResultsFile:
@@ -54,6 +63,9 @@ class ResultsFile:
                 self._write(path)
 
     def _write(self, path: Path) -> None:
+        # The provenance of the invocation that wrote last (a results file is filled over several: each
+        # row keeps its own `environment`): commit, dirty flag, command, versions, machine, load.
+        self.data.update(finish(STARTED))
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
         try:

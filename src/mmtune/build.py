@@ -414,9 +414,19 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
         run.train_collator = train_collator(resolved, run.collator)
         checked = "being checked beside training" if run.startup_check is not None else "checked at start-up"
-        decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
-                         f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
-                         "(encoded once; records past the budget are encoded each time they are drawn)")
+        draws = ((cfg.train.max_steps or 0) * cfg.train.micro_batch_size * cfg.train.grad_accum
+                 * accelerator.num_processes)
+        if not cfg.data.packing and 0 < draws <= len(run.train_set.records) and run.encode_cache.budget:
+            # Less than one epoch: no record is drawn twice, so a kept encoding would never be read again; it
+            # would only hold memory (a 112-px demo image's pixels: ~0.3 MB a record) and a copy per record.
+            run.encode_cache = EncodeCache(0, resolved.compute_dtype)
+            decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
+                             f"encoded when drawn and not kept: this run draws {draws:,} records, under one epoch, "
+                             f"so none is drawn twice (data.cache_mb={cfg.data.cache_mb} MiB unused)")
+        else:
+            decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
+                             f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
+                             "(encoded once; records past the budget are encoded each time they are drawn)")
     if with_optimizer:
         if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
             _shard_fsdp(run, loaded.family, resolved)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from mmtune.config.schema import DataConfig
@@ -44,11 +42,10 @@ def test_answer_matches_drawn_shapes():
         assert 1 <= int(r.answer_text()) <= synthetic.MAX_COUNT
 
 
-def test_load_records_synthetic_sizes_and_speed():
+def test_load_records_synthetic_sizes():
+    """(How long it takes is measured by benchmarks/quick_paths.py, not asserted on a shared machine.)"""
     cfg = DataConfig(synthetic_train_size=600, synthetic_eval_size=50, synthetic_seed=4)
-    t = time.perf_counter()
     tr = load_records("synthetic:counting", cfg, "train")
-    assert time.perf_counter() - t < 3.0
     ev = load_records("synthetic:counting", cfg, "eval")
     assert len(tr) == 600 and len(ev) == 50
     assert tr[0].messages[0]["content"][0]["image"].size == (112, 112)

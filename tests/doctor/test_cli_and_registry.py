@@ -52,8 +52,9 @@ def test_text_output_grouped_and_exit_zero_when_clean(tmp_path):
 def test_every_failure_mode_has_a_check():
     from mmtune.doctor.registry import all_checks
 
-    text = (ROOT.parent / "shared" / "FAILURE_MODES.md")
-    n_modes = len(re.findall(r"^\d+\. \*\*", text.read_text(), flags=re.M)) if text.is_file() else 24
+    # the list of failure modes lives in the repository (docs/failure_modes.md): a missing file fails here
+    n_modes = len(re.findall(r"^\d+\. \*\*", (ROOT / "docs" / "failure_modes.md").read_text(), flags=re.M))
+    assert n_modes >= 24
     covered = {c.failure_mode for c in all_checks() if c.failure_mode}
     assert covered == set(range(1, n_modes + 1))
 
@@ -66,16 +67,13 @@ def test_docs_list_every_code_once():
     assert sorted(listed) == sorted(c.code for c in all_checks()) + ["MM098", "MM099"]
 
 
-def test_fast_subset_is_fast_and_builds_no_model(tmp_path):
-    import time
-
+def test_fast_subset_builds_no_model(tmp_path):
+    """(How long it takes is measured by benchmarks/quick_paths.py, not asserted on a shared machine.)"""
     from mmtune.doctor.runner import run_doctor
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": "synthetic:counting"}}))
-    t0 = time.perf_counter()
     rep = run_doctor(cfg, [], "t4", fast=True)
-    assert time.perf_counter() - t0 < 5
     assert "MM005" in rep.codes("info")  # bf16 default on a T4: the run's fp16 decision, said
     assert not any(c in rep.codes() for c in ("MM010", "MM011", "MM017"))
 

@@ -29,7 +29,8 @@ def _corrupt_images(cfg, which=None):
 
 
 class CountingEncoder(Encoder):
-    """The run's real Encoder, counting how often each record is measured and encoded."""
+    """The run's real Encoder, counting how often each record is measured and encoded (`prepare`: every
+    encoding of a record starts there, one by one or in a micro-batch's one processor call)."""
 
     def count(self, what, record):
         self.counts = getattr(self, "counts", {"measure": Counter(), "encode": Counter()})
@@ -39,9 +40,9 @@ class CountingEncoder(Encoder):
         self.count("measure", record)
         return super().measure(record)
 
-    def encode(self, record, *args, **kwargs):
+    def prepare(self, record):
         self.count("encode", record)
-        return super().encode(record, *args, **kwargs)
+        return super().prepare(record)
 
 
 @pytest.fixture
@@ -113,3 +114,15 @@ def test_length_grouped_run_resumes_identically(tiny_vl_config, tmp_path):
     assert [r["step"] for r in b] == list(range(1, 2 * n + 1))
     for x, y in zip(a, b):
         assert abs(x["loss"] - y["loss"]) < 1e-6, (x, y)
+
+
+def test_a_run_under_one_epoch_keeps_no_encodings(tiny_vl_config):
+    """6 steps x 4 draws of 40 records: none is drawn twice, so none is kept (memory the run would never
+    read back); the decision says so. Two epochs of the same records keep them (the test above)."""
+    cfg = load_config(tiny_vl_config(train={"max_steps": 6}), ["data.eval=null", "data.train=synthetic:counting",
+                                                               "data.synthetic_train_size=40"])
+    run = build_run(cfg)
+    assert run.encode_cache.budget == 0 and run.encode_cache.full
+    assert any("not kept: this run draws 24 records, under one epoch" in d for d in run.decisions), run.decisions
+    summary = train(run)
+    assert summary["steps"] == 6 and len(run.encode_cache) == 0

@@ -119,7 +119,21 @@ class PackedRows:
         return len(self.records)
 
     def __getitem__(self, row: list[int]) -> dict:
-        items = [self.records[i] for i in row]
+        return self.__getitems__([row])[0]
+
+    def __getitems__(self, rows: list[list[int]]) -> list[dict]:
+        """A micro-batch of rows: their records drawn at once (one processor call where the records'
+        dataset encodes a micro-batch together: train/feed.py's EncodedDataset)."""
+        flat = [i for row in rows for i in row]
+        many = getattr(self.records, "__getitems__", None)
+        items = many(flat) if many is not None else [self.records[i] for i in flat]
+        out, at = [], 0
+        for row in rows:
+            out.append(self._pack(items[at:at + len(row)]))
+            at += len(row)
+        return out
+
+    def _pack(self, items: list[dict]) -> dict:
         bad = [it[self.bad_key] for it in items if self.bad_key is not None and self.bad_key in it]
         good = [it for it in items if self.bad_key is None or self.bad_key not in it]
         out = pack_row(good, self.rope_index) if good else {}

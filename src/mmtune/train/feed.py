@@ -12,10 +12,12 @@ from ..errors import MMTuneError
 class EncodedDataset:
     """Records encoded when first drawn and kept in the run's cache while data.cache_mb lasts
     (data/encode_cache.py), served from it after that; past the budget, encoded on each draw (in
-    DataLoader workers when train.num_workers > 0, each filling its own copy of the cache). Records were
-    only measured at start-up, so a media file that fails to decode now is a bad record found late: it comes back as
-    `{BAD: (index, source, reason, what)}` for the loop to handle by data.on_bad_record, never a crash
-    inside a worker."""
+    DataLoader workers when train.num_workers > 0, each filling its own copy of the cache). The DataLoader
+    asks for a micro-batch's records at once (`__getitems__`): its cache misses are encoded together, one
+    processor call for all of them (data/encode_batch.py), as a plain transformers loop does. Records were
+    only measured at start-up, so a media file that fails to decode now is a bad record found late: it comes
+    back as `{BAD: (index, source, reason, what, fix)}` for the loop to handle by data.on_bad_record, never a
+    crash inside a worker."""
 
     def __init__(self, records, encoder, cache=None, aux_losses=()):
         self.records, self.encoder, self.cache, self.aux_losses = records, encoder, cache, tuple(aux_losses)
@@ -24,23 +26,35 @@ class EncodedDataset:
         return len(self.records)
 
     def __getitem__(self, i):
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[dict]:
+        from ..data.encode_batch import encode_many
         from ..data.encode_cache import key
         from ..data.formats import BadRecord
 
-        r = self.records[i]
-        hit = self.cache.get(key(r)) if self.cache is not None else None
-        if hit is not None:
-            encoded = dict(hit)  # the cache's own entry stays as it is
-        else:
-            try:
-                encoded = self.encoder.encode(r)
-            except BadRecord as e:
-                return {BAD: (i, r.source, e.reason, e.what, e.fix)}
+        out: list = [None] * len(indices)
+        misses = []
+        for slot, i in enumerate(indices):
+            hit = self.cache.get(key(self.records[i])) if self.cache is not None else None
+            if hit is not None:
+                out[slot] = dict(hit)  # the cache's own entry stays as it is
+            else:
+                misses.append(slot)
+        encoded = encode_many(self.encoder, [self.records[indices[s]] for s in misses])
+        for slot, enc in zip(misses, encoded):
+            i, r = indices[slot], self.records[indices[slot]]
+            if isinstance(enc, BadRecord):
+                out[slot] = {BAD: (i, r.source, enc.reason, enc.what, enc.fix)}
+                continue
             if self.cache is not None and not self.cache.full:
-                self.cache.put(key(r), encoded)  # packed copies: `encoded` itself goes on unchanged
-        for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
-            encoded.update(loss.record_inputs(r, encoded))
-        return encoded
+                self.cache.put(key(r), enc)  # packed copies: `enc` itself goes on unchanged
+            out[slot] = enc
+        for slot, i in enumerate(indices):
+            if self.aux_losses and BAD not in out[slot]:
+                for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
+                    out[slot].update(loss.record_inputs(self.records[i], out[slot]))
+        return out
 
 
 BAD = "_bad_record"
