@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="machine-readable output"),
         search: bool = typer.Option(False, "--search", help="find the fastest config that fits"),
         assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
-                                             "packages: gpu-extra (mmtune[gpu]: flash-attn, liger-kernel, bitsandbytes), "
+                                             "packages: gpu-extra (the gpu extra's: flash-attn, liger-kernel, bitsandbytes), "
                                              "none (core only) or here (this machine's)"),
         fixes: bool = typer.Option(True, "--fixes/--no-fixes", help="when the run does not fit: search the smallest "
                                    "changes that make it fit and print them as key=value lines (default on)"),

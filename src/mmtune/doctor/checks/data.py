@@ -76,10 +76,14 @@ def lengths(ctx):
 def media_tokens(ctx):
     cfg, pinfo = ctx.need("cfg"), ctx.need("processor_info")
     ip = getattr(pinfo.processor, "image_processor", None)
-    if ip is not None and hasattr(ip, "get_number_of_image_patches") and not cfg.model.max_pixels:
+    # A pixel cap maps to tokens through patch x merge size (Qwen-VL, GLM-4.1V); tiling processors
+    # (InternVL's GotOcr2: a fixed count per tile, capped by max_patches) have no such arithmetic.
+    patch, merge = getattr(ip, "patch_size", None), getattr(ip, "merge_size", None)
+    if (ip is not None and hasattr(ip, "get_number_of_image_patches") and isinstance(patch, int)
+            and isinstance(merge, int) and not cfg.model.max_pixels):
         cap = ctx.need("resolved").media.max_pixels  # the cap the run's processor applies (resolve/processor.py)
         if cap:
-            factor = ip.patch_size * ip.merge_size
+            factor = patch * merge
             worst = cap // factor ** 2
             if worst > cfg.data.max_length // 2:
                 fit = (cfg.data.max_length // 4) * factor ** 2
