@@ -144,3 +144,26 @@ def test_a_dpo_run_counts_records_that_are_no_pair(tmp_path):
     scan = scan_records(rs, PairEncoder(Encoder.for_run(resolve_here(cfg))), "skip", encode=False)
     assert scan.records.skipped == {"no rejected answer": 1}
     assert scan.records.problems[0][0].endswith("m.jsonl:1")
+
+
+def test_a_micro_batch_of_pairs_drawn_at_once_keeps_both_sides(tmp_path, img):
+    """The DataLoader draws a micro-batch's records at once (train/feed.py, encode_batch.encode_many): pairs
+    must still be encoded by the PairEncoder, not merged as plain records (which lost rejected_* keys and
+    crashed the collator with KeyError 'input_ids' in a real DPO run)."""
+    from mmtune.data.encode import Encoder
+    from mmtune.data.encode_batch import encode_many
+    from mmtune.data.preference import PairEncoder
+    from mmtune.resolve import resolve_here
+
+    path = _write(tmp_path / "p.jsonl", [
+        {"images": [img], "prompt": "<image>How many?", "chosen": "3", "rejected": "there are four of them"},
+        {"images": [img], "prompt": "<image>Count them.", "chosen": "5", "rejected": "seven"}])
+    cfg = load_config(None, ["model.name=tiny/qwen2-vl", f"data.train={path}", "data.format=preference",
+                             "train.objective=dpo", "train.device=cpu"])
+    enc = PairEncoder(Encoder.for_run(resolve_here(cfg)))
+    recs = load_records(str(path), cfg.data, "train").records
+    many = encode_many(enc, recs)
+    for rec, item in zip(recs, many):
+        one = enc.encode(rec)
+        assert set(item) == set(one) and "rejected_input_ids" in item
+        assert all(torch.equal(item[k], one[k]) for k in one if isinstance(one[k], torch.Tensor))

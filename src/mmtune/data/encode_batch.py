@@ -17,6 +17,7 @@ old cost), and a split that failed is not tried again by this encoder (`Encoder.
 
 from __future__ import annotations
 
+from .encode import Encoder
 from .formats import BadRecord, isolated
 from .records import MEDIA_TYPES
 
@@ -35,7 +36,9 @@ class _Unsplittable(Exception):
 
 def encode_many(encoder, records, *, check_length: bool = True) -> list:
     """[encoding dict, or the record's BadRecord] for each record, in order."""
-    if len(records) < 2 or not encoder.batch_ok:
+    # Only the run's own Encoder is merged: a wrapper (an objective's PairEncoder / PromptEncoder) encodes
+    # something else than prepare + complete give, and forwards batch_ok from the Encoder it wraps.
+    if len(records) < 2 or type(encoder) is not Encoder or not encoder.batch_ok:
         return [_one(encoder, r, check_length) for r in records]
     results: list = [None] * len(records)
     ready = []  # (slot, record, text, spans, media kwargs)
