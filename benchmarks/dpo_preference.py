@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "src"))  # measure this checkout's mmtune (the provenance commit), not an installed one
 
 from _provenance import provenance, write_results  # noqa: E402
 
