@@ -15,21 +15,27 @@
    mean log-probability margin chosen - rejected, and after DPO the reward accuracy and margin against the
    reference (TRL's rewards/accuracies on an eval set).
 
-The results file carries the git commit, the command, the library versions and the machine.
+The results file carries the provenance of benchmarks/_provenance.py (commit, command, versions, machine, load).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
+import os
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(ROOT / "src"))  # measure this checkout's mmtune (the provenance commit), not an installed one
+
+from _provenance import provenance, write_results  # noqa: E402
+
+RESULT_KEYS = ("benchmark", "settings", "sft_s", "before", "before_train_pairs", "dpo_s", "after", "after_train_pairs",
+               "dpo_train_log", "decisions")
 
 
 def write_pairs(folder: Path, split: str, n: int, train_size: int, seed: int = 0) -> Path:
@@ -88,21 +94,6 @@ def held_out(run, path: Path, batch: int = 20, limit: int | None = None) -> dict
             "reward_accuracy": rew_right / n, "reward_margin_mean": sum(reward_margins) / n}
 
 
-def provenance(argv: list[str]) -> dict:
-    import peft
-    import torch
-    import transformers
-
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "src"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip())
-    return {"commit": commit, "src_dirty": dirty, "command": " ".join(["python", *argv]),
-            "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__},
-            "machine": {"platform": platform.platform(), "cpus": __import__("os").cpu_count(),
-                        "torch_threads": torch.get_num_threads()},
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sft-steps", type=int, default=150)
@@ -115,6 +106,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--work", default="/tmp/mmtune_dpo_bench")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    started = provenance()
     import torch
 
     torch.set_num_threads(2)
@@ -124,8 +116,7 @@ def main(argv=None) -> dict:
     from mmtune.train.loop import train
 
     work = Path(args.work)
-    result = {"benchmark": "dpo_preference", **provenance(sys.argv if argv is None else [__file__, *argv]),
-              "settings": vars(args)}
+    result = {"benchmark": "dpo_preference", "settings": vars(args)}
     t0 = time.perf_counter()
     sft = load_config(ROOT / "recipes" / "demo_counting.yaml", [
         f"output_dir={work / 'sft'}", f"train.max_steps={args.sft_steps}", "data.eval=null", "eval.every=null",
@@ -158,8 +149,8 @@ def main(argv=None) -> dict:
     result["dpo_train_log"] = {"first": {k: rows[0][k] for k in keys}, "last": {k: rows[-1][k] for k in keys}}
     result["decisions"] = [d for d in summary["decisions"] if d.startswith(("train.objective", "reference model"))]
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / \
-        f"dpo_preference_cpu{result['machine']['cpus']}_{time.strftime('%Y%m%d', time.gmtime())}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+        f"dpo_preference_cpu{os.cpu_count()}_{time.strftime('%Y%m%d', time.gmtime())}.json"
+    write_results(out, result, started)
     b, a = result["before"], result["after"]
     print(f"held-out pairs ({b['pairs']}): preference accuracy {b['preference_accuracy']:.3f} -> "
           f"{a['preference_accuracy']:.3f}, log-prob margin {b['logp_margin_mean']:.3f} -> {a['logp_margin_mean']:.3f}; "

@@ -14,6 +14,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _provenance import provenance, text_header  # noqa: E402
+
 FIX_CASE = ["recipes/seed001_qwen2.5-7b_lora.yaml", "--gpu", "t4"]
 
 
@@ -36,11 +40,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT / "src"))
     from mmtune.plan.recipes import named_plans
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--", "src", "recipes"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
-    lines = [f"# python benchmarks/recipes_fit.py (commit {commit}{' + uncommitted changes' if dirty else ''}); "
-             f"{os.cpu_count()}-core machine shared with other sessions; each case a fresh `python -m mmtune.cli plan`"]
+    started = provenance()
+    lines = [f"# {os.cpu_count()}-core machine shared with other sessions; each case a fresh `python -m mmtune.cli plan`"]
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
         for ov, gpu in named_plans(path):
             load = os.getloadavg()[0]
@@ -57,7 +58,8 @@ def main(argv=None) -> int:
     lines += [f"    {x}" for x in tail]
     print("\n".join(lines[-7:]))
     if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+        # The provenance line first (commit, command, load at start and end): tests/test_benchmark_results.py
+        Path(args.out).write_text("\n".join([text_header(started), *lines]) + "\n")
     return 0
 
 

@@ -10,7 +10,7 @@ the server accepts) so tokens/s compares like with like. Half the requests carry
 
 `--repeats`: the two servers alternate that many times (a shared machine's load moves between runs); each
 run is kept with the load average before and after it, and the median run of each is printed. The results
-file holds the git commit, the command, versions and the machine.
+file holds the provenance of benchmarks/_provenance.py (commit, command, versions, machine, load).
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ import argparse
 import asyncio
 import base64
 import io
-import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _provenance import dumps, provenance, write_results  # noqa: E402
+
+RESULT_KEYS = ("target", "requests", "concurrency", "repeats", "max_tokens", "window_ms", "results")
 
 
 def _image_url(i: int) -> str:
@@ -105,22 +108,6 @@ async def _load(url: str, n: int, concurrency: int, max_tokens: int) -> dict:
                                                                    "max": round(lat[-1], 4) if lat else None}}
 
 
-def _provenance() -> dict:
-    import torch
-    import transformers
-
-    def git(*a):
-        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    changed = git("status", "--porcelain", "--", "src", "benchmarks", ":!benchmarks/results")  # results: outputs
-    return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1min": os.getloadavg()[0]},
-            "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                         "transformers": transformers.__version__}}
-
-
 def _print(label: str, r: dict) -> None:
     lat = r["latency_s"]
     print(f"{label:18s} max_batch={r['max_batch']}: {r['ok']}/{r['requests']} ok, {r['requests_per_s']} req/s, "
@@ -140,6 +127,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", help="write the results (JSON) here")
     args = ap.parse_args()
+    started = provenance()
     from mmtune.serve.server import free_port
 
     runs: dict[str, list] = {"batched": [], "one_by_one": []}
@@ -166,12 +154,13 @@ def main() -> None:
         med = sorted(rs, key=lambda r: r["tokens_per_s"])[(len(rs) - 1) // 2]
         results[label] = {**med, "runs": rs}
         _print(f"median {label}", med)
-    report = {**_provenance(), "target": args.target, "requests": args.requests, "concurrency": args.concurrency,
+    report = {"target": args.target, "requests": args.requests, "concurrency": args.concurrency,
               "repeats": args.repeats,
               "max_tokens": args.max_tokens, "window_ms": args.window_ms, "results": results}
     if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
-        print(f"written: {args.out}")
+        print(f"written: {write_results(args.out, report, started)}")
+    else:
+        print(dumps(report, started))
 
 
 if __name__ == "__main__":
