@@ -82,7 +82,8 @@ def doctor_command(
     full: bool = typer.Option(False, "--full", help="decode every record's media (without it, a split with more than "
                                                     "1000 records with media decodes a random sample of 1000)"),
     assume_installed: str = typer.Option("gpu-extra", "--assume-installed", help="the target machine's optional "
-                                         "packages: gpu-extra (the gpu extra's: flash-attn, liger-kernel, bitsandbytes), none (core only) or here (this machine's)"),
+                                         "packages: gpu-extra (the gpu extra's: flash-attn, liger-kernel, bitsandbytes), "
+                                         "none (core only) or here (this machine's)"),
     limit: Optional[int] = typer.Option(None, "--limit", min=1,
                                         help="read only the first N records of each split (a quick look at a large set)"),
 ) -> None:
