@@ -24,7 +24,8 @@ from __future__ import annotations
 import re
 
 from ..errors import DataError
-from .formats import BadRecord, isolated
+from .formats import BadRecord, isolated_method
+from .media_tokens import media_token_ids, whisper_audio_tokens
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
 from .records import answer_text as _answer_text
 
@@ -32,19 +33,6 @@ TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_id
 # Past this many answers in one record, its length is checked from one tokenization before the per-answer
 # renders (Encoder._too_many_turns).
 MANY_ANSWERS = 16
-
-
-def _isolated(method):
-    """Whatever a record's content makes the processor or tokenizer raise is that record's BadRecord
-    (formats.isolated), for every caller: training's draws, the start-up measure, inspect, doctor, eval."""
-    import functools
-
-    @functools.wraps(method)
-    def run(self, record, *args, **kwargs):
-        with isolated(record.where()):
-            return method(self, record, *args, **kwargs)
-
-    return run
 
 
 class Encoder:
@@ -438,7 +426,7 @@ class Encoder:
                             f"raise data.max_length to at least {n}, lower model.max_pixels / model.video_frames, "
                             "or set data.on_bad_record=skip to drop such records (they are counted)")
 
-    @_isolated
+    @isolated_method
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
         full, spans, media_kwargs = self.prepare(record)
         tokens = None
@@ -480,7 +468,7 @@ class Encoder:
         res["labels"] = torch.from_numpy(labels)
         return res
 
-    @_isolated
+    @isolated_method
     def encode_prompt(self, record: Record) -> dict:
         """The prompt only (everything before the last assistant turn), with the generation prompt."""
         i = last_assistant_index(record.messages)
@@ -504,7 +492,7 @@ class Encoder:
         return {"text": total - sum(counts.values()), **counts, "total": total}
 
     # ------------------------------------------------------------------ lengths without pixels
-    @_isolated
+    @isolated_method
     def measure(self, record: Record) -> dict:
         """`token_counts(record)` without decoding pixels or samples: media sizes from file headers,
         tokens per item from the processor's own arithmetic, text from the tokenizer. The same checks
@@ -599,30 +587,3 @@ class Encoder:
     def rendered(self, record: Record) -> str:
         """The text training tokenizes (the template's rendering plus any stop token the encoder adds)."""
         return self._trained_text(self._template_messages(record.messages), record)[0]
-
-
-def media_token_ids(processor) -> dict[str, int]:
-    """{media kind: the token id its placeholder expands to}: the processor's own id, else the
-    placeholder's id in the tokenizer; a placeholder the tokenizer does not know is left out."""
-    tok = getattr(processor, "tokenizer", processor)
-    out = {}
-    for k in MEDIA_TYPES:
-        # `<kind>_token_ids` (transformers' processor API) where it names the expanded token: Gemma 3 writes
-        # `<start_of_image>` but expands it into `<image_soft_token>`s.
-        tid = (getattr(processor, f"{k}_token_ids", None) or [None])[0] or getattr(processor, f"{k}_token_id", None)
-        token = getattr(processor, f"{k}_token", None)
-        if tid is None and token:
-            tid = tok.convert_tokens_to_ids(token)
-        if tid is not None and tid != tok.unk_token_id:
-            out[k] = int(tid)
-    return out
-
-
-def whisper_audio_tokens(samples: int, feature_extractor) -> int:
-    """Qwen2-Audio's audio tokens for a clip of `samples`: mel frames (hop_length) -> conv stride 2 ->
-    pool 2, as its processor expands `<|AUDIO|>` from the feature attention mask."""
-    hop = int(getattr(feature_extractor, "hop_length", 160) or 160)
-    window = getattr(feature_extractor, "n_samples", None)  # the extractor cuts longer clips to it (30 s)
-    frames = (min(samples, window) if window else samples) // hop
-    after_conv = (frames - 1) // 2 + 1
-    return max(1, (after_conv - 2) // 2 + 1)

@@ -89,6 +89,20 @@ def isolated(where: str):
                         "data.on_bad_record=skip to leave it out (it is counted)") from e
 
 
+def isolated_method(method):
+    """`isolated` around a method that takes a record first (the encoder's encode / measure / encode_prompt):
+    whatever that record's content makes the processor or tokenizer raise is its BadRecord, for every caller
+    (training's draws, the start-up measure, inspect, doctor, eval)."""
+    import functools
+
+    @functools.wraps(method)
+    def run(self, record, *args, **kwargs):
+        with isolated(record.where()):
+            return method(self, record, *args, **kwargs)
+
+    return run
+
+
 def known_formats() -> list[str]:
     return sorted(FORMAT_FIELDS)
 

@@ -69,7 +69,7 @@ class Family:
     # token count depends on the neighbouring text: a record's length needs a real encode.
     expansion_adds_text: bool = False
     default_fps: float = 24.0  # the rate the processor assumes for a video given without one (VideoMetadata)
-    # Audio tokens from the Whisper arithmetic (data.encode.whisper_audio_tokens) instead of the processor's
+    # Audio tokens from the Whisper arithmetic (data.media_tokens.whisper_audio_tokens) instead of the processor's
     # own count (Qwen2-Audio's processor has none that matches its expansion).
     audio_tokens_by_whisper: bool = False
     lora_targets: tuple[str, ...] = DECODER_LINEARS  # adapter.target_modules=auto: these leaves in the decoder

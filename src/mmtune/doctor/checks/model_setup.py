@@ -167,7 +167,7 @@ def token_ids_fit_embeddings(ctx):
 
 
 def vocab_findings(processor, rows: int, pad_id: int | None, name: str):
-    from ...data.encode import media_token_ids
+    from ...data.media_tokens import media_token_ids
 
     tok = getattr(processor, "tokenizer", processor)
     used = {f"{k} token": v for k, v in media_token_ids(processor).items()}
