@@ -23,6 +23,7 @@ rejected side lives under `rejected_*` keys of the same item.
 from __future__ import annotations
 
 from .formats import FORMAT_FIELDS, BadRecord, _get, _messages_records, bad_type
+from .forwarding import Forwarding
 from .records import MEDIA_TYPES, Record, content_parts, part_text
 
 REJECTED = "rejected_"  # prefix of the rejected side's per-token keys in an encoded pair
@@ -109,17 +110,14 @@ def _common_prefix(a, b) -> int:
     return i
 
 
-class PairEncoder:
+class PairEncoder(Forwarding):
     """A preference record -> chosen and rejected sequences from one processor call (module docstring).
     `encode` and `measure` mirror the Encoder's; `measure`'s total is the longer side's."""
 
+    wrapped = "encoder"
+
     def __init__(self, encoder):
         self.encoder = encoder
-
-    def __getattr__(self, name):  # tokenizer, media_token_id, ... as the run's Encoder has them
-        if name.startswith("__") or name == "encoder":  # unpickling (spawned measuring processes) asks first
-            raise AttributeError(name)
-        return getattr(self.encoder, name)
 
     def _texts(self, record: Record):
         enc = self.encoder
@@ -201,18 +199,15 @@ class PairEncoder:
         return counts
 
 
-class PairCollator:
+class PairCollator(Forwarding):
     """Encoded pairs -> one batch of 2N rows, [chosen 1..N, rejected 1..N], through the run's collator: the
     media keys come from the chosen items only, so pixels are collated once (the objective hands the
     model each media tensor once per side: objectives/dpo.py)."""
 
+    wrapped = "collator"
+
     def __init__(self, collator):
         self.collator = collator
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "collator":
-            raise AttributeError(name)
-        return getattr(self.collator, name)
 
     def __call__(self, items: list[dict]) -> dict:
         chosen, rejected = [], []

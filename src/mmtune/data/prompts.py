@@ -6,20 +6,19 @@ from __future__ import annotations
 
 import json
 
+from .forwarding import Forwarding
+
 REFS = "grpo_refs"  # an encoded prompt's references: UTF-8 JSON bytes (a tensor, so caches and workers keep it)
 
 
-class PromptEncoder:
+class PromptEncoder(Forwarding):
     """`encode`: the prompt (the encoder's encode_prompt) plus the references; `measure`: the record's own
     length (prompt + reference answer) plus the completion budget."""
 
+    wrapped = "encoder"
+
     def __init__(self, encoder, max_completion_length: int):
         self.encoder, self.budget = encoder, int(max_completion_length)
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "encoder":
-            raise AttributeError(name)
-        return getattr(self.encoder, name)
 
     def encode(self, record, *, check_length: bool = True) -> dict:
         import torch
@@ -39,16 +38,13 @@ class PromptEncoder:
         return {**counts, "total": total}
 
 
-class PromptCollator:
+class PromptCollator(Forwarding):
     """Prompts left-padded by the run's collator rules; the references as a tuple of JSON strings."""
+
+    wrapped = "collator"
 
     def __init__(self, collator):
         self.collator = collator
-
-    def __getattr__(self, name):
-        if name.startswith("__") or name == "collator":
-            raise AttributeError(name)
-        return getattr(self.collator, name)
 
     def __call__(self, items: list[dict]) -> dict:
         refs = tuple(bytes(it[REFS].tolist()).decode("utf-8") for it in items)
