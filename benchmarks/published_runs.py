@@ -87,7 +87,7 @@ def overrides_for(row: dict, model: str) -> list[str]:
 
 def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc_conf: str | None = None) -> dict:
     from mmtune.config import load_config
-    from mmtune.models.loading import DECODER_LAYERS
+    from mmtune.models.model_config import DECODER_LAYERS
     from mmtune.plan.batch import Declared
     from mmtune.plan.planner import predict
 

@@ -247,7 +247,7 @@ def test_auto_image_processor_loads_a_saved_processor_with_pil(tmp_path):
 
 def test_checkpointing_function_reports_non_reentrant():
     from mmtune.compat.transformers_internals import checkpointing_function
-    from mmtune.models.loading import enable_checkpointing
+    from mmtune.models.checkpointing import enable_checkpointing
     from mmtune.models.tiny import build_tiny
 
     model, _ = build_tiny("tiny/qwen2")
@@ -278,7 +278,7 @@ def test_offline_scope_is_local_and_mutates_nothing(monkeypatch):
 
     from mmtune.compat.hub import hub_offline, offline_scope
     from mmtune.errors import ModelLoadError
-    from mmtune.models.loading import model_folder
+    from mmtune.models.hub_files import model_folder
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)

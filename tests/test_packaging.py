@@ -72,7 +72,7 @@ def test_every_install_hint_names_an_extra_that_holds_it():
 
 def test_qlora_without_bitsandbytes_names_the_extra(monkeypatch):
     from mmtune.errors import ConfigError
-    from mmtune.models.loading import require_bitsandbytes
+    from mmtune.models.quantize import require_bitsandbytes
 
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)  # what an environment without it imports
     with pytest.raises(ConfigError) as e:

@@ -80,7 +80,7 @@ def _recipe_facts(path: Path, tiny: bool) -> dict:
     """What the rows of a recipe need to know: its model (or tiny twin), method, modalities, data, and
     whether this machine has the model's config (an embedded one, a folder or the hub cache)."""
     from mmtune.config import load_config
-    from mmtune.models.loading import meta_config, resolve_family
+    from mmtune.models.model_config import meta_config, resolve_family
     from mmtune.models.smoke_twin import smoke_twin
     from mmtune.models.tiny import is_tiny
 

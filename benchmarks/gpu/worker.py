@@ -60,7 +60,7 @@ def run_paths(row: dict, device: str, gpu: str | None) -> dict:
 
     from mmtune.build import build_run
     from mmtune.commands.train import prepare_config
-    from mmtune.models.loading import DECODER_LAYERS
+    from mmtune.models.model_config import DECODER_LAYERS
     from mmtune.resolve import local_target, resolve_run
     from mmtune.train.loop import train
     from mmtune.train.summary import print_start_summary
@@ -107,7 +107,7 @@ def run_paths(row: dict, device: str, gpu: str | None) -> dict:
 
 def run_planner(row: dict, device: str, gpu: str | None) -> dict:
     from mmtune.config import load_config
-    from mmtune.models.loading import DECODER_LAYERS
+    from mmtune.models.model_config import DECODER_LAYERS
     from mmtune.plan.batch import Declared
     from mmtune.plan.planner import predict
     from mmtune.plan.verify import verify

@@ -248,7 +248,7 @@ def _component_module_names(model, family: Family, component: str) -> list[str]:
 def _freeze_input_grads(model) -> None:
     """Frozen embeddings + gradient checkpointing: make the embedding output require grad (failure mode 11)."""
     emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    from .models.loading import is_checkpointing
+    from .models.checkpointing import is_checkpointing
 
     if emb is not None and not any(p.requires_grad for p in emb.parameters()) and is_checkpointing(model):
         model.enable_input_require_grads()

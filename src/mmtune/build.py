@@ -139,144 +139,16 @@ class _built_whole:
 
 
 def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weights: bool = False):
-    """Build the model a resolved run names, ready for adapters (see module docstring).
-
-    One builder, three materialisations: real weights (`meta=False`), structure on `meta` (doctor,
-    and the planner, which then turns every meta tensor into a fake one: plan/model.py). Attention,
-    quantization, precision and the processor come from the resolved run; `dtype` overrides the compute
-    dtype (the doctor runs an fp16 plan's tiny twin in bf16 on the CPU)."""
-    import torch
-
-    from .models.loading import (
-        _bnb_config,
-        _decide,
-        _model_class,
-        apply_checkpointing,
-        as_torch_dtype,
-        build_from_config,
-        build_on_meta,
-        check_dtypes,
-        check_no_meta,
-        meta_config,
-        model_folder,
-        quantize_decoder_4bit,
-        remap_token_ids,
-        structure_config,
-    )
-    from .models.tiny import is_tiny
+    """The model a run names, ready for adapters (`mmtune.models.load.load_model`, the one builder): a bare
+    RunConfig (tests, export, compose) is resolved for this machine first; structure only (`meta`) needs no
+    real processor."""
+    from .models.load import load_model as build_model
     from .resolve import local_target, resolve_here, resolve_run
 
     if meta and not isinstance(run, ResolvedRun):  # structure only: no real processor needed
         run = resolve_run(run, local_target(run.train.device))
-    run = resolve_here(run)  # a bare RunConfig (tests, export, compose): resolved for this machine
-    cfg, family = run.cfg, run.family
-    dtype = as_torch_dtype(dtype if dtype is not None else run.compute_dtype)
-    device = torch.device("meta") if meta else torch.device(device)
-    attn = run.attn_implementation
-    if meta and attn == "flash_attention_2":
-        attn = "sdpa"  # FlashAttention-2 cannot be built without CUDA; same O(seq) memory as SDPA's kernels
-    decisions: list[str] = []
-    qlora = run.quantization is not None
-    name = cfg.model.name
-    processor = run.processor
-
-    quantize_here = qlora  # every build but from_pretrained's (which quantizes while loading)
-    if family.custom:  # brought by import path (models/custom.py, docs/byo_model.md)
-        from .models.custom import build_custom
-
-        model = build_custom(cfg, family, dtype, meta=meta)
-        if not meta:
-            model.to(device=device, dtype=dtype)
-        config = getattr(model, "config", None)
-        _decide(decisions, f"model: {type(model).__name__} from {cfg.model.factory or cfg.model.class_} "
-                           f"({name}{', on meta' if meta else ''})")
-    elif meta:
-        config = structure_config(cfg)
-        if processor is not None and not run.exact_text_tokens:
-            remap_token_ids(config, processor)
-        model = build_on_meta(family, config, dtype, attn)
-        _decide(decisions, f"model: {name} built on meta from its config (no weights)")
-    elif random_weights and not is_tiny(name):
-        # `mmtune plan --verify`: the real architecture at full size with random weights, from the config
-        # the plan uses (folder, cache or embedded), built on the device; nothing is downloaded.
-        config = meta_config(cfg)
-        if config is None:
-            from .errors import ModelLoadError
-
-            raise ModelLoadError(f"no config of {name} on this machine and none embedded", where="model.name",
-                                 fix=f"mmtune download {name}   (or use an embedded model / tiny/<family>)")
-        if processor is not None and not run.exact_text_tokens:
-            remap_token_ids(config, processor)
-        with torch.device(device):
-            model = build_from_config(family, config, dtype, attn)
-        _decide(decisions, f"model: {name} with random weights from its config (no download)")
-    elif is_tiny(name):
-        from .models.tiny import build_tiny
-
-        model, _ = build_tiny(name, seed=cfg.train.seed, attn_implementation=attn)
-        model.to(device=device, dtype=dtype)
-        config = model.config
-        _decide(decisions, f"model: {name} (tiny random twin of {family.model_class})")
-    else:
-        src = model_folder(name, cfg.model.revision, family)
-        kwargs = dict(dtype=dtype, attn_implementation=attn, revision=cfg.model.revision,
-                      trust_remote_code=cfg.model.trust_remote_code,
-                      # the whole model on this process's device: placement, never offload (failure mode 7)
-                      device_map={"": device})
-        if qlora:
-            kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
-            _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
-                               "vision/audio/projector/lm_head unquantized")
-            quantize_here = False
-        try:
-            model = _model_class(family).from_pretrained(str(src), **kwargs)
-        except OSError as e:
-            from .errors import ModelLoadError
-
-            raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
-                                 fix=f"mmtune download {name}") from None
-        config = model.config
-        _decide(decisions, f"model: {name} from {src}")
-
-    # transformers keeps some modules in fp32 (`_keep_in_fp32_modules`); one compute dtype for every
-    # non-quantized floating parameter is what FlashAttention and the optimizer expect (on meta too: the
-    # planner counts these bytes).
-    for p in model.parameters():
-        if p.is_floating_point() and p.dtype != dtype:
-            p.data = p.data.to(dtype)
-    if quantize_here and meta:
-        from .models.packed4bit import replace_decoder_linears
-
-        n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
-    elif quantize_here:  # random weights: nothing pretrained to quantize while loading, so quantized here
-        n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                  cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
-    if not meta:
-        check_dtypes(model, dtype)
-        check_no_meta(model)
-    if qlora and cfg.adapter.kbit_upcast:
-        # peft's prepare_model_for_kbit_training: every non-quantized 16-bit weight to fp32 (the 4-bit
-        # storage is uint8 and stays); the planner builds through here, so it counts the same bytes.
-        # A 4-bit layer's bias is left alone: bnb.nn.Linear4bit casts it back to the compute dtype (in
-        # place) at its first forward, so after peft's upcast it is 16-bit again during training anyway.
-        bias4 = {id(m.bias) for m in model.modules() if "4bit" in type(m).__name__ and getattr(m, "bias", None) is not None}
-        n = 0
-        for p in model.parameters():
-            if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16) and id(p) not in bias4:
-                p.data = p.data.float()
-                n += p.numel()
-        _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
-    if cfg.model.gradient_checkpointing:
-        how = apply_checkpointing(model, family)
-        if family.custom or how.startswith("on"):
-            _decide(decisions, "gradient checkpointing: " + how)
-    _decide(decisions, f"dtype: {dtype} for every floating parameter; device: {device}")
-    from .models.loading import LoadedModel
-
-    return LoadedModel(model=model, processor=processor, family=family, config=config,
-                       attn_implementation=attn, quantized=qlora and not meta, decisions=decisions)
+    run = resolve_here(run)
+    return build_model(run, device=device, dtype=dtype, meta=meta, random_weights=random_weights)
 
 
 def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None, meta: bool = False,

@@ -114,7 +114,7 @@ def test_mm004_qlora_fp32(doctor):
 
 def test_mm008_meta_parameter():
     from mmtune.doctor.checks.loading import meta_findings
-    from mmtune.models.loading import meta_parameters
+    from mmtune.models.audits import meta_parameters
 
     a = _adapted(TINY_VL)
     assert list(meta_findings(meta_parameters(a.result.model))) == []

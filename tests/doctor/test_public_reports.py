@@ -624,7 +624,7 @@ def test_lora_with_gradient_checkpointing_reaches_the_adapters(doctor):
     assert [f for f in rep.findings if f.severity != "info"] == [], rep.findings
     from mmtune.config.loader import validate
     from mmtune.doctor.pieces import build_adapted
-    from mmtune.models.loading import is_checkpointing
+    from mmtune.models.checkpointing import is_checkpointing
     from mmtune.resolve import local_target, resolve_run
 
     model = build_adapted(resolve_run(validate(tree), local_target("cpu"))).loaded.model

@@ -50,7 +50,7 @@ def test_compose_copies_parts_and_trains(projector):
 def test_composed_folder_reloads_and_two_stage_training_merges_in_one_dtype(tmp_path):
     from mmtune.adapters import apply_adapters
     from mmtune.build import load_model
-    from mmtune.models.loading import dtype_audit
+    from mmtune.models.audits import dtype_audit
 
     clip, ip, lm, tok = parts()
     composed = tmp_path / "composed"

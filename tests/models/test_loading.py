@@ -8,7 +8,8 @@ import torch
 from mmtune.build import load_model
 from mmtune.config.schema import RunConfig
 from mmtune.errors import ConfigError, ModelLoadError
-from mmtune.models.loading import check_dtypes, check_no_meta, dtype_audit, is_checkpointing
+from mmtune.models.audits import check_dtypes, check_no_meta, dtype_audit
+from mmtune.models.checkpointing import is_checkpointing
 
 
 def cfg(name="tiny/qwen2-vl", **adapter):

@@ -98,7 +98,7 @@ def test_eval_phases_are_planned_and_can_be_the_peak(bs):
     assert train_only.eval == {} and res.train_tensor_peak_bytes == train_only.tensor_peak_bytes
     # KV cache: 2 (k, v) x layers x kv heads x head dim x fp32 x batch x (prompt + new tokens)
     hc = load_config(None, COMMON + ["model.name=tiny/qwen2"])
-    from mmtune.models.loading import load_hf_config
+    from mmtune.models.model_config import load_hf_config
 
     c = load_hf_config(hc.model.name)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

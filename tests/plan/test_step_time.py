@@ -136,7 +136,7 @@ def test_cli_prints_step_parts_and_traffic(tmp_path):
 def test_two_nodes_of_eight_are_slower_than_one_node_of_sixteen_and_use_the_same_memory():
     """Collectives crossing nodes run at the node link (hierarchical: NVLink in the node, then InfiniBand)."""
     from mmtune.gpus import NODE_LINK_GBS
-    from mmtune.models.loading import DECODER_LAYERS
+    from mmtune.models.model_config import DECODER_LAYERS
     from mmtune.plan.planner import predict
     from mmtune.plan.timing import COMM_EFFICIENCY
 

@@ -64,7 +64,7 @@ def test_random_weights_build_from_the_config_without_weights_files(tmp_path):
 
 
 def test_layers_cut_the_decoder_of_the_plan_and_of_the_built_model():
-    from mmtune.models.loading import DECODER_LAYERS, meta_config
+    from mmtune.models.model_config import DECODER_LAYERS, meta_config
 
     cfg = load_config(None, ["model.name=Qwen/Qwen2.5-7B-Instruct"])
     assert meta_config(cfg).num_hidden_layers == 28

@@ -33,7 +33,7 @@ def hub_offline() -> bool:
     """Whether mmtune must not download now: the user's setting, or inside `offline_scope()`.
 
     mmtune's loading code asks this before it hands a hub id to transformers: offline, a model must be
-    a local folder or complete in the cache (`models.loading.model_folder`), and every lookup passes a
+    a local folder or complete in the cache (`models.hub_files.model_folder`), and every lookup passes a
     local path or `local_files_only=True`, so no request is ever made.
     """
     return _SCOPED_OFFLINE.get() or user_offline()

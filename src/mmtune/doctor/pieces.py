@@ -43,7 +43,7 @@ def model_config(cfg):
     from pathlib import Path
 
     from ..errors import ModelLoadError
-    from ..models.loading import meta_config
+    from ..models.model_config import meta_config
     from ..models.tiny import is_tiny
 
     name = cfg.model.name
@@ -55,7 +55,7 @@ def model_config(cfg):
     if (folder / "config.json").is_file():
         from transformers import AutoConfig
 
-        from ..models.loading import normalize_legacy_rope
+        from ..models.model_config import normalize_legacy_rope
 
         try:
             config = AutoConfig.from_pretrained(str(folder), trust_remote_code=cfg.model.trust_remote_code)

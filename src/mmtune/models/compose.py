@@ -43,7 +43,7 @@ def _vision_model(vision):
 
     if not isinstance(vision, str):
         return vision
-    from .loading import model_folder
+    from .hub_files import model_folder
 
     src = str(model_folder(vision, tokenizer=False))
     mt = AutoConfig.from_pretrained(src).model_type
@@ -60,7 +60,7 @@ def _image_processor(vision, image_processor):
         return image_processor
     if isinstance(vision, str):
         from ..compat.transformers_internals import auto_image_processor
-        from .loading import model_folder
+        from .hub_files import model_folder
 
         return auto_image_processor().from_pretrained(str(model_folder(vision, tokenizer=False)), backend="pil")
     raise ConfigError("compose: an in-memory vision model needs its image_processor passed explicitly")
@@ -70,7 +70,7 @@ def _lm(lm, tokenizer):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if isinstance(lm, str):
-        from .loading import model_folder
+        from .hub_files import model_folder
 
         src = str(model_folder(lm))
         return AutoModelForCausalLM.from_pretrained(src), tokenizer or AutoTokenizer.from_pretrained(src)
@@ -88,7 +88,7 @@ def _assemble(model_cls, config, encoder_attr: str, encoder, text, vocab: int, n
     """
     import torch
 
-    from .loading import check_no_meta
+    from .audits import check_no_meta
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -127,7 +127,7 @@ def planned_llava_config(composed_from):
     """The config `mmtune compose --vision V --lm L` will write, from V's and L's embedded public configs (no
     download): for plan / doctor of a recipe whose model folder a previous stage makes (model.composed_from).
     The image token's id is the LM vocabulary's last (the stand-in processor's is remapped onto it, as for
-    every embedded config: loading.remap_token_ids); the vocabulary keeps the LM's embedding size, which
+    every embedded config: construct.remap_token_ids); the vocabulary keeps the LM's embedding size, which
     holds the added <image> token (Qwen2.5: 151,665 tokens in 152,064 rows)."""
     from .configs import embedded, hf_config
 
@@ -202,7 +202,7 @@ def _audio_encoder(audio):
     if isinstance(audio, str):
         from transformers import WhisperModel
 
-        from .loading import model_folder
+        from .hub_files import model_folder
 
         audio = WhisperModel.from_pretrained(str(model_folder(audio, tokenizer=False)))
     if hasattr(audio, "get_encoder"):
@@ -230,7 +230,7 @@ def compose_audio(audio, lm, *, tokenizer=None, feature_extractor=None, device="
             raise ConfigError("compose: an in-memory audio encoder needs its feature_extractor passed explicitly")
         from transformers import WhisperFeatureExtractor
 
-        from .loading import model_folder
+        from .hub_files import model_folder
 
         feature_extractor = WhisperFeatureExtractor.from_pretrained(str(model_folder(audio, tokenizer=False)))
     text, tok = _lm(lm, tokenizer)

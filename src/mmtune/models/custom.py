@@ -224,7 +224,7 @@ def load_custom_processor(cfg):
 def enable_part_checkpointing(model, context_fn=None) -> list[str]:
     """Non-reentrant activation checkpointing on each transformers part of a custom model (its vision
     tower, its language model) that supports it; returns their names."""
-    from .loading import enable_checkpointing
+    from .checkpointing import enable_checkpointing
 
     done = []
     for name, mod in model.named_modules():

@@ -83,7 +83,7 @@ class PlannedLinear4bit(nn.Linear):
 def replace_decoder_linears(model, family, compute_dtype, double_quant: bool = True) -> int:
     """Swap the decoder's nn.Linear layers for PlannedLinear4bit, as `quantize_decoder_4bit` does with bnb.
 
-    Same selection rule as `mmtune.models.loading.quantize_decoder_4bit`: decoder linear layers only;
+    Same selection rule as `mmtune.models.quantize.quantize_decoder_4bit`: decoder linear layers only;
     vision tower, audio encoder, projector and lm_head stay in the compute dtype.
     """
     decoder = family.components.get("decoder", ())

@@ -27,9 +27,9 @@ def _model_type_of(name: str) -> str | None:
     spec = embedded(name)
     if spec is not None:
         return spec["config"].get("model_type")
-    from .loading import _cached_snapshot
+    from .hub_files import cached_snapshot
 
-    snap = _cached_snapshot(name, None)
+    snap = cached_snapshot(name, None)
     if snap is not None and (snap / "config.json").is_file():
         return json.loads((snap / "config.json").read_text()).get("model_type")
     return None

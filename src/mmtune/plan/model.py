@@ -3,7 +3,7 @@
 Built by the one builder every command uses (`build.build_model_and_adapters` on `meta`), then every
 parameter and buffer becomes a fake tensor of the same shape and dtype (`materialize_fake`). The config
 comes from a tiny twin, a folder on disk, an embedded public config or the local HF cache
-(`models.loading.meta_config`); the processor from the resolved run.
+(`models.model_config.meta_config`); the processor from the resolved run.
 """
 
 from __future__ import annotations

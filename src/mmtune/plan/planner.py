@@ -167,7 +167,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
     if attention is not None and cfg.model.gradient_checkpointing:
         import contextlib
 
-        from ..models.loading import apply_checkpointing
+        from ..models.checkpointing import apply_checkpointing
 
         # The recomputation in backward routes each SDPA call as its forward did: torch keeps no function
         # mode there (2.13 re-entered only the forward's DeviceContext, 2.14.1 a fresh one), so the routing

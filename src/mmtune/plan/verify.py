@@ -127,7 +127,7 @@ def verify(cfg, *, gpu: str | None, declared=None, warmup: int = 2, steps: int =
     (benchmarks/gpu) records the prediction before measuring, so a run that runs out of memory keeps it."""
     import torch
 
-    from ..models.loading import DECODER_LAYERS
+    from ..models.model_config import DECODER_LAYERS
 
     if layers is not None and layers < 1:
         raise MMTuneError(f"--layers must be >= 1 (got {layers})", where="--layers", fix="e.g. --layers 4")

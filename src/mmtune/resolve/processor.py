@@ -29,7 +29,8 @@ class ProcessorSource:
 
 
 def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
-    from ..models.loading import _cached_snapshot, is_local_name, load_processor_from, model_folder
+    from ..models.hub_files import cached_snapshot, is_local_name, model_folder
+    from ..models.processor_loading import load_processor_from
     from ..models.tiny import is_tiny, tiny_config_and_processor
 
     name = cfg.model.name
@@ -54,7 +55,7 @@ def load_run_processor(cfg, family, *, for_training: bool) -> ProcessorSource:
     if is_local_name(name):
         folder = model_folder(name, cfg.model.revision, family, weights=for_training)
         return ProcessorSource(load_processor_from(str(folder), family, cfg), f"model folder {folder}", True)
-    snap = _cached_snapshot(name, cfg.model.revision)
+    snap = cached_snapshot(name, cfg.model.revision)
     if snap is not None and _has_processor_files(snap):
         return ProcessorSource(load_processor_from(str(snap), family, cfg), f"{name} (local hub cache)", True)
     if for_training:

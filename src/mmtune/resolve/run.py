@@ -148,7 +148,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     processor that cannot be had is recorded in `processor_error` unless `require_processor`.
     """
     from ..data.sources import resolve_split
-    from ..models.loading import refuse_device_map, resolve_family
+    from ..models.load import refuse_device_map
+    from ..models.model_config import resolve_family
 
     refuse_device_map(cfg)
     family = resolve_family(cfg)
@@ -316,7 +317,8 @@ def _model_params(cfg, family, precision: str) -> tuple[int, int]:
     only `train.strategy=auto` on several GPUs asks."""
     import torch
 
-    from ..models.loading import build_on_meta, structure_config
+    from ..models.construct import build_on_meta
+    from ..models.model_config import structure_config
 
     model = build_on_meta(family, structure_config(cfg), torch.float32, "sdpa")
     return sum(p.numel() for p in model.parameters()), 4 if precision == "fp32" else 2

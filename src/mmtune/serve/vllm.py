@@ -30,7 +30,8 @@ class VllmPlan:
 def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> VllmPlan:
     from ..config import load_config
     from ..export.vllm import lora_problems, vllm_command
-    from ..models.loading import is_tiny, load_hf_config
+    from ..models.model_config import load_hf_config
+    from ..models.tiny import is_tiny
 
     path = Path(target).expanduser()
     model, lora, cfg = _what_to_load(path, target)

@@ -253,5 +253,5 @@ def reentrant_findings(model):
             yield warning("gradient checkpointing is reentrant: with LoRA and DDP it marks parameters ready "
                           "twice and frozen inputs block gradients", where=name or "model",
                           fix="enable it with gradient_checkpointing_kwargs={'use_reentrant': False} "
-                              "(mmtune.models.loading.enable_checkpointing)")
+                              "(mmtune.models.checkpointing.enable_checkpointing)")
             return

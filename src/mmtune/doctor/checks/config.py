@@ -192,7 +192,7 @@ def _pretrained_in_full(ctx, cfg) -> list[str] | None:
     """The large pretrained components full fine-tuning trains (all but the projector: a few million weights, fresh
     in a LLaVA-style composition), or None when the model's family cannot be had here."""
     from ...errors import MMTuneError
-    from ...models.loading import resolve_family
+    from ...models.model_config import resolve_family
     from ...resolve.decisions import trained_set
 
     try:

@@ -14,14 +14,14 @@ from ..registry import check
        failure_mode=24, claims=("processor_info:ModelLoadError", "loaded:ModelLoadError", "resolved:ModelLoadError"))
 def model_available(ctx):
     from ...errors import ModelLoadError
-    from ...models.loading import is_local_name, model_folder
+    from ...models.hub_files import is_local_name, model_folder
     from ...models.tiny import is_tiny
 
     cfg = ctx.need("cfg")
     if is_tiny(cfg.model.name) or cfg.model.class_ or cfg.model.factory:
         return  # a brought model (model.class / model.factory) is built by its own code, not fetched
     if cfg.model.weights == "random":  # built from its config alone: no weights to fetch, the config must be here
-        from ...models.loading import meta_config
+        from ...models.model_config import meta_config
 
         if meta_config(cfg) is None:
             yield error(f"model.weights=random builds {cfg.model.name} from its config, and no config of it is on "
@@ -53,7 +53,7 @@ def _local_folder(cfg):
     depend on the model (a VLM folder saved without its processor lacks preprocessor_config.json: the
     merged-checkpoint failure of https://github.com/hiyouga/LlamaFactory/issues/5749)."""
     from ...errors import ModelLoadError
-    from ...models.loading import model_folder
+    from ...models.hub_files import model_folder
 
     try:
         folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
@@ -70,7 +70,7 @@ def _local_folder(cfg):
 def _family(cfg):
     """The model's family from its config.json (a folder's, the cache's) or the embedded config; None when
     none can be read here (then the files every model needs are checked, not the processor's)."""
-    from ...models.loading import resolve_family
+    from ...models.model_config import resolve_family
 
     try:
         return resolve_family(cfg)
@@ -79,7 +79,7 @@ def _family(cfg):
 
 
 def _weight_files(folder: Path, name: str):
-    from ...models.loading import unreadable_weights
+    from ...models.hub_files import unreadable_weights
 
     bad = unreadable_weights(folder)
     if bad:
@@ -104,7 +104,7 @@ def _looks_local(name: str) -> str:
 def safetensors_dtypes(folder: Path) -> dict[str, str]:
     """{tensor name: dtype} from the headers of the folder's *.safetensors files (no tensor is read); files
     whose header cannot be read (a Git LFS pointer, a file cut short) are MM024's and skipped here."""
-    from ...models.loading import unreadable_weights
+    from ...models.hub_files import unreadable_weights
 
     out = {}
     skip = {f for f, _ in unreadable_weights(folder)}
@@ -126,7 +126,7 @@ FLOAT_DTYPES = {"F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"}
        failure_mode=9)
 def checkpoint_dtypes(ctx):
     from ...errors import ModelLoadError
-    from ...models.loading import model_folder
+    from ...models.hub_files import model_folder
     from ...models.tiny import is_tiny
 
     cfg = ctx.need("cfg")
@@ -193,7 +193,7 @@ def dtype_findings(model, family, dtype, qlora: bool):
         names = list(odd)
         yield error(f"{len(odd)} frozen module(s) are not in the compute dtype {str(dtype).replace('torch.', '')}: "
                     + ", ".join(f"{m} ({d})" for m, d in list(odd.items())[:5]),
-                    where=names[0], fix="load with one dtype for the whole model (mmtune.models.loading does)")
+                    where=names[0], fix="load with one dtype for the whole model (mmtune.models.load does)")
     if quant_outside:
         yield error(f"{len(quant_outside)} non-decoder parameter(s) are quantized (uint8) with QLoRA, e.g. "
                     f"{quant_outside[0]}: vision/projector in 4-bit fails with 'only supports fp16/bf16'",
@@ -202,7 +202,7 @@ def dtype_findings(model, family, dtype, qlora: bool):
 
 @check("MM008", "no parameter left on the meta device", needs=("cfg", "adapted"), failure_mode=8)
 def no_meta(ctx):
-    from ...models.loading import meta_parameters
+    from ...models.audits import meta_parameters
 
     adapted = ctx.need("adapted")
     if not adapted.real:

@@ -27,9 +27,9 @@ def model_dir(cfg) -> Path | None:
         return folder
     if cfg.model.name.count("/") != 1:
         return None
-    from ...models.loading import _cached_snapshot
+    from ...models.hub_files import cached_snapshot
 
-    return _cached_snapshot(cfg.model.name, cfg.model.revision)
+    return cached_snapshot(cfg.model.name, cfg.model.revision)
 
 
 def raw_config(cfg) -> tuple[dict, str] | tuple[None, None]:
@@ -258,7 +258,7 @@ def adapter_as_model(ctx):
 def weights_folder(cfg) -> Path | None:
     """The folder holding the model's *.safetensors, when it is on disk (local or hub cache) and every file's
     header reads (a Git LFS pointer or a file cut short is MM024's finding, not something to read here)."""
-    from ...models.loading import unreadable_weights
+    from ...models.hub_files import unreadable_weights
 
     folder = model_dir(cfg)
     if folder is None or not any(folder.glob("*.safetensors")) or unreadable_weights(folder):

@@ -40,7 +40,7 @@ def hf_config(spec: dict):
 
     from transformers import AutoConfig
 
-    from ..loading import normalize_legacy_rope
+    from ..model_config import normalize_legacy_rope
 
     # A deep copy: the specs are cached for the process, and configs keep (and normalise) nested dicts.
     cfg = copy.deepcopy(spec["config"])

@@ -1,0 +1,131 @@
+"""Where a model's files are: a local folder, the hub cache, or a hub id still to download.
+
+An offline model that is not complete on disk fails here with the missing files and the command that
+fetches them, instead of a hub traceback (failure mode 24); weights a clone left as Git LFS pointers are
+named before transformers stops on their header.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ModelLoadError
+from .families import Family
+
+
+def _offline() -> bool:
+    from ..compat.hub import hub_offline
+
+    return hub_offline()
+
+
+def cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
+    """The local snapshot folder of a hub model, or None when nothing of it is cached."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(repo_id, revision=revision, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+        return None
+
+
+def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = True,
+                  weights: bool = True) -> list[str]:
+    """Files a loadable model folder needs and this one lacks (config, weights, tokenizer/processor)."""
+    import json
+
+    missing = []
+    if not (folder / "config.json").is_file():
+        missing.append("config.json")
+    index = folder / "model.safetensors.index.json"
+    if not weights:
+        pass
+    elif index.is_file():
+        shards = sorted(set(json.loads(index.read_text()).get("weight_map", {}).values()))
+        missing += [s for s in shards if not (folder / s).is_file()]
+    elif not (list(folder.glob("*.safetensors")) or list(folder.glob("*.bin"))):
+        missing.append("model weights (*.safetensors)")
+    if tokenizer and not ((folder / "tokenizer.json").is_file() or (folder / "tokenizer_config.json").is_file()
+            or (folder / "vocab.json").is_file()):
+        missing.append("tokenizer (tokenizer.json / tokenizer_config.json)")
+    if family is not None and set(family.modalities) - {"text"}:
+        if not any((folder / f).is_file() for f in ("preprocessor_config.json", "processor_config.json")):
+            missing.append("preprocessor_config.json")
+    return missing
+
+
+def is_local_name(name: str) -> bool:
+    """Whether model.name names a folder on this machine (never downloaded), not a hub id: it exists, starts
+    with `.`, `/` or `~`, or has more path parts than ORG/NAME (runs/x/final)."""
+    return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2
+
+
+def unreadable_weights(folder: Path) -> list[tuple[str, str]]:
+    """(file, why) for each *.safetensors file in `folder` whose header cannot be read: a Git LFS pointer
+    (a clone without git-lfs leaves ~130-byte text files named like the weights) or a file cut short.
+    transformers stops on them with "SafetensorError: Error while deserializing header: HeaderTooLarge"."""
+    import json
+    import struct
+
+    bad = []
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                head = fh.read(8)
+                if head.startswith(b"version "):  # "version https://git-lfs.github.com/spec/v1"
+                    bad.append((f.name, f"a Git LFS pointer ({size} bytes), not the weights"))
+                    continue
+                if len(head) < 8:
+                    bad.append((f.name, f"{size} bytes: too short for a safetensors header"))
+                    continue
+                (n,) = struct.unpack("<Q", head)
+                if n > size - 8:
+                    bad.append((f.name, f"its header claims {n} bytes but the file holds {size}: cut short"))
+                    continue
+                json.loads(fh.read(n))
+        except (OSError, ValueError) as e:
+            bad.append((f.name, f"its header does not parse ({type(e).__name__})"))
+    return bad
+
+
+def model_folder(name: str, revision: str | None = None, family: Family | None = None,
+                 tokenizer: bool = True, weights: bool = True) -> Path | str:
+    """A local folder holding the model, or the hub id when it may still be downloaded.
+
+    Offline (HF_HUB_OFFLINE=1 or no network) a model that is not complete on disk is a
+    ModelLoadError naming the missing files and the `mmtune download` command.
+    """
+    path = Path(name).expanduser()
+    # A hub id is ORG/NAME; anything with more path parts (runs/x/final) is a folder, never downloaded.
+    if is_local_name(name):
+        if not path.is_dir():
+            raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
+                                 fix="point model.name at a folder saved with save_pretrained, or use a hub id")
+        miss = missing_files(path, family, tokenizer, weights)
+        if miss:
+            have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
+            raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
+                                 where="model.name", fix="save the model with save_pretrained into this folder")
+        return path
+    snap = cached_snapshot(name, revision)
+    if snap is not None:
+        miss = missing_files(snap, family, tokenizer, weights)
+        if not miss:
+            return snap
+        if _offline():
+            raise ModelLoadError(f"model {name} is only partly in the local cache ({snap}); missing: {', '.join(miss)}",
+                                 where="model.name", fix=f"mmtune download {name}   (on a machine with network)")
+        return name
+    if _offline():
+        need = ["config.json", "model weights (*.safetensors)", "tokenizer (tokenizer.json / tokenizer_config.json)"]
+        if family is not None and set(family.modalities) - {"text"}:
+            need.append("preprocessor_config.json")
+        from huggingface_hub import constants
+
+        raise ModelLoadError(
+            f"model {name} is not in the local cache ({constants.HF_HUB_CACHE}) and downloads are off "
+            f"(HF_HUB_OFFLINE); missing: {', '.join(need)}",
+            where="model.name", fix=f"mmtune download {name}   (then run again; or point model.name at a local folder)")
+    return name
