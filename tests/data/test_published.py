@@ -44,7 +44,7 @@ def test_chartqa_root_reads_both_parts_of_each_split_with_png_images(published):
 
 
 def test_chartqa_parts_select_human_or_augmented(published):
-    from mmtune.data.sources import load_source
+    from mmtune.data.one_source import load_source
 
     root = str(published / "chartqa" / "ChartQA Dataset")
     human = load_source(root, DataConfig(format="chartqa"), "train", parts=["human"])

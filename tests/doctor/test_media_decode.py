@@ -143,8 +143,9 @@ def test_fps_sampled_short_videos_count_the_frames_training_samples(doctor, tmp_
     ctx = make_context(tmp_path / "cfg.yaml")
     resolved = ctx.need("resolved")
     enc = Encoder.for_run(resolved)
-    from mmtune.data.formats import row_to_records
-    from mmtune.data.sources import iter_rows, make_resolver
+    from mmtune.data.one_source import make_resolver
+    from mmtune.data.row_records import row_to_records
+    from mmtune.data.rows import iter_rows
 
     base, rows = iter_rows(path, "train")
     resolve = make_resolver(base, None)

@@ -148,8 +148,7 @@ def test_stream_reads_a_parquet_file_and_a_save_to_disk_folder_like_the_loader(t
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from mmtune.data.sources import iter_rows
-    from mmtune.data.streaming import stream_rows
+    from mmtune.data.rows import iter_rows, stream_rows
 
     rows = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": str(i)}]}
             for i in range(600)]  # more than one parquet batch

@@ -61,7 +61,7 @@ def foreign_key(key: str) -> tuple[str, str] | None:
 
 
 # Split names as datasets spell them (failure mode 15: a `val` split where `validation` was expected);
-# data/sources.py finds a split under these, first found in this order. Only names that mean the same
+# data/splits.py finds a split under these, first found in this order. Only names that mean the same
 # split are aliases: `test` is never read for a validation split (eval picks the best checkpoint, which
 # would then be chosen on the test set); a missing split is an error naming the splits there are.
 SPLIT_ALIASES = {

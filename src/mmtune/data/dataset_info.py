@@ -49,9 +49,9 @@ class Entry:
         return f"{self.registry}: {self.name}"
 
     def rows(self, split: str | None):
-        """(base folder for relative media, rows), like sources.iter_rows."""
+        """(base folder for relative media, rows), like rows.iter_rows."""
         from .hub import hub_rows, repo_rows
-        from .sources import iter_rows
+        from .rows import iter_rows
 
         split = split or self.split
         if self.hub is not None:

@@ -1,48 +1,71 @@
-"""Per-dataset formats: one raw row (a dict) -> one or more Records.
+"""Per-dataset formats: their registry (`FORMATS`, one module each under data/row_formats/), the bad-record
+error every reader raises, and the helpers the format modules read a row with.
 
 Public VQA sets name their fields differently (ChartQA `query`/`label`, InfoVQA `query`/`answers`,
 OCR-VQA `questions`/`answers` lists per image); a format knows its names, `data.columns` renames
 (ours -> theirs), and a missing field is an error naming the record and the fields that do exist
-(failure mode 14) instead of a KeyError deep in a training loop.
+(failure mode 14) instead of a KeyError deep in a training loop. One raw row -> its Records:
+row_records.row_to_records.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 
 from ..errors import DataError, MMTuneError
 from .records import MEDIA_TYPES, Record
 
-# Our field name -> the names tried in a row, in order (the first is the documented one).
-FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
-    "messages": {"messages": ("messages", "conversations"), "images": ("images", "image"),
-                 "videos": ("videos", "video"), "audios": ("audios", "audio"), "id": ("id",)},
-    "vqa": {"image": ("image", "images"), "question": ("question",), "answer": ("answer", "answers"),
-            "id": ("id", "question_id")},
-    # Read by data/variants.py into `messages` rows (LLaMA-Factory's alpaca layout).
-    "alpaca": {"instruction": ("instruction",), "input": ("input",), "output": ("output",), "system": ("system",),
-               "history": ("history",), "images": ("images", "image"), "videos": ("videos", "video"),
-               "audios": ("audios", "audio"), "id": ("id",)},
-    # The published names first (data/published.py describes each dataset's layout), then the names
-    # the datasets' Hugging Face copies use.
-    "chartqa": {"image": ("imgname", "image"), "question": ("query", "question"), "answer": ("label", "answer"),
-                "id": ("id",)},
-    "infovqa": {"image": ("image_local_name", "image"), "question": ("question", "query"),
-                "answer": ("answers", "answer"), "id": ("questionId", "question_id", "id")},
-    # FSC147 rows come from its annotation + split files (data/published.py); the question and the
-    # structured answer are written from data.question_template / data.answer_template.
-    "fsc147": {"image": ("image",), "object": ("object",), "count": ("count",), "id": ("id",)},
-    "ocrvqa": {"image": ("image", "image_path"), "question": ("questions",), "answer": ("answers",),
-               "id": ("id", "image_id")},
-    # Preference pairs (data/preference.py): TRL's prompt/chosen/rejected, LLaMA-Factory's ranking sharegpt,
-    # RLAIF-V's question/chosen/rejected/image.
-    "preference": {"prompt": ("prompt", "conversations", "messages", "question", "query"), "chosen": ("chosen",),
-                   "rejected": ("rejected",), "images": ("images", "image"), "videos": ("videos", "video"),
-                   "audios": ("audios", "audio"), "id": ("id", "idx")},
+# data.format -> the module that defines it (data/row_formats/<name>.py: its FIELDS, our field name -> the names
+# tried in a row, the first documented, and its to_records). Adding a format is one module there and one line
+# here (docs/internals.md "Adding a data format"). Imported on first use: the modules use this one's helpers.
+FORMATS: dict[str, str] = {
+    "messages": ".row_formats.messages",
+    "vqa": ".row_formats.vqa",
+    "alpaca": ".row_formats.alpaca",
+    "chartqa": ".row_formats.chartqa",
+    "infovqa": ".row_formats.infovqa",
+    "fsc147": ".row_formats.fsc147",
+    "ocrvqa": ".row_formats.ocrvqa",
+    "preference": ".row_formats.preference",
 }
+
+
+_MODULES: dict[str, object] = {}  # by module path: every row asks (importlib's own lookup costs ~2 us a row)
+
+
+def format_module(fmt: str):
+    """The module of data.format `fmt` (a name in FORMATS)."""
+    path = FORMATS[fmt]
+    mod = _MODULES.get(path)
+    if mod is None:
+        import importlib
+
+        mod = _MODULES[path] = importlib.import_module(path, __package__)
+    return mod
+
+
+class _FormatFields(Mapping):
+    """FORMAT_FIELDS[fmt]: the FIELDS of the format's module, read when first asked."""
+
+    def __getitem__(self, fmt: str) -> dict[str, tuple[str, ...]]:
+        if fmt not in FORMATS:
+            raise KeyError(fmt)
+        return format_module(fmt).FIELDS
+
+    def __iter__(self):
+        return iter(FORMATS)
+
+    def __len__(self) -> int:
+        return len(FORMATS)
+
+    def __contains__(self, fmt) -> bool:
+        return fmt in FORMATS
+
+
+FORMAT_FIELDS: Mapping[str, dict[str, tuple[str, ...]]] = _FormatFields()
 OPTIONAL = {"id", "images", "videos", "audios"}
 PLACEHOLDERS = {"image": "<image>", "video": "<video>", "audio": "<audio>"}
 _PLACEHOLDER_KIND = {p: k for k, p in PLACEHOLDERS.items()}
@@ -270,117 +293,6 @@ def _split_placeholders(text: str, queues: dict[str, list[dict]]) -> list[dict]:
     return parts
 
 
-def _messages_records(row, columns, where, rid, resolve) -> list[Record]:
-    raw = _get(row, "messages", "messages", columns, where)
-    if not isinstance(raw, list) or not raw:
-        raise BadRecord("missing field", "`messages` must be a non-empty list of {role, content}", where,
-                        'write e.g. {"messages": [{"role": "user", "content": "..."}, {"role": "assistant", "content": "..."}]}')
-    # Top-level media lists (LLaVA / ShareGPT style) fill `<image>`-style placeholders in the text, in order.
-    queues: dict[str, list[dict]] = {}
-    for kind, field in (("image", "images"), ("video", "videos"), ("audio", "audios")):
-        val = _get(row, "messages", field, columns, where)
-        queues[kind] = [_media_part(kind, v, resolve, where) for v in _as_list(val)] if val is not None else []
-    n_given = {k: len(q) for k, q in queues.items()}
-    messages = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict):
-            raise BadRecord("missing field", f"message {i} is not an object", where, "each message is {role, content}")
-        role = m.get("role", m.get("from"))
-        content = m.get("content", m.get("value"))
-        if role is not None and not isinstance(role, str):
-            raise bad_type(f"message {i}'s role", role, where, "role is one of user / assistant / system")
-        if role is not None and role not in SHAREGPT_ROLES:
-            raise BadRecord("bad conversation", f"message {i} has role {role!r}"[:200], where,
-                            f"roles are {', '.join(sorted(set(SHAREGPT_ROLES)))}")
-        role = SHAREGPT_ROLES.get(role) if role is not None else None
-        if role is None or content is None:
-            raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(map(str, m)))})",
-                            where, "each message needs role (user/assistant/system) and content")
-        if isinstance(content, str):
-            parts = _split_placeholders(content, queues) if any(n_given.values()) else [{"type": "text", "text": content}]
-        elif isinstance(content, list):
-            parts = []
-            for p in content:
-                if not isinstance(p, dict) or p.get("type") not in ("text",) + MEDIA_TYPES:
-                    raise BadRecord("missing field", f"message {i} has a content part {_shown(p, 80)} that is not "
-                                    "text/image/video/audio", where,
-                                    'parts look like {"type": "text", "text": ...} or {"type": "image", "path": ...}')
-                if p["type"] == "text":
-                    text = p.get("text")
-                    if not isinstance(text, str):  # a chat part's text is a string, by the format's definition
-                        raise bad_type(f"message {i}'s text part", text, where, "give the text as a string")
-                    parts.extend(_split_placeholders(text, queues) if any(n_given.values())
-                                 else [{**p, "text": text}])
-                elif (p.get("path"), p.get("url"), p.get("bytes"), p.get(p["type"])) == (None,) * 4 and queues[p["type"]]:
-                    parts.append(queues[p["type"]].pop(0))  # {"type": "image"} with the file in the top-level list
-                else:
-                    parts.append(_checked_part(p, resolve, where))
-        else:
-            raise bad_type(f"message {i}'s content", content, where, "content is a string or a list of parts")
-        messages.append({"role": role, "content": parts})
-    first = next((m["role"] for m in messages if m["role"] != "system"), None)
-    if first == "assistant":
-        raise BadRecord("bad conversation", "an assistant turn comes before any user turn", where,
-                        "start the conversation with the user's message (after an optional system message)")
-    missing = [p["type"] for m in messages for p in m["content"] if p.get("_missing")]
-    left = {k: len(q) for k, q in queues.items() if q}
-    if missing or left:
-        used = {k: n_given[k] - len(queues[k]) for k in n_given}
-        detail = "; ".join(f"{n_given[k]} {k}(s) given, {used[k] + missing.count(k)} {PLACEHOLDERS[k]} placeholder(s) in the text"
-                           for k in n_given if n_given[k] or k in missing)
-        raise BadRecord("placeholder mismatch", f"media and placeholders do not match: {detail}", where,
-                        "put exactly one <image>/<video>/<audio> in the text per file listed in images/videos/audios")
-    if not any(n_given.values()):
-        _no_tags_without_media(messages, row, columns, where)
-    if not any(m["role"] == "assistant" for m in messages):
-        raise BadRecord("no answer", "record has no assistant turn (nothing to learn or score)", where,
-                        "end the conversation with an assistant message holding the answer, or set data.on_bad_record=skip")
-    return [Record(id=rid, source=where, messages=messages)]
-
-
-def _no_tags_without_media(messages: list[dict], row: dict, columns: dict[str, str], where: str) -> None:
-    """`<image>` tags in a record that lists no media: its media field is misspelt (`imgs`), empty, or named
-    by a wrong data.columns / dataset_info `columns` entry. Trained as is, the tags would be literal text
-    and the record text-only: refused, naming the fields the row does have."""
-    tags = {}
-    for m in messages:
-        for p in m["content"]:
-            if p.get("type") == "text":
-                for t in _PLACEHOLDER_RE.findall(p["text"]):
-                    tags[t] = tags.get(t, 0) + 1
-    if not tags:
-        return
-    kinds = [_PLACEHOLDER_KIND[t] for t in tags]
-    named = ", ".join(f"{(columns.get(k + 's') or FORMAT_FIELDS['messages'][k + 's'][0])!r}" for k in kinds)
-    have = ", ".join(sorted(map(str, row))) or "(none)"
-    raise BadRecord("placeholder mismatch", "the text has " + ", ".join(f"{n} {t} tag(s)" for t, n in tags.items())
-                    + f" but the record lists no {'/'.join(k + 's' for k in kinds)} (looked for {named})", where,
-                    f"the record's fields are: {have}. Name the media field with data.columns (e.g. "
-                    f"data.columns.images=<field>; a dataset_info entry: columns.images), or remove the tags")
-
-
-DEFAULT_TEMPLATES = {"question": "How many {object} are there? Answer as COUNT: <number>.",
-                     "answer": "COUNT: {count}"}
-
-
-def row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
-                   resolve: Callable[[str, str], str], templates: dict[str, str] | None = None) -> list[Record]:
-    """Records from one raw row. `resolve(path, where)` turns a media path into a checked absolute one;
-    `templates` ({question, answer}) write counting sets' text from their fields. Other tools' layouts
-    (alpaca, ms-swift, OpenAI parts, a top-level system) go through data/variants.py."""
-    from .variants import finish_records, normalize_row
-
-    if not isinstance(row, dict):
-        raise BadRecord("missing field", f"record is a {type(row).__name__}, not an object", where,
-                        "each record is a JSON object (one per line in JSONL)")
-    row, fmt, columns = normalize_row(row, fmt, columns, where)
-    records = finish_records(_plain_row_to_records(row, fmt, columns, where, index, resolve, templates), row, fmt,
-                             where)
-    for r in records:
-        checked_text(r)
-    return records
-
-
 def checked_text(record: Record) -> None:
     """Text that is no Unicode text (a lone surrogate: JSON allows the escape `\\ud800`, UTF-8 has no such
     character) makes every tokenizer raise. Refused when the record is read, so that `data inspect`, the
@@ -397,49 +309,3 @@ def checked_text(record: Record) -> None:
             raise BadRecord("bad encoding", f"text holds {t[e.start]!r}, a lone surrogate (no character: an escape "
                             f"like \\ud800 without its pair) in {t[max(0, e.start - 20):e.start]!r}...", record.source,
                             "re-export the text as UTF-8 (the tool that wrote it split a character in two)") from None
-
-
-def _plain_row_to_records(row: dict, fmt: str, columns: dict[str, str], where: str, index: int,
-                          resolve: Callable[[str, str], str], templates: dict[str, str] | None = None) -> list[Record]:
-    rid = _get(row, fmt, "id", columns, where)
-    rid = text_value(rid, "id", where) if rid is not None else str(index)
-    if fmt == "messages":
-        return _messages_records(row, columns, where, rid, resolve)
-    if fmt == "preference":
-        from .preference import pair_records
-
-        return pair_records(row, columns, where, index, resolve)
-    from .published import default_image, with_media_dirs
-
-    resolve = with_media_dirs(resolve, fmt)
-    fallback = default_image(row, fmt, rid)
-    names = (columns["image"],) if "image" in columns else FORMAT_FIELDS[fmt]["image"]
-    has_image = any(row.get(n) is not None for n in names)
-    img = _get(row, fmt, "image", columns, where) if has_image or fallback is None else fallback
-    media = [_media_part("image", v, resolve, where) for v in _as_list(img)]
-    if fmt == "fsc147":
-        t = {**DEFAULT_TEMPLATES, **(templates or {})}
-        fields = {"object": text_value(_get(row, fmt, "object", columns, where), "object", where),
-                  "count": count_value(_get(row, fmt, "count", columns, where), where)}
-        answer = t["answer"].format(**fields)
-        rec = _qa_record(rid, where, media, t["question"].format(**fields), answer, [answer])
-        # What the heatmap auxiliary loss compares with (mmtune.aux_losses.heatmap).
-        rec.targets = {k: row[k] for k in ("density", "points", "size") if row.get(k) is not None}
-        return [rec]
-    question = _get(row, fmt, "question", columns, where)
-    answer = _get(row, fmt, "answer", columns, where)
-    if fmt == "ocrvqa":
-        qs, ans = _as_list(question), _as_list(answer)
-        if len(qs) != len(ans):
-            raise BadRecord("missing field", f"{len(qs)} questions but {len(ans)} answers", where,
-                            "OCR-VQA rows pair questions[i] with answers[i]; fix the row or skip it")
-        out = []
-        for k, (q, a) in enumerate(zip(qs, ans)):
-            target, refs = _answer_and_refs(a, f"{where} (QA {k})")
-            out.append(_qa_record(f"{rid}#{k}", where, [dict(m) for m in media], q, target, refs))
-        return out
-    target, refs = _answer_and_refs(answer, where)
-    if isinstance(question, (list, tuple)):
-        raise BadRecord("missing field", f"question is a list ({len(question)} items) in format {fmt!r}", where,
-                        "use data.format=ocrvqa for rows with several questions per image")
-    return [_qa_record(rid, where, media, question, target, refs)]

@@ -76,7 +76,7 @@ def dataset_rows(ds, split: str, label: str) -> Iterator[tuple[str, object]]:
     """Rows of a Dataset, or of the split of a DatasetDict found under its aliases."""
     import datasets
 
-    from .sources import pick_split
+    from .splits import pick_split
 
     if isinstance(ds, (datasets.DatasetDict, datasets.IterableDatasetDict)):
         name = pick_split(list(ds.keys()), split, label)

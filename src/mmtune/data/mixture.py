@@ -65,7 +65,7 @@ def draw(n: int, count: int, rng: random.Random) -> list[int]:
 
 
 def load_mixture(sources, data_cfg, split: str) -> RecordSet:
-    from .sources import load_source
+    from .one_source import load_source
 
     out = RecordSet()
     per_source: dict[str, list] = {}

@@ -22,9 +22,10 @@ rejected side lives under `rejected_*` keys of the same item.
 
 from __future__ import annotations
 
-from .formats import FORMAT_FIELDS, BadRecord, _get, _messages_records, bad_type
+from .formats import FORMAT_FIELDS, BadRecord, _get, bad_type
 from .forwarding import Forwarding
 from .records import MEDIA_TYPES, Record, content_parts, part_text
+from .row_formats.messages import messages_records
 
 REJECTED = "rejected_"  # prefix of the rejected side's per-token keys in an encoded pair
 PAIR_MEDIA = "pair_media"  # a pair batch's names of the media tensors it holds once (objectives/dpo.py)
@@ -84,7 +85,7 @@ def pair_records(row: dict, columns: dict[str, str], where: str, index: int, res
         v = next((row[n] for n in names if row.get(n) is not None), None)
         if v is not None:
             row_msgs[ours] = v
-    rec = _messages_records(row_msgs, {}, where, rid, resolve)[0]
+    rec = messages_records(row_msgs, {}, where, rid, resolve)[0]
     rec.rejected = rejected
     return [rec]
 

@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")  # the readers in sources.py
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")  # the readers in local_readers.py
 # Folders next to the annotation files where each dataset keeps its images.
 MEDIA_DIRS = {"chartqa": ("png",), "infovqa": ("infographicsvqa_images", "images"), "ocrvqa": ("images",)}
 # OCR-VQA's dataset.json marks each image's split with a number.

@@ -18,36 +18,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 from ..errors import ConfigError, DataError
-
-
-def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
-    """(base folder for relative media, rows as (where, row-or-BadRecord)), read lazily."""
-    from .hub import _load, cached_snapshot, dataset_rows, is_hub_id
-    from .sources import _rows_csv, _rows_datasets, _rows_jsonl, _rows_parquet
-
-    path_s, _, explicit = spec.partition("::")
-    split = explicit or split
-    if is_hub_id(path_s):
-        snap = cached_snapshot(path_s)
-        ds = _load(str(snap or path_s), None, path_s, streaming=True)
-        return snap or Path.cwd(), dataset_rows(ds, split, path_s)
-    path = Path(path_s).expanduser()
-    if not path.exists():
-        raise DataError(f"data source {str(path)!r} does not exist", where=spec,
-                        fix="give a JSONL/parquet/CSV file, a dataset folder or a Hub id ORG/NAME")
-    if path.is_dir():
-        if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
-            return path, _rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
-        return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
-    readers = {".jsonl": _rows_jsonl, ".csv": _rows_csv, ".parquet": _rows_parquet}
-    if path.suffix not in readers:
-        raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
-                        where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
-                                        "or set data.streaming=false")
-    return path.parent, readers[path.suffix](path)
 
 
 def shuffle_buffer(rows: Iterator, size: int, rng: random.Random) -> Iterator:
@@ -88,11 +60,11 @@ def sample_records(spec: str, data_cfg, split: str = "train"):
 
 
 class _RecordReader:
-    """One pass over a source's rows (sources.open_source, read lazily under data.streaming), turning a row
+    """One pass over a source's rows (one_source.open_source, read lazily under data.streaming), turning a row
     into its records the way load_source does."""
 
     def __init__(self, spec: str, data_cfg, split: str):
-        from .sources import open_source
+        from .one_source import open_source
 
         if getattr(data_cfg, "dataset_info", None):
             raise ConfigError("data.streaming=true with data.dataset_info: registry entries are read whole",

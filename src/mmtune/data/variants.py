@@ -1,6 +1,6 @@
 """The shapes other tools' data comes in, read as they mean it (or refused with the reason).
 
-Applied around `formats.row_to_records`, so every reader (training, doctor, inspect) sees the same:
+Applied around `row_records.row_to_records`, so every reader (training, doctor, inspect) sees the same:
 
 - alpaca (LLaMA-Factory): `instruction` + `input` -> the user turn, `output` -> the answer, optional
   `system`, `history` ([[question, answer], ...]) and `images`/`videos`/`audios`. `data.format=alpaca`,

@@ -149,8 +149,9 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     """One split's pass. `train_keys`: the training records' keys, filled by the train split and read
     by the eval split (MM061: an eval record identical to a training record)."""
     from ..data.encode import Encoder
-    from ..data.formats import BadRecord, isolated, row_to_records
-    from ..data.sources import open_source
+    from ..data.formats import BadRecord, isolated
+    from ..data.one_source import open_source
+    from ..data.row_records import row_to_records
 
     cfg = resolved.cfg
     seen: set | None = set() if split == "train" else None  # training record keys (MM068 repeats)

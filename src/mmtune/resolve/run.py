@@ -147,7 +147,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     otherwise (plan, doctor, data inspect) a processor on disk or the embedded stand-in is used, and a
     processor that cannot be had is recorded in `processor_error` unless `require_processor`.
     """
-    from ..data.sources import resolve_split
+    from ..data.splits import resolve_split
     from ..models.load import refuse_device_map
     from ..models.model_config import resolve_family
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ...data.sources import split_alias_of
+from ...data.splits import split_alias_of
 from ..findings import error, info, warning
 from ..registry import check
 
@@ -126,8 +126,8 @@ def data_files_exist(ctx):
        "like train)", needs=("tree",), fast=True, failure_mode=15)
 def split_names(ctx):
     """What the resolved run reads for data.train / data.eval, where a split alias decided it (the same
-    rule `train` uses: mmtune.data.sources.resolve_split)."""
-    from ...data.sources import resolve_split
+    rule `train` uses: mmtune.data.splits.resolve_split)."""
+    from ...data.splits import resolve_split
 
     for key, p in _data_paths(ctx.need("tree")):
         chosen, note = resolve_split(str(p), "train" if key == "data.train" else "eval")

@@ -1,0 +1,190 @@
+"""Local data files read row by row: JSONL, JSON, parquet, CSV, Arrow, and a `datasets` save_to_disk folder.
+
+Each reader yields (where, row-or-BadRecord): a line in another encoding, a line that is not JSON or a CSV
+row with too many cells is one bad record (counted under data.on_bad_record), never a dead file; a file
+that cannot be read at all is a DataError naming it. `FILE_READERS` picks the reader by suffix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import DataError
+from .formats import BadRecord
+from .hub import arrow_rows, dataset_rows
+
+
+def parse_json_line(raw: bytes, where: str):
+    """One JSONL line -> its value, or a BadRecord saying what is wrong with it (never an exception)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return BadRecord("bad encoding", f"line is not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})",
+                         where, "re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        return BadRecord("bad json", f"line is not valid JSON ({e.msg} at column {e.colno})", where,
+                         "fix the line; JSONL holds one JSON object per line")
+    except RecursionError:
+        return BadRecord("bad json", "line is nested too deeply to be a record", where,
+                         "a record is an object of a few levels (messages -> turns -> parts)")
+
+
+UTF8_BOM = b"\xef\xbb\xbf"  # Windows tools (Notepad, Excel, PowerShell) start UTF-8 files with it
+
+
+def rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
+    # Read bytes, decode per line: one line in another encoding is one bad record, not a dead file.
+    with open(path, "rb") as f:
+        for n, line in enumerate(f, start=1):
+            if n == 1 and line.startswith(UTF8_BOM):
+                line = line[len(UTF8_BOM):]
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            yield where, parse_json_line(line, where)
+
+
+def rows_json(path: Path) -> Iterator[tuple[str, object]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is dropped
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
+                        fix="fix the syntax, or use JSONL (one record per line)") from None
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path} is not valid UTF-8 (byte {e.start})", where=str(path),
+                        fix="re-save the file as UTF-8") from None
+    except RecursionError:
+        raise DataError(f"{path} is nested too deeply to hold records", where=str(path),
+                        fix="a JSON data file is a list of record objects") from None
+    if isinstance(data, dict) and data and all(isinstance(v, dict) for v in data.values()):
+        # Keyed by id (OCR-VQA's dataset.json: {"<image id>": {questions, answers, ...}}).
+        for n, (key, row) in enumerate(data.items()):
+            yield f"{path}:record {n} (key {key!r})", {"id": key, **row}
+        return
+    if isinstance(data, dict):  # {"data": [...]} or {"train": [...], ...} are common wrappers
+        lists = {k: v for k, v in data.items() if isinstance(v, list)}
+        if len(lists) == 1:
+            data = next(iter(lists.values()))
+        else:
+            raise DataError(f"{path} holds an object, not a list of records", where=str(path),
+                            fix=f"make the top level a list of records (keys found: {', '.join(sorted(data))})")
+    if not isinstance(data, list):
+        # A number, string or null at the top level holds no records (a string would be read letter by letter).
+        raise DataError(f"{path} holds a {_json_kind(data)} at its top level, not a list of records", where=str(path),
+                        fix='make the top level a list of record objects: [{"messages": [...]}, ...] (or use JSONL)')
+    for n, row in enumerate(data):
+        yield f"{path}:record {n}", row
+
+
+def _json_kind(value) -> str:
+    return {bool: "boolean", int: "number", float: "number", str: "string", type(None): "null"}.get(type(value),
+                                                                                                  type(value).__name__)
+
+
+def rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 0
+    try:
+        batches = pq.ParquetFile(path).iter_batches(batch_size=256)  # one batch in memory at a time (streaming)
+        for batch in batches:
+            for row in batch.to_pylist():
+                yield f"{path}:row {n}", row
+                n += 1
+    except (pa.ArrowException, OSError) as e:
+        # Rows already yielded stay read; the rest of a damaged file cannot be told apart from the end.
+        raise DataError(f"{path} is not a readable parquet file" + (f" past row {n}" if n else "") + f" ({e})",
+                        where=f"{path}:row {n}" if n else str(path),
+                        fix="the file is truncated or corrupt: copy or export it again (pyarrow.parquet.read_table "
+                            "must open it)") from None
+
+
+def _undecodable(cells: list[str]) -> str | None:
+    """The first byte that was not UTF-8 (kept by surrogateescape) in `cells`, described, or None."""
+    for cell in cells:
+        for i, ch in enumerate(cell):
+            if "\udc80" <= ch <= "\udcff":
+                return f"byte 0x{ord(ch) - 0xdc00:02x} in {cell[max(0, i - 10):i].encode('utf-8', 'replace').decode()!r}..."
+    return None
+
+
+# CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.
+CSV_JSON_COLUMNS = {"messages", "conversations", "images", "videos", "audios", "history", "answers", "questions"}
+
+
+def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
+    import csv
+
+    # utf-8-sig drops a byte-order mark (else it sticks to the first column's name); surrogateescape keeps a
+    # byte that is not UTF-8 (a latin-1 'é' from Excel) as a marker, so that row alone is a bad record.
+    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+        reader = csv.DictReader(f)
+        bad_header = _undecodable(reader.fieldnames or [])
+        if bad_header is not None:
+            raise DataError(f"{path}: the header row is not valid UTF-8 ({bad_header})", where=f"{path}:1",
+                            fix=f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
+        while True:
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as e:  # a cell past the csv module's field limit (128 KiB), a stray quote at EOF
+                where = f"{path}:{reader.reader.line_num}"  # (DictReader's own count moves on success only)
+                yield where, BadRecord("bad csv", f"row cannot be read as CSV ({e})", where,
+                                       "quote cells that hold commas, quotes or newlines; keep a cell under 128 KiB "
+                                       "(longer text: use JSONL)")
+                continue
+            where = f"{path}:{reader.line_num}"  # the row's last line: a quoted cell may span several
+            bad_text = _undecodable([v for v in row.values() if isinstance(v, str)])
+            if bad_text is not None:
+                yield where, BadRecord("bad encoding", f"row is not valid UTF-8 ({bad_text})", where,
+                                       f"re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8 {path.name} > out.csv)")
+                continue
+            if None in row:  # more cells than header names
+                yield where, BadRecord("bad csv", f"row has {len(row) - 1 + len(row[None])} cells for "
+                                       f"{len(reader.fieldnames or [])} columns", where,
+                                       "quote cells that contain commas")
+                continue
+            out: dict = {}
+            for k, v in row.items():
+                if v == "" or v is None:
+                    out[k] = None
+                elif k in CSV_JSON_COLUMNS and v.lstrip()[:1] in "[{":
+                    try:
+                        out[k] = json.loads(v)
+                    except json.JSONDecodeError as e:
+                        out[k] = BadRecord("bad csv", f"column {k!r} is not valid JSON ({e.msg})", where,
+                                           f'write {k} as JSON in the cell, e.g. ["a.png", "b.png"]')
+                else:
+                    out[k] = v
+            bad = next((v for v in out.values() if isinstance(v, BadRecord)), None)
+            yield where, bad if bad is not None else out
+
+
+def rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(folder))
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"{folder} is not a dataset saved with save_to_disk ({e})", where=str(folder),
+                        fix="give a JSONL/JSON/parquet file, or a folder written by Dataset.save_to_disk") from None
+    return dataset_rows(ds, split, str(folder))
+
+
+# A file's reader by its suffix; a new file type is one reader above and one line here.
+FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parquet, ".csv": rows_csv,
+                ".arrow": arrow_rows}
+
+
+def reader_for(path: Path):
+    if path.suffix not in FILE_READERS:
+        raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
+                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow, a "
+                            "save_to_disk folder, a dataset repository folder or a Hub id ORG/NAME")
+    return FILE_READERS[path.suffix]
