@@ -18,8 +18,6 @@ def apply_checkpointing(model, family, context_fn=None) -> str:
     transformers part of a brought model, else on the model where it supports it; returns the decision's
     text. `context_fn`: torch.utils.checkpoint's (forward, recomputation) contexts (the planner's routing)."""
     if family.custom:
-        from .custom import enable_part_checkpointing
-
         parts = enable_part_checkpointing(model, context_fn)
         return (f"on (non-reentrant) in {', '.join(parts)}" if parts else
                 f"off: no part of {type(model).__name__} supports it")
@@ -36,3 +34,17 @@ def is_checkpointing(model) -> bool:
         if hasattr(type(model), attr) or hasattr(model, attr):
             return bool(getattr(model, attr))
     return False
+
+
+def enable_part_checkpointing(model, context_fn=None) -> list[str]:
+    """Non-reentrant activation checkpointing on each transformers part of a custom model (its vision
+    tower, its language model) that supports it; returns their names."""
+    done = []
+    for name, mod in model.named_modules():
+        if not name or any(name.startswith(d + ".") for d in done):
+            continue
+        if getattr(mod, "supports_gradient_checkpointing", False) and hasattr(mod, "config"):
+            enable_checkpointing(mod, context_fn)
+            mod.config.use_cache = False
+            done.append(name)
+    return done

@@ -219,19 +219,3 @@ def load_custom_processor(cfg):
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load the processor from {src}: {e}", where="model.processor",
                              fix=f"a folder saved with processor.save_pretrained, or pkg.module:make_processor ({DOC})") from None
-
-
-def enable_part_checkpointing(model, context_fn=None) -> list[str]:
-    """Non-reentrant activation checkpointing on each transformers part of a custom model (its vision
-    tower, its language model) that supports it; returns their names."""
-    from .checkpointing import enable_checkpointing
-
-    done = []
-    for name, mod in model.named_modules():
-        if not name or any(name.startswith(d + ".") for d in done):
-            continue
-        if getattr(mod, "supports_gradient_checkpointing", False) and hasattr(mod, "config"):
-            enable_checkpointing(mod, context_fn)
-            mod.config.use_cache = False
-            done.append(name)
-    return done
