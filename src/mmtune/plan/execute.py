@@ -172,8 +172,9 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
 
 def _fake_inputs(batch: dict, mode, tracker, phase: str) -> tuple[dict, set]:
     """The batch as the trace feeds it -- integer inputs (ids, masks, grids) stay real, floating media become
-    fake -- with its tensors registered in `phase`; returns it and their serials."""
-    fake = {k: (mode.with_value(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
+    fake tensors that carry their (already computed) values, for the few ops that read pixels (fake.py
+    `_VALUE_KEEPING`) -- with its tensors registered in `phase`; returns it and their serials."""
+    fake = {k: (mode.fake_of(v, constant=True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
             for k, v in batch.items()}
     serials = {tracker.register(v, phase) for v in fake.values() if isinstance(v, torch.Tensor)}
     return fake, serials - {None}

@@ -48,6 +48,13 @@ _FACTORIES = {_aten.zeros, _aten.ones, _aten.full, _aten.empty, _aten.empty_stri
               _aten.scalar_tensor, _aten.rand, _aten.randn}
 _LOCAL_SCALAR_DENSE = private_aten("_local_scalar_dense").default
 _UNSAFE_VIEW = private_aten("_unsafe_view").default
+# Ops that only copy or compare a tensor's values (and every view op). On a fake *input* that carries its value (the batch's
+# media: their real values exist already, see execute._fake_inputs) the output keeps carrying one, whatever
+# its size, so model code that reads the pixels themselves works as in training: Idefics3 / SmolVLM drop
+# the all-zero padding tiles with `(pixel_values.view(...) == 0.0).sum(...)` before the vision tower.
+# Anything that meets a weight is fake without a value, as before. Every view op keeps the value too: torch
+# would otherwise drop the input's value as soon as a view of it could not carry one (a view aliases it).
+_VALUE_KEEPING = {_aten._to_copy.default, _aten.clone.default, _aten.eq.Scalar, _aten.ne.Scalar}
 _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
               private_aten("_unsafe_index").Tensor, private_aten("_unsafe_index_put").default}
 
@@ -152,6 +159,11 @@ class ValueFakeMode(FakeModeBase):
                 out = self._run_real(func, args, kwargs)
                 if out is not NotImplemented:
                     return out
+        if (func in _VALUE_KEEPING or func.is_view) and len(fakes) == 1 and not kwargs.get("device") and \
+                constant_of(fakes[0]) is not None:
+            with no_dispatch():
+                value = func(*tree_map(lambda a: constant_of(a) if self.is_our_fake(a) else a, args), **kwargs)
+            return tree_map(lambda v: self.fake_of(v, constant=True) if isinstance(v, torch.Tensor) else v, value)
         if func in _INDEX_OPS:
             args = self._static_indices(args)
         if fakes and len(fakes) != len(tensors):

@@ -107,6 +107,10 @@ def stand_in_processor(family, facts: dict):
                 sub.crop_size = type(sub.crop_size)(height=n, width=n)
         if "image_grid_pinpoints" in facts and hasattr(sub, "image_grid_pinpoints"):
             sub.image_grid_pinpoints = facts["image_grid_pinpoints"]  # multi-view ("anyres") crops
+        if "longest_edge" in facts and getattr(sub, "max_image_size", None) is not None:
+            # Tiled towers (Idefics3 / SmolVLM): the image's long edge, then square tiles of `tile_edge` px
+            sub.size = type(sub.size)(longest_edge=facts["longest_edge"])
+            sub.max_image_size = {"longest_edge": facts["tile_edge"]}
     if "image_seq_length" in facts and hasattr(proc, "image_seq_length"):
         # Rebuilt, not patched: Gemma 3 builds its expanded image string at construction (InternVL reads the
         # attribute per call; a rebuild serves both).
@@ -115,6 +119,8 @@ def stand_in_processor(family, facts: dict):
         parts = {name: getattr(proc, name) for name in proc.get_attributes()}
         proc = make_processor(type(proc), **parts, image_seq_length=facts["image_seq_length"],
                               chat_template=proc.chat_template)
+    if "image_seq_len" in facts and hasattr(proc, "image_seq_len"):  # Idefics3 / SmolVLM: tokens per tile
+        proc.image_seq_len = facts["image_seq_len"]
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
         proc.num_image_tokens = facts["num_image_tokens"]
     fe = getattr(proc, "feature_extractor", None)
