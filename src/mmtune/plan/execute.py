@@ -195,7 +195,10 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
         elif s in ex.input_serials:
             key = "inputs"
         elif st.phase == "generation":
-            key = "generation"  # grpo's sampling: prompt forward, KV cache, the sampler's logits (plan/grpo.py)
+            # grpo's sampling (plan/grpo.py): prompt forward, KV cache, the sampler's logits. What outlives it into
+            # training is autocast's cached casts of the trainable weights, made at their first use: as the
+            # forward's own casts in an sft step, filed as activations.
+            key = "generation" if tr.peak_phase == "generation" else "activations"
         elif st.phase in ("eval_loss", "eval_generation"):
             key = "eval"  # eval batch, activations, logits, KV cache
         elif st.tag == "logits" or st.phase == "loss":
