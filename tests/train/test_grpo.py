@@ -87,3 +87,21 @@ def test_plan_models_grpo_text_only():
     assert r.generation["sequences_per_micro_batch"] == 3 * cfg.train.micro_batch_size
     assert r.generation["prompt_tokens"] + 8 == r.batch["tokens_per_record"] == 64
     assert r.peak_phase in ("generation", *(f"training ({p})" for p in ("forward", "loss", "backward", "optimizer")))
+
+
+def test_plan_command_names_the_generation_phase(tmp_path):
+    """`mmtune plan` on a grpo run prints its generation phase beside the training micro-batches."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:arithmetic",
+                                                                              "max_length": 64},
+                                   "train": {"objective": "grpo", "grpo": {"generations": 3}}}))
+    res = CliRunner().invoke(app, ["plan", str(cfg), "--gpu", "l4"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())  # the table's title may wrap
+    assert "3 generate calls of" in out
+    assert "breakdown at the peak (phase: training (" in out or "(phase: generation)" in out
