@@ -1,6 +1,5 @@
 """train.objective=grpo, a first version: completions sampled inside the loop's one step, scored by the task
-metrics as rewards, group-normalised advantages; logged rewards; exact resume; the planner says it does not
-model it yet."""
+metrics as rewards, group-normalised advantages; logged rewards; exact resume; the plan models it."""
 
 from __future__ import annotations
 
@@ -77,10 +76,32 @@ def test_rewards_are_the_metrics_and_check_what_they_return():
         reward_function("no_such_module:fn")
 
 
-def test_plan_says_it_does_not_model_grpo_yet():
-    from mmtune.errors import MMTuneError
+def test_plan_models_grpo_text_only():
+    """The plan of a text-only grpo run (tiny Qwen2): its generation phase and G training sequences
+    (tests/plan/test_grpo_plan.py compares a multimodal one with a real step)."""
     from mmtune.plan.planner import predict
 
-    cfg = load_config(None, ["model.name=tiny/qwen2", "train.objective=grpo", "data.max_length=64"])
-    with pytest.raises(MMTuneError, match="does not model train.objective=grpo yet"):
-        predict(cfg)
+    cfg = load_config(None, ["model.name=tiny/qwen2", "train.objective=grpo", "data.max_length=64",
+                             "train.grpo.generations=3", "train.grpo.max_completion_length=8", "train.device=cpu"])
+    r = predict(cfg)
+    assert r.generation["sequences_per_micro_batch"] == 3 * cfg.train.micro_batch_size
+    assert r.generation["prompt_tokens"] + 8 == r.batch["tokens_per_record"] == 64
+    assert r.peak_phase in ("generation", *(f"training ({p})" for p in ("forward", "loss", "backward", "optimizer")))
+
+
+def test_plan_command_names_the_generation_phase(tmp_path):
+    """`mmtune plan` on a grpo run prints its generation phase beside the training micro-batches."""
+    import yaml
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:arithmetic",
+                                                                              "max_length": 64},
+                                   "train": {"objective": "grpo", "grpo": {"generations": 3}}}))
+    res = CliRunner().invoke(app, ["plan", str(cfg), "--gpu", "l4"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())  # the table's title may wrap
+    assert "3 generate calls of" in out
+    assert "breakdown at the peak (phase: training (" in out or "(phase: generation)" in out

@@ -75,9 +75,6 @@ def preflight(target_run, config_path, overrides, *, skip_checks: bool, smoke: b
                               fix="fix them (see above; `mmtune doctor CONFIG` for all checks), or --skip-checks")
     if smoke or target_run.target.gpu is None:
         return None  # a smoke run is on the CPU by definition; no GPU, no GPU plan
-    if target_run.cfg.train.objective == "grpo":  # the planner refuses it (plan/planner.py): said, not planned
-        console.print("plan: not made: train.objective=grpo's generation phase is not modelled yet")
-        return None
     try:
         from ..plan import predict
     except ImportError:

@@ -186,6 +186,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     # decode); else keep a reservoir of records with media and decode it after the pass.
     decoder = _Decoder(encoder, scan, inline=full or out is not None)
     answers = _AnswerCounter(encoder, cfg, scan) if split == "eval" and cfg.eval.generate else None
+    if split == "train" and cfg.train.objective == "grpo":  # MM122: the answers against the completion budget
+        answers = _AnswerCounter(encoder, cfg, scan, limit=cfg.train.grpo.max_completion_length, cap=None)
     templates = {k: v for k, v in (("question", cfg.data.question_template), ("answer", cfg.data.answer_template)) if v}
     from ..resolve.processor import audio_window_seconds
 
@@ -253,9 +255,11 @@ class _AnswerCounter:
     several accepted answers (`references`) needs only its shortest. Only the records evaluation
     reads: the first data.eval_max_samples."""
 
-    def __init__(self, encoder, cfg, scan: SplitScan):
+    def __init__(self, encoder, cfg, scan: SplitScan, *, limit: int | None = None, cap: int | None = -1):
+        """`limit` / `cap`: another budget and record cap (grpo's training split: max_completion_length, all)."""
         self.tok = encoder.tokenizer
-        self.limit, self.cap, self.scan = cfg.eval.max_new_tokens, cfg.data.eval_max_samples, scan
+        self.limit = cfg.eval.max_new_tokens if limit is None else limit
+        self.cap, self.scan = cfg.data.eval_max_samples if cap == -1 else cap, scan
 
     def add(self, rec) -> None:
         if self.cap is not None and self.scan.answers >= self.cap:

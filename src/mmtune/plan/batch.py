@@ -187,9 +187,16 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     fill = tok.convert_tokens_to_ids("a")
     if fill is None or fill == tok.unk_token_id:
         fill = int(item["input_ids"][-1])
-    item = _fill_to(item, target, int(fill))
+    # grpo: the declared tokens are the prompt's and the completion's; the batch holds the prompt alone
+    budget = cfg.train.grpo.max_completion_length if training and cfg.train.objective == "grpo" else 0
+    if budget and n_media + budget > target:
+        raise DataError(f"the declared media ({decl.describe()}) take {n_media} tokens: with "
+                        f"train.grpo.max_completion_length={budget} that is over the {target}-token sequence cap",
+                        where="plan --image/--video/--audio", fix=f"raise data.max_length to at least {n_media + budget}")
+    item = _fill_to(item, target - budget, int(fill))
     counts = _media_counts(enc, item)
-    src = f"declared: {decl.describe()}, {target} tokens per record"
+    src = f"declared: {decl.describe()}, {target} tokens per record" + (
+        f" ({target - budget}-token prompt + {budget} completion tokens)" if budget else "")
     del torch
     if packed:
         item, target, src = _packed_row(item, enc, resolved, src)

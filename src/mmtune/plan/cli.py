@@ -63,6 +63,12 @@ def render(result, console) -> None:
                                                              if p['dequant_s'] else "")
                       + (f", communication {p['comm_exposed_s']:.3f} s not hidden" if r.gpus > 1 else "")
                       + f" ({p['matmul_tflops']:g} TFLOP/s, {p['bandwidth_gbs']:g} GB/s peak)")
+    g = getattr(r, "generation", None)
+    if g:  # grpo: its generation phase, added to the step time (plan/grpo.py)
+        console.print(f"  generation {g['generation_s_per_micro_batch']:.3f} s x {r.batch['grad_accum']}: "
+                      f"{g['generations']} generate calls of {g['prompts_per_micro_batch']} x {g['prompt_tokens']}-token "
+                      f"prompt(s), {g['max_completion_length']} new tokens at {g['decode_s_per_token'] * 1e3:.2f} ms each; "
+                      f"peaks: generation {gib(g['generation_peak_bytes'])}, training {gib(g['training_peak_bytes'])}")
     if r.comm:
         c = r.comm
         console.print(f"  {c['strategy']} traffic per GPU per step over {c['interconnect']} ({c['link_gbs']:g} GB/s): "

@@ -184,7 +184,7 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
     """Bytes live at the peak, by what they are."""
     tr = ex.tracker.trace
     out = {k: 0 for k in ("weights", "trainable_parameters", "gradients", "optimizer_state", "activations",
-                          "logits_loss", "temporaries", "inputs", "eval")}
+                          "logits_loss", "temporaries", "inputs", "eval", "generation")}
     for s in tr.live_at(tr.peak_index):
         st = tr.storages[s]
         if s in ex.param_serials:
@@ -195,6 +195,11 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
             key = "optimizer_state"
         elif s in ex.input_serials:
             key = "inputs"
+        elif st.phase == "generation":
+            # grpo's sampling (plan/grpo.py): prompt forward, KV cache, the sampler's logits. What outlives it into
+            # training is autocast's cached casts of the trainable weights, made at their first use: as the
+            # forward's own casts in an sft step, filed as activations.
+            key = "generation" if tr.peak_phase == "generation" else "activations"
         elif st.phase in ("eval_loss", "eval_generation"):
             key = "eval"  # eval batch, activations, logits, KV cache
         elif st.tag == "logits" or st.phase == "loss":
@@ -204,6 +209,8 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
         else:
             key = "temporaries"
         out[key] += st.nbytes
+    if not out["generation"]:
+        del out["generation"]  # only grpo plans have the phase
     return out
 
 

@@ -22,6 +22,7 @@ class PlannedModel:
     adapter_table: Any
     quantized_layers: int = 0
     decisions: list[str] = field(default_factory=list)
+    objective: Any = None  # the objective the trace ran (plan/grpo.py's keeps its generation phase)
 
 
 def build_planned_model(resolved) -> PlannedModel:

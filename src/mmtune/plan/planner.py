@@ -55,6 +55,7 @@ class PlanResult:
     # dequant_s (per step), comm_exposed_s, matmul_tflops and bandwidth_gbs used (timing.py)
     comm: dict = field(default_factory=dict)  # --gpus > 1: all_reduce/all_gather/reduce_scatter bytes per rank
     # per step, comm_time_s (the whole volume), exposed_s, link_gbs, interconnect (timing.py)
+    generation: dict = field(default_factory=dict)  # grpo: the generation phase (plan/grpo.py); empty otherwise
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -106,17 +107,14 @@ def trace_config(resolved, *, declared=None, steps: int = 2, plan_eval: bool = F
     lengths through the allocator models: benchmarks/allocator_varying_lengths.py)."""
     from .layer_dedup import DedupMismatch
 
-    if resolved.cfg.train.objective == "grpo":
-        raise MMTuneError("mmtune plan does not model train.objective=grpo yet (its generation phase: the KV cache "
-                          "of G sampled completions, then the training forward over them)", where="train.objective",
-                          fix="plan the same run with train.objective=sft for the training forward alone; "
-                              "docs/preference.md")
-    if dedup and resolved.cfg.train.objective == "dpo":
-        # The reference forward runs the stack a second time in each micro-batch: the four-layer trace assumes
-        # one pass per layer, so the whole stack is traced (slower to plan, the same answer).
+    if dedup and resolved.cfg.train.objective in ("dpo", "grpo"):
+        # The reference forward (grpo: also the generation's prompt forward and G training forwards) runs the
+        # stack again in each micro-batch: the four-layer trace assumes one pass per layer, so the whole stack is
+        # traced (slower to plan, the same answer).
         out = _trace(resolved, declared, steps, plan_eval, fast, False, attention_kernels, step_batches)
-        out[0].decisions.append("plan: every layer traced (dpo: the reference forward runs each layer a second "
-                                "time per micro-batch)")
+        why = "the reference forward runs each layer a second time" if resolved.cfg.train.objective == "dpo" else \
+            "the generation's prompt forward and G training forwards run each layer again"
+        out[0].decisions.append(f"plan: every layer traced ({resolved.cfg.train.objective}: {why} per micro-batch)")
         return out
     if dedup:
         try:
@@ -152,7 +150,13 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         materialize_fake(reference, mode, [])
     from ..objectives import make_objective
 
-    objective = make_objective(cfg, pm.model, reference_model=reference)
+    if cfg.train.objective == "grpo":  # the run's step with a traced generation phase (plan/grpo.py)
+        from .grpo import planned_objective
+
+        objective = planned_objective(resolved, pm, mode, reference)
+    else:
+        objective = make_objective(cfg, pm.model, reference_model=reference)
+    pm.objective = objective
     optimizer = _plan_optimizer(groups, cfg, target_cuda, pm)
     scheduler = make_scheduler(optimizer, warmup=cfg.train.warmup_steps, total=cfg.train.max_steps,
                                kind=cfg.train.scheduler)
@@ -400,6 +404,15 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
              "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
              "bandwidth_gbs": bw}
+    peak_phase, step_s, tokens_s, generation = tr.peak_phase, st.step_time_s, st.tokens_per_s, {}
+    if cfg.train.objective == "grpo":  # the generation phase: its time added, the peak's phase named
+        from .grpo import grpo_plan_parts
+
+        generation, step_s, peak_phase, lines = grpo_plan_parts(pm.objective, tr, pm, cfg, tflops=tflops,
+                                                                bandwidth_gbs=bw, step_time_s=st.step_time_s)
+        tokens_s = tokens_step * gpus / step_s if step_s else 0.0
+        parts["generation_s"] = generation["generation_s_per_step"]
+        decisions += lines
     comm = dict(st.comm, strategy=strategy, gpus=gpus, interconnect=spec.interconnect) if st.comm and spec else {}
     if comm and nodes > 1:
         comm["node_link"] = node_link_name
@@ -412,12 +425,13 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_allocated_bytes=int(peak_alloc), peak_reserved_bytes=int(peak_res),
         process_total_bytes=int(process_total), tensor_peak_bytes=int(tr.peak_bytes), gpu_total_bytes=int(total_mem),
         fits=bool(fits), margin_bytes=int(margin_bytes), margin_pct=100.0 * margin_bytes / total_mem,
-        required_margin_pct=margin_pct, peak_phase=tr.peak_phase, breakdown=breakdown,
+        required_margin_pct=margin_pct, peak_phase=peak_phase, breakdown=breakdown,
         media_tokens=pb.media_tokens,
         batch={"source": pb.source, "tokens_per_record": pb.tokens, "micro_batch_size": cfg.train.micro_batch_size,
                "grad_accum": cfg.train.grad_accum, "records_scanned": pb.records_seen, "skipped": pb.skipped},
-        step_time_s=st.step_time_s, tokens_per_s=st.tokens_per_s, flops_per_step=st.flops_per_step,
+        step_time_s=step_s, tokens_per_s=tokens_s, flops_per_step=st.flops_per_step,
         trainable_params=int(trainable_numel), total_params=int(total_numel),
         decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
         required_margin_bytes=margin_rule.required_headroom(process_total, margin_pct),
-        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm)
+        train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm,
+        generation=generation)

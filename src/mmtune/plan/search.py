@@ -2,7 +2,8 @@
 
 Knobs: micro-batch (accumulation adjusted to keep the effective batch), gradient checkpointing, 4-bit vs
 16-bit weights (lora <-> qlora; full fine-tuning stays full), AdamW vs 8-bit AdamW, ZeRO stage (with
---gpus > 1), and, only when nothing fits otherwise, the sequence cap and max pixels / frames (these
+--gpus > 1), grpo's completions per prompt (G, halved, only when no micro-batch fits with the configured G),
+and, only when nothing fits otherwise, the sequence cap and max pixels / frames (these
 change what the model sees, so they come last). Every candidate is planned for real (a trace each);
 memory only grows with the micro-batch, so once one size does not fit, larger ones are not tried.
 """
@@ -122,6 +123,19 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
             if c.result is None or not c.result.fits:
                 break
     fitting = [c for c in tried if c.result is not None and c.result.fits]
+    if not fitting and cfg.train.objective == "grpo":
+        # grpo: fewer completions per prompt (G) hold fewer training sequences per micro-batch; G sets how the
+        # advantages are normalised, so it is changed only when no micro-batch fits with the configured G.
+        for g in grpo_generation_candidates(cfg.train.grpo.generations):
+            ov = {"adapter.method": methods[-1], "train.optimizer": "adamw_8bit", "model.gradient_checkpointing": True,
+                  "train.micro_batch_size": 1, "train.grad_accum": eff, "train.grpo.generations": g}
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
+            tried.append(c)
+            if on_candidate is not None:
+                on_candidate(c)
+            if c.result is not None and c.result.fits:
+                fitting.append(c)
+                break
     if not fitting:
         # Last resort: shorter sequences / fewer pixels change what the model sees; try them smallest-first.
         for cap in (cfg.data.max_length // 2, cfg.data.max_length // 4):
@@ -138,3 +152,13 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
                 break
     best = min(fitting, key=lambda c: c.result.step_time_s) if fitting else None
     return SearchResult(best, tried, margin_pct)
+
+
+def grpo_generation_candidates(g: int) -> list[int]:
+    """Fewer completions per prompt to try, largest first: halvings of G down to 2 (GRPO's least: a group of one
+    has no spread to normalise by)."""
+    out = []
+    while g // 2 >= 2:
+        g //= 2
+        out.append(g)
+    return out
