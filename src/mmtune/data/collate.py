@@ -6,7 +6,8 @@ training; on the left for batched generation, so every answer starts at the same
 the pad id, `labels` with -100 (ignored by the loss), everything else with 0; a packed row's (4, tokens)
 M-RoPE `position_ids` become (4, rows, tokens), as the model takes them (data/packing.py). Media tensors
 (`pixel_values`, `image_grid_thw`, `input_features`, ...) index items or patches on dim 0 and are
-concatenated, which is how the processors batch them themselves. Floating tensors are cast to the
+concatenated, which is how the processors batch them themselves; (1, tokens, ...) tensors (Mllama's
+`cross_attention_mask`) are padded on their token axis and with zeros on the rest. Floating tensors are cast to the
 compute dtype here so the model never sees fp32 pixels next to bf16 weights (failure mode 4).
 """
 
@@ -54,6 +55,8 @@ class Collator:
                 # one C++ call per key (the row-by-row copy below cost ~0.05 ms a key on a short-text batch)
                 batch[key] = torch.nn.utils.rnn.pad_sequence(vals, batch_first=True, padding_value=self._fill(key),
                                                              padding_side=self.padding_side)
+            elif len(vals) == len(items) and all(_token_axis_1(v, it) for v, it in zip(vals, items)):
+                batch[key] = self._pad_token_axis_1(vals, longest)
             elif per_token and len(vals) == len(items):
                 fill = self._fill(key)
                 out = torch.full((len(items), *vals[0].shape[:-1], longest), fill, dtype=vals[0].dtype)
@@ -70,6 +73,24 @@ class Collator:
                 batch[key] = cat
         return batch
 
+    def _pad_token_axis_1(self, vals: list, longest: int):
+        """Pad the token axis (dim 1) to the longest record on the collator's side and every later axis (images,
+        tiles) to the batch's most with zeros: a padded token or image is attended by nothing."""
+        import torch
+
+        most = [max(v.shape[d] for v in vals) for d in range(2, vals[0].dim())]
+        out = torch.zeros((len(vals), longest, *most), dtype=vals[0].dtype)
+        for row, v in enumerate(vals):
+            n = v.shape[1]
+            cols = slice(0, n) if self.padding_side == "right" else slice(longest - n, longest)
+            out[(row, cols, *(slice(0, k) for k in v.shape[2:]))] = v[0]
+        return out
+
+
+def _token_axis_1(v, item) -> bool:
+    """(1, tokens, ...) per-record tensors: Mllama's `cross_attention_mask` (1, tokens, images, tiles)."""
+    return v.dim() >= 3 and v.shape[0] == 1 and v.shape[1] == item["input_ids"].shape[-1]
+
 
 def _pad_views(vals: list) -> list:
     """Multi-view ("anyres") pixels are (images, views, C, H, W) with a view count that depends on each
@@ -77,7 +98,8 @@ def _pad_views(vals: list) -> list:
     batch several images themselves (the model keeps only each image's real views, by `image_sizes`)."""
     import torch.nn.functional as F
 
-    if len(vals) < 2 or any(v.dim() < 3 for v in vals) or len({v.shape[2:] for v in vals}) != 1:
+    # (1, images) ids and (1, images, tiles) masks (Mllama) pad like the views of (images, views, C, H, W)
+    if len(vals) < 2 or any(v.dim() < 2 for v in vals) or len({v.shape[2:] for v in vals}) != 1:
         return vals
     most = max(v.shape[1] for v in vals)
     # F.pad lists (before, after) pairs from the last dim backwards; only dim 1 grows.
