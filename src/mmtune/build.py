@@ -148,7 +148,6 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     import torch
 
     from .models.loading import (
-        _bnb_config,
         _decide,
         _model_class,
         apply_checkpointing,
@@ -159,10 +158,10 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         check_no_meta,
         meta_config,
         model_folder,
-        quantize_decoder_4bit,
         remap_token_ids,
         structure_config,
     )
+    from .models.quantize import bnb_config, plan_decoder, quantize_decoder
     from .models.tiny import is_tiny
     from .resolve import local_target, resolve_here, resolve_run
 
@@ -224,8 +223,8 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
                       # the whole model on this process's device: placement, never offload (failure mode 7)
                       device_map={"": device})
         if qlora:
-            kwargs["quantization_config"] = _bnb_config(cfg, family, dtype)
-            _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
+            kwargs["quantization_config"] = bnb_config(cfg, family, dtype)
+            _decide(decisions, f"{cfg.adapter.method}: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
                                "vision/audio/projector/lm_head unquantized")
             quantize_here = False
         try:
@@ -244,15 +243,10 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     for p in model.parameters():
         if p.is_floating_point() and p.dtype != dtype:
             p.data = p.data.to(dtype)
-    if quantize_here and meta:
-        from .models.packed4bit import replace_decoder_linears
-
-        n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+    if quantize_here and meta:  # storage-exact stand-ins (models/quantize.py)
+        _decide(decisions, plan_decoder(model, cfg, family, dtype, cuda_target=run.target.gpu is not None))
     elif quantize_here:  # random weights: nothing pretrained to quantize while loading, so quantized here
-        n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                  cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+        _decide(decisions, quantize_decoder(model, cfg, family, dtype))
     if not meta:
         check_dtypes(model, dtype)
         check_no_meta(model)
@@ -261,13 +255,16 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         # storage is uint8 and stays); the planner builds through here, so it counts the same bytes.
         # A 4-bit layer's bias is left alone: bnb.nn.Linear4bit casts it back to the compute dtype (in
         # place) at its first forward, so after peft's upcast it is 16-bit again during training anyway.
-        bias4 = {id(m.bias) for m in model.modules() if "4bit" in type(m).__name__ and getattr(m, "bias", None) is not None}
+        bias4 = {id(m.bias) for m in model.modules()  # Linear8bitLt casts its bias to the input's dtype likewise
+                 if ("4bit" in type(m).__name__ or "8bit" in type(m).__name__) and getattr(m, "bias", None) is not None}
+        # 4-bit data stored in a 16-bit dtype (FSDP2: resolve/quantization.py) is packed bits, never upcast
+        bias4 |= {id(m.weight) for m in model.modules() if "4bit" in type(m).__name__}
         n = 0
         for p in model.parameters():
             if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16) and id(p) not in bias4:
                 p.data = p.data.float()
                 n += p.numel()
-        _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
+        _decide(decisions, f"{cfg.adapter.method}: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
     if cfg.model.gradient_checkpointing:
         how = apply_checkpointing(model, family)
         if family.custom or how.startswith("on"):

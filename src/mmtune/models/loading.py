@@ -356,12 +356,15 @@ def check_no_meta(model) -> None:
 # --------------------------------------------------------------------------- QLoRA
 
 def quantize_decoder_4bit(model, family: Family, compute_dtype, quant_type: str = "nf4",
-                          double_quant: bool = True) -> int:
+                          double_quant: bool = True, quant_storage=None) -> int:
     """Replace the decoder's nn.Linear layers by bitsandbytes Linear4bit (NF4), in place.
 
     Used for models built from a config (tiny twins): there are no pretrained weights to quantize
     while loading, so the random weights are quantized here. The vision tower, audio encoder,
     projector and lm_head are left in the compute dtype. Returns the number of layers replaced.
+    `quant_storage`: the packed data's dtype (uint8 by default; the compute dtype under FSDP2:
+    resolve/quantization.py). The layer is the weight's `module`, as transformers makes it: bnb then keeps
+    the quant state on the layer too, and restores it onto the plain tensor FSDP2 gathers.
     """
     bnb = require_bitsandbytes()
     import torch
@@ -371,12 +374,13 @@ def quantize_decoder_4bit(model, family: Family, compute_dtype, quant_type: str 
     others = tuple(p for c, ps in family.components.items() if c != "decoder" for p in ps)
     targets = [(n, m) for n, m in model.named_modules()
                if isinstance(m, nn.Linear) and n.startswith(decoder) and not (n + ".").startswith(others)]
+    store = {} if quant_storage is None else {"quant_storage": quant_storage}
     for name, lin in targets:
         q = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
                               compute_dtype=compute_dtype, compress_statistics=double_quant,
-                              quant_type=quant_type, device="meta")
+                              quant_type=quant_type, device="meta", **store)
         q.weight = bnb.nn.Params4bit(lin.weight.data.to(compute_dtype).cpu(), requires_grad=False,
-                                     compress_statistics=double_quant, quant_type=quant_type)
+                                     compress_statistics=double_quant, quant_type=quant_type, module=q, **store)
         if lin.bias is not None:
             q.bias = nn.Parameter(lin.bias.data.to(compute_dtype), requires_grad=False)
         parent_name, _, child = name.rpartition(".")
@@ -556,6 +560,7 @@ def require_bitsandbytes():
     except ImportError:
         from ..errors import ConfigError
 
-        raise ConfigError("adapter.method=qlora needs bitsandbytes, which is not installed here",
-                          where="adapter.method", fix="pip install 'mmtune[qlora]', or adapter.method=lora") from None
+        raise ConfigError("adapter.method=qlora / lora8bit needs bitsandbytes (its 4-bit / int8 layers), which is "
+                          "not installed here", where="adapter.method",
+                          fix="pip install 'mmtune[qlora]', or adapter.method=lora") from None
     return bitsandbytes
