@@ -49,15 +49,18 @@ class _Int8Linear(torch.autograd.Function):
             n_out = math.ceil(OUTLIER_FRACTION * in_f) if mod.threshold > 0 else 0
             sub = torch.empty(tokens, n_out, dtype=x.dtype, device=x.device)  # outlier columns, kept for backward
             w = torch.empty(out_f, in_f, dtype=x.dtype, device=x.device)  # stands for the int8 GEMM: FLOPs only
-            ctx.save_for_backward(sub, x)  # bnb keeps the input and its outlier columns
+            ctx.held = (sub, x)  # bnb keeps the input and its outlier columns
         else:
             w = torch.empty(out_f, in_f, dtype=x.dtype, device=x.device)  # CB dequantized to the input's dtype
-            ctx.save_for_backward(x)  # bnb keeps the input (ctx.A)
+            ctx.held = (x,)  # bnb keeps the input (ctx.A)
+        # Held as attributes, as bnb holds them (ctx.A, ctx.tensors), not through save_for_backward: activation
+        # checkpointing's saved-tensor hooks never see them, so they stay alive until backward even in a
+        # checkpointed block.
         return nn.functional.linear(x, w, bias.to(x.dtype) if bias is not None else None)
 
     @staticmethod
     def backward(ctx, grad):
-        mod = ctx.mod
+        mod = ctx.mod  # ctx.held stays: bnb's ctx attributes live as long as the graph, past this backward
         w = torch.empty(mod.out_features, mod.in_features, dtype=grad.dtype, device=grad.device)  # dequantized CB
         return grad @ w, None, None, None
 
