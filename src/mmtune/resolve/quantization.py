@@ -65,7 +65,7 @@ def decide_kbit(adapter, strategy: str, precision: str) -> tuple[str | None, lis
     elif strategy == "fsdp":
         storage = STORAGE_OF_PRECISION[precision]
         why = (f"auto: train.strategy=fsdp, so the packed 4-bit data is stored in the compute dtype ({storage}) and "
-               "FSDP2 shards and gathers it like the 16-bit weights beside it (same bytes as uint8)")
+               "FSDP2 shards and gathers it like the weights beside it (the same bytes as uint8)")
     else:
         storage, why = "uint8", "auto: bitsandbytes' default (nothing shards the 4-bit weights)"
     decisions.append(Decision(STORAGE_KEY, storage, why, changed=requested == "auto"))
