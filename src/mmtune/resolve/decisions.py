@@ -344,8 +344,9 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
 
     `model_params()` -> (total parameters, bytes per frozen weight), called only when `auto` must weigh
     the model against the GPU. QLoRA's 4-bit weights are sharded by FSDP2 (stored in the compute dtype:
-    resolve/quantization.py) but not by ZeRO-3 here, int8 weights by neither, and staged unfreezing changes which parameters learn mid-run, which sharded optimizers do not allow:
-    both are refused with the strategy that works."""
+    resolve/quantization.py) but not by ZeRO-3 here, int8 weights by neither, and staged unfreezing
+    changes which parameters learn mid-run, which sharded optimizers do not allow: each is refused with
+    the strategy that works."""
     key, n = "train.strategy", target.processes
     if adapter.method == "qlora" and requested == "zero3":
         raise ConfigError("train.strategy=zero3 cannot shard QLoRA's 4-bit decoder weights (DeepSpeed ZeRO-3 does not "

@@ -57,9 +57,10 @@ def qlora_trains_4bit(ctx):
         bad = [u for u in st.train if _QUANTIZED_UNITS.match(u)]
         if bad:
             yield error(f"train.stages[{i}].train={st.train} trains {', '.join(bad)} in full, but adapter.method="
-                        f"{cfg.adapter.method} stores the decoder's linear layers as integers (4-bit / int8): integer weights cannot be trained (\"only "
-                        "Tensors of floating point dtype can require gradients\")", where=f"train.stages[{i}].train",
-                        fix="decoder_lora instead (LoRA on the 4-bit decoder), or adapter.method=lora to train decoder "
+                        f"{cfg.adapter.method} stores the decoder's linear layers as integers (4-bit / int8): integer "
+                        "weights cannot be trained (\"only Tensors of floating point dtype can require gradients\")",
+                        where=f"train.stages[{i}].train",
+                        fix="decoder_lora instead (LoRA on the k-bit decoder), or adapter.method=lora to train decoder "
                             "blocks in full")
 
 
