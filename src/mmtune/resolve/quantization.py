@@ -24,7 +24,7 @@ STORAGE_KEY = "adapter.bnb_4bit_quant_storage"
 
 def storage_problem(adapter, strategy: str, precision: str) -> str | None:
     """Why `adapter.bnb_4bit_quant_storage` cannot be used (None when it can): a float storage other than the
-    compute dtype. One rule for the resolved run (which refuses) and the doctor (MM102, which reports it).
+    compute dtype. One rule for the resolved run (which refuses) and the doctor (MM092, which reports it).
     uint8 is bnb's default; FSDP2 (torch 2.13) leaves integer weights uncast, so it shards too (same bytes)."""
     store = adapter.bnb_4bit_quant_storage
     want = STORAGE_OF_PRECISION[precision]

@@ -14,7 +14,7 @@ from ..registry import check
 KBIT = ("qlora", "lora8bit")
 
 
-@check("MM100", "bitsandbytes is installed where a k-bit LoRA run (qlora / lora8bit) executes", needs=("cfg",), fast=True)
+@check("MM090", "bitsandbytes is installed where a k-bit LoRA run (qlora / lora8bit) executes", needs=("cfg",), fast=True)
 def kbit_needs_bitsandbytes(ctx):
     """Without it, the build stops at the first 4-bit / int8 layer (transformers: "Using `bitsandbytes` 8-bit
     quantization requires the latest version of bitsandbytes")."""
@@ -31,7 +31,7 @@ def kbit_needs_bitsandbytes(ctx):
                     where="adapter.method", fix="pip install 'mmtune[qlora]', or adapter.method=lora")
 
 
-@check("MM101", "8-bit LoRA's int8 matmul runs well on the target GPU", needs=("cfg", "gpu"), fast=True)
+@check("MM091", "8-bit LoRA's int8 matmul runs well on the target GPU", needs=("cfg", "gpu"), fast=True)
 def int8_matmul_supported(ctx):
     """LLM.int8()'s int8 matmul uses the int8 tensor cores of sm_75+ (Turing and newer); older GPUs (V100, P100,
     P40) run bitsandbytes' slow fallback ("Compute capability < 7.5 detected! Only slow 8-bit matmul is supported
@@ -52,14 +52,14 @@ def int8_matmul_supported(ctx):
         try:
             have = version("bitsandbytes")
         except PackageNotFoundError:
-            return  # MM100 says it
+            return  # MM090 says it
         if tuple(int(x) for x in have.split(".")[:2] if x.isdigit()) < (0, 45):
             yield error(f"adapter.method=lora8bit on {gpu.name} (sm_{major}{minor}) with bitsandbytes {have}: its int8 "
                         "matmul does not run on Hopper before 0.45 (\"Your GPU does not support Int8 Matmul\")",
                         where="adapter.method", fix="pip install 'bitsandbytes>=0.45', or adapter.method=qlora")
 
 
-@check("MM102", "QLoRA's 4-bit weights are stored in the compute dtype (or uint8), so FSDP2 shards them intact",
+@check("MM092", "QLoRA's 4-bit weights are stored in the compute dtype (or uint8), so FSDP2 shards them intact",
        needs=("cfg",), fast=True)
 def qlora_storage_under_fsdp(ctx):
     """FSDP2 gathers every floating weight in the mixed-precision compute dtype: packed 4-bit data stored in
@@ -80,7 +80,7 @@ def qlora_storage_under_fsdp(ctx):
             yield error(b.what, where=b.where, fix=b.fix)
 
 
-@check("MM103", "under FSDP2 every wrapped unit's trainable parameters share one dtype", needs=("cfg", "resolved", "adapted"))
+@check("MM093", "under FSDP2 every wrapped unit's trainable parameters share one dtype", needs=("cfg", "resolved", "adapted"))
 def fsdp_uniform_trainable_dtype(ctx):
     """FSDP2 reduces one unit's gradients in one collective and stops at its first forward otherwise ("FSDP
     expects uniform original parameter dtype but got {torch.bfloat16, torch.float32}"); FSDP1's form of the same
