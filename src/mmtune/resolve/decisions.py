@@ -351,8 +351,8 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
     if adapter.method == "qlora" and requested == "zero3":
         raise ConfigError("train.strategy=zero3 cannot shard QLoRA's 4-bit decoder weights (DeepSpeed ZeRO-3 does not "
                           "partition bitsandbytes Params4bit here)", where=key,
-                          fix="train.strategy=fsdp (FSDP2 shards the 4-bit weights stored in the compute dtype), ddp "
-                              "(the 4-bit weights fit on each GPU; QLoRA's point) or zero2")
+                          fix="train.strategy=fsdp (FSDP2 shards the 4-bit weights stored in the compute dtype), "
+                              "train.strategy=ddp (the 4-bit weights fit on each GPU; QLoRA's point) or train.strategy=zero2")
     if adapter.method == "lora8bit" and requested in SHARDED:
         raise ConfigError(f"train.strategy={requested} cannot shard 8-bit LoRA's int8 decoder weights: their scales live "
                           "outside the parameter (bitsandbytes Int8Params' SCB), so a gathered shard has none "
