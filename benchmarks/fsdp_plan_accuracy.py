@@ -32,6 +32,9 @@ RUNS = [
     ("text-full-nockpt", ["model.name=tiny/qwen2", "adapter.method=full", "model.gradient_checkpointing=false"], {}),
     ("image-lora-ckpt", ["model.name=tiny/qwen2-vl", "adapter.method=lora", "model.gradient_checkpointing=true"],
      {"images": [(112, 112)]}),
+    # issue 29: QLoRA under FSDP2 (4-bit data stored in the compute dtype, sharded; the quant state whole per rank)
+    ("text-qlora-nockpt", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=false"], {}),
+    ("text-qlora-ckpt", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=true"], {}),
     ("image-full-nockpt", ["model.name=tiny/qwen2-vl", "adapter.method=full", "model.gradient_checkpointing=false"],
      {"images": [(112, 112)]}),
     ("image-full-ckpt-448", ["model.name=tiny/qwen2-vl", "adapter.method=full", "model.gradient_checkpointing=true",
