@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# what its --out file carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("rows", "runs", "repeats", "mean_abs_error_pct", "max_abs_error_pct", "max_spread_pct")
+
 # name, overrides, declared media (as benchmarks/planner_accuracy.py)
 RUNS = [
     ("text-lora-ckpt", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], {}),

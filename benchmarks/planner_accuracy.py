@@ -15,6 +15,9 @@ import argparse
 import sys
 import time
 
+# what its --out file carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("rows", "mean_abs_error_pct", "max_abs_error_pct", "runs")
+
 # name, overrides, declared media
 RUNS = [
     ("text-lora-ckpt", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], {}),

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 
 import yaml
-
 from doctor_helpers import run_codes
 
 TEXT = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:arithmetic", "synthetic_train_size": 8},
