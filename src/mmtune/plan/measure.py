@@ -35,11 +35,13 @@ def _quant_state_tensors(model):
     """bnb's quant state, which no parameter or buffer holds: 4-bit absmax / codes (on the weight, and on the
     layer, where it stays whole on every rank under FSDP2) and int8 row scales (SCB, on the weight or the
     layer's matmul state)."""
+    import torch
+
     out = []
     for m in model.modules():
         for holder in (m, getattr(m, "state", None), getattr(m, "weight", None)):
             scb = getattr(holder, "SCB", None)
-            if isinstance(scb, torch_tensor()):
+            if isinstance(scb, torch.Tensor):
                 out.append(scb)
     states = [getattr(p, "quant_state", None) for p in model.parameters()]
     states += [getattr(m, "quant_state", None) for m in model.modules()]
@@ -55,12 +57,6 @@ def _quant_state_tensors(model):
         if getattr(qs, "offset", None) is not None:
             out.append(qs.offset)
     return out
-
-
-def torch_tensor():
-    import torch
-
-    return torch.Tensor
 
 
 def measure_step(run, micro_batch: dict, *, steps: int = 2) -> Measured:
