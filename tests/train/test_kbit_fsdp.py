@@ -1,6 +1,7 @@
 """QLoRA under FSDP2 on 2 CPU gloo ranks: the 4-bit weights stored in the compute dtype are sharded, the run
-matches DDP's QLoRA step for step (fp32 and bf16), the adapter gathered at save time is a PEFT adapter that
-loads back onto a freshly quantized base, and the planner's per-rank peak is within its stated error."""
+matches DDP's QLoRA step for step (fp32 and bf16) and resumes exactly from its sharded checkpoint, the adapter
+gathered at save time is a PEFT adapter that loads back onto a freshly quantized base, and the planner's
+per-rank peak is within its stated error."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ MEASURE = ["model.name=tiny/qwen2", "adapter.method=qlora", "data.max_length=512
            "train.device=cpu", "train.grad_accum=2", "train.strategy=fsdp", "model.gradient_checkpointing=false"]
 
 
-@pytest.mark.slow  # ~2 min: one 2-rank launch of four short runs and one measured step
+@pytest.mark.slow  # ~2.5 min: one 2-rank launch of six short runs and one measured step
 @pytest.mark.distributed
 def test_fsdp2_qlora_matches_ddp_saves_a_peft_adapter_and_is_planned(tmp_path):
     import torch
@@ -26,8 +27,12 @@ def test_fsdp2_qlora_matches_ddp_saves_a_peft_adapter_and_is_planned(tmp_path):
 
     jobs = [{"key": f"{s}-{p}", "case": "text-lora", "strategy": s, "tag": f"q-{s}-{p}", "adapter": QLORA,
              "precision": p, "save_every": 5} for p in ("fp32", "bf16") for s in ("fsdp", "ddp")]
+    # killed after step 3 and run again: resumed from its sharded checkpoint (4-bit weights included)
+    jobs += [{"key": k, "case": "text-lora", "strategy": "fsdp", "tag": "q-killed", "adapter": QLORA, "save_every": 3,
+              **extra} for k, extra in (("killed", {"stop_after": 3}), ("resumed", {}))]
     jobs.append({"key": "measure", "measure": MEASURE, "images": []})
     two = two_ranks(jobs, tmp_path)
+    assert two["killed"] == two["fsdp-fp32"][:3] and two["resumed"] == two["fsdp-fp32"], two
     assert close(two["fsdp-fp32"], two["ddp-fp32"]), two  # the same 4-bit weights, gathered: the same steps
     assert close(two["fsdp-bf16"], two["ddp-bf16"], tol=2e-2), two  # bf16 gathers / reductions in another order
     for p in ("fp32", "bf16"):
