@@ -24,6 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# what its --out file carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("rows", "runs", "repeats", "mean_abs_error_pct", "max_abs_error_pct", "max_spread_pct")
+
 # name, overrides, declared media (as benchmarks/planner_accuracy.py)
 RUNS = [
     ("text-lora-ckpt", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], {}),
@@ -32,6 +35,9 @@ RUNS = [
     ("text-full-nockpt", ["model.name=tiny/qwen2", "adapter.method=full", "model.gradient_checkpointing=false"], {}),
     ("image-lora-ckpt", ["model.name=tiny/qwen2-vl", "adapter.method=lora", "model.gradient_checkpointing=true"],
      {"images": [(112, 112)]}),
+    # issue 29: QLoRA under FSDP2 (4-bit data stored in the compute dtype, sharded; the quant state whole per rank)
+    ("text-qlora-nockpt", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=false"], {}),
+    ("text-qlora-ckpt", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=true"], {}),
     ("image-full-nockpt", ["model.name=tiny/qwen2-vl", "adapter.method=full", "model.gradient_checkpointing=false"],
      {"images": [(112, 112)]}),
     ("image-full-ckpt-448", ["model.name=tiny/qwen2-vl", "adapter.method=full", "model.gradient_checkpointing=true",

@@ -15,6 +15,9 @@ import argparse
 import sys
 import time
 
+# what its --out file carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("rows", "mean_abs_error_pct", "max_abs_error_pct", "runs")
+
 # name, overrides, declared media
 RUNS = [
     ("text-lora-ckpt", ["model.name=tiny/qwen2", "adapter.method=lora", "model.gradient_checkpointing=true"], {}),
@@ -60,6 +63,12 @@ RUNS = [
                                "train.precision=bf16", "data.max_length=2048"], {}),
     ("text-qlora-bf16-upcast", ["model.name=tiny/qwen2", "adapter.method=qlora", "model.gradient_checkpointing=true",
                                 "train.precision=bf16", "adapter.kbit_upcast=true", "data.max_length=2048"], {}),
+    # issue 29: 8-bit LoRA (bitsandbytes Linear8bitLt; on the CPU its training path dequantizes each weight)
+    ("text-lora8bit-ckpt", ["model.name=tiny/qwen2", "adapter.method=lora8bit", "model.gradient_checkpointing=true"], {}),
+    ("text-lora8bit-nockpt", ["model.name=tiny/qwen2", "adapter.method=lora8bit", "model.gradient_checkpointing=false"],
+     {}),
+    ("image-lora8bit-ckpt", ["model.name=tiny/qwen2-vl", "adapter.method=lora8bit", "model.gradient_checkpointing=true"],
+     {"images": [(112, 112)]}),
     ("image-lora-ckpt-448", ["model.name=tiny/qwen2-vl", "adapter.method=lora", "model.gradient_checkpointing=true",
                              "data.max_length=2048"], {"images": [(448, 448)]}),
     ("image-eager-nockpt-448", ["model.name=tiny/qwen2.5-vl", "adapter.method=lora", "model.gradient_checkpointing=false",

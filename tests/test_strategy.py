@@ -46,13 +46,18 @@ def test_requested_strategy_is_kept_and_recorded(tmp_path):
     assert r.to_dict()["strategy"] == "zero3"
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "zero3"])
-def test_qlora_cannot_be_sharded_and_says_what_works(tmp_path, strategy):
+def test_qlora_is_sharded_by_fsdp2_not_zero3_and_says_what_works(tmp_path):
     with pytest.raises(ConfigError) as e:
-        resolve_run(_cfg(tmp_path, "adapter.method=qlora", f"train.strategy={strategy}"), gpu_target("a100-80gb", gpus=2))
-    assert e.value.where == "train.strategy" and "train.strategy=ddp" in e.value.fix
+        resolve_run(_cfg(tmp_path, "adapter.method=qlora", "train.strategy=zero3"), gpu_target("a100-80gb", gpus=2))
+    assert e.value.where == "train.strategy" and "train.strategy=ddp" in e.value.fix and "fsdp" in e.value.fix
     r = resolve_run(_cfg(tmp_path, "adapter.method=qlora"), gpu_target("a100-80gb", gpus=2))
-    assert r.strategy == "ddp" and "QLoRA" in r.decision("train.strategy").reason
+    assert r.strategy == "ddp" and "qlora" in r.decision("train.strategy").reason
+    # FSDP2: the 4-bit data stored in the compute dtype (bf16 on an A100), so it shards (resolve/quantization.py)
+    f = resolve_run(_cfg(tmp_path, "adapter.method=qlora", "train.strategy=fsdp"), gpu_target("a100-80gb", gpus=2))
+    assert f.strategy == "fsdp" and f.cfg.adapter.bnb_4bit_quant_storage == "bf16"
+    for s in ("fsdp", "zero3"):  # int8 weights: sharded by neither
+        with pytest.raises(ConfigError, match="int8"):
+            resolve_run(_cfg(tmp_path, "adapter.method=lora8bit", f"train.strategy={s}"), gpu_target("a100-80gb", gpus=2))
 
 
 def test_staged_unfreezing_is_refused_under_deepspeed(tmp_path):

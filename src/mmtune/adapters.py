@@ -1,4 +1,4 @@
-"""Adapters: LoRA / DoRA / QLoRA on the decoder, components trained in full or frozen, per-component LR.
+"""Adapters: LoRA / DoRA / QLoRA / 8-bit LoRA on the decoder, components trained in full or frozen, per-component LR.
 
 `apply_adapters(model, family, adapter_cfg, train_cfg)` returns the (possibly peft-wrapped) model,
 optimizer parameter groups and a table of trainable parameters per component.
@@ -126,7 +126,7 @@ def _linear_modules(model) -> list[str]:
     try:
         import bitsandbytes as bnb
 
-        kinds: tuple = (nn.Linear, bnb.nn.Linear4bit)
+        kinds: tuple = (nn.Linear, bnb.nn.Linear4bit, bnb.nn.Linear8bitLt)
     except ImportError:
         kinds = (nn.Linear,)
     return [n for n, m in model.named_modules() if isinstance(m, kinds)]
@@ -328,7 +328,7 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
 
     if not groups:
         raise ConfigError("no parameter is trainable", where="adapter",
-                          fix="use adapter.method lora/qlora (LoRA on the decoder) or full, or list components "
+                          fix="use adapter.method lora/qlora/lora8bit (LoRA on the decoder) or full, or list components "
                               "in adapter.train_components")
     for c in COMPONENTS:
         intended = (method == "full" and c not in freeze_c) or c in train_c or (c == "decoder" and method == "full")

@@ -56,7 +56,7 @@ def stage_params(model, family, stages) -> list[list[str]]:
             if not hits:
                 raise ConfigError(f"stage {i} unit {unit!r} selects no parameter of this {family.name} model",
                                   where=f"train.stages[{i}].train",
-                                  fix="LoRA units need adapter.method lora/qlora and target_modules reaching that "
+                                  fix="LoRA units need adapter.method lora/qlora/lora8bit and target_modules reaching that "
                                       "component; components: " + ", ".join(sorted(family.components)))
             chosen += [n for n in hits if n not in chosen]
         out.append(chosen)

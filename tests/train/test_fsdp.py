@@ -193,10 +193,11 @@ def test_torchrun_smoke_of_a_shipped_recipe_under_fsdp(tmp_path):
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     summary = json.loads((tmp_path / "run-smoke" / "summary.json").read_text())
     assert any(d.startswith("FSDP2:") for d in summary["decisions"]) and summary["steps"] > 0
-    # QLoRA cannot be sharded: refused before anything is built, with the alternative.
+    # QLoRA under ZeRO-3 cannot be sharded: refused before anything is built, with the alternatives (FSDP2
+    # shards it: tests/train/test_kbit_fsdp.py).
     out = CliRunner().invoke(app, ["train", str(root / "recipes" / "llava_next_7b_qlora.yaml"), "--smoke",
-                                   "train.strategy=fsdp", f"output_dir={tmp_path / 'q'}"], env={"COLUMNS": "300"})
-    assert out.exit_code != 0 and "cannot shard QLoRA" in out.output and "train.strategy=ddp" in out.output
+                                   "train.strategy=zero3", f"output_dir={tmp_path / 'q'}"], env={"COLUMNS": "300"})
+    assert out.exit_code != 0 and "cannot shard QLoRA" in out.output and "train.strategy=fsdp" in out.output
 
 
 # The planner's stated error for fsdp per-rank peaks on CPU ranks (docs/plan.md, "FSDP per rank";

@@ -240,7 +240,9 @@ class DataConfig(Section):
 
 
 class AdapterConfig(Section):
-    method: Literal["lora", "qlora", "full"] = "lora"
+    method: Literal["lora", "qlora", "lora8bit", "full"] = Field(
+        "lora", description="lora (16-bit base), qlora (4-bit NF4/FP4 decoder base, bitsandbytes), lora8bit (int8 "
+                            "LLM.int8() decoder base, bitsandbytes), or full fine-tuning")
     r: int = Field(16, gt=0)
     alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
     dropout: float = Field(0.05, ge=0, lt=1)
@@ -268,6 +270,12 @@ class AdapterConfig(Section):
     lr_multipliers: dict[str, float] = Field(default_factory=dict)
     bnb_4bit_quant_type: Literal["nf4", "fp4"] = "nf4"
     bnb_4bit_double_quant: bool = True
+    bnb_4bit_quant_storage: Literal["auto", "uint8", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="qlora: the dtype the packed 4-bit weights are stored in; auto: the compute dtype under "
+                            "train.strategy=fsdp (so FSDP2 shards them like 16-bit weights), uint8 otherwise")
+    llm_int8_threshold: float = Field(
+        6.0, ge=0, description="lora8bit: input features with an |activation| above this run through a 16-bit "
+                               "matmul (LLM.int8()'s outlier decomposition); 0 turns it off")
     kbit_upcast: bool = Field(
         False, description="qlora: upcast every non-quantized floating weight (embeddings, norms, vision tower, lm_head) "
                            "to fp32 as peft's prepare_model_for_kbit_training does (~2 GiB more on a 7-8B model); "
@@ -294,6 +302,10 @@ class AuxLossConfig(Section):
         check_spec(self.name, self.options)  # did-you-mean for names and options, at load time
         return self
 
+
+# adapter.method values that train LoRA on a frozen base (peft adapters), and those whose base is k-bit (bitsandbytes).
+LORA_METHODS = ("lora", "qlora", "lora8bit")
+KBIT_METHODS = ("qlora", "lora8bit")
 
 # The parts of a model every family names (models/families.py), adapters, stages and model.components use.
 COMPONENTS = ("vision", "audio", "projector", "decoder", "lm_head")

@@ -197,8 +197,8 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
     from ..resolve import local_target, resolve_run
 
     cfg = run_config_of(ckpt)
-    if cfg.adapter.method == "qlora":
-        # Merging into 4-bit weights would round the update away; merge into the compute dtype instead.
+    if cfg.adapter.method in ("qlora", "lora8bit"):
+        # Merging into 4-bit / int8 weights would round the update away; merge into the compute dtype instead.
         cfg = cfg.model_copy(update={"adapter": cfg.adapter.model_copy(update={"method": "lora"})})
     from ..console import TaskBar
 

@@ -94,14 +94,14 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
         if p.is_floating_point() and p.dtype != dtype:
             p.data = p.data.to(dtype)
     if quantize_here:
-        _quantize_built(model, family, cfg, dtype, meta, decisions)
+        _quantize_built(model, family, cfg, dtype, meta, decisions, cuda_target=run.target.gpu is not None)
     if not meta:
         from .audits import check_dtypes, check_no_meta
 
         check_dtypes(model, dtype)
         check_no_meta(model)
     if qlora and cfg.adapter.kbit_upcast:
-        _kbit_upcast(model, decisions)
+        _kbit_upcast(model, cfg.adapter.method, decisions)
     if cfg.model.gradient_checkpointing:
         from .checkpointing import apply_checkpointing
 
@@ -181,8 +181,8 @@ def _from_pretrained(run, device, dtype, attn: str, decisions: list[str]):
         from .quantize import bnb_config
 
         kwargs["quantization_config"] = bnb_config(cfg, family, dtype)
-        _decide(decisions, f"qlora: decoder linear layers -> {run.quantization}, compute dtype {dtype}; "
-                           "vision/audio/projector/lm_head unquantized")
+        _decide(decisions, f"{cfg.adapter.method}: decoder linear layers -> {run.quantization}, compute dtype "
+                           f"{dtype}; vision/audio/projector/lm_head unquantized")
     try:
         model = model_class(family).from_pretrained(str(src), **kwargs)
     except OSError as e:
@@ -194,33 +194,31 @@ def _from_pretrained(run, device, dtype, attn: str, decisions: list[str]):
     return model
 
 
-def _quantize_built(model, family: Family, cfg, dtype, meta: bool, decisions: list[str]) -> None:
-    """QLoRA on a model built from a config: storage-exact packed 4-bit stand-ins on meta; on real random
-    weights (nothing pretrained to quantize while loading) bitsandbytes' 4-bit layers, quantized here."""
+def _quantize_built(model, family: Family, cfg, dtype, meta: bool, decisions: list[str], cuda_target: bool) -> None:
+    """qlora / lora8bit on a model built from a config: storage-exact stand-ins on meta; on real random weights
+    (nothing pretrained to quantize while loading) bitsandbytes' k-bit layers, quantized here (models/quantize.py)."""
+    from .quantize import plan_decoder, quantize_decoder
+
     if meta:
-        from .packed4bit import replace_decoder_linears
-
-        n = replace_decoder_linears(model, family, dtype, cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers at packed 4-bit storage (meta)")
+        _decide(decisions, plan_decoder(model, cfg, family, dtype, cuda_target=cuda_target))
     else:
-        from .quantize import quantize_decoder_4bit
-
-        n = quantize_decoder_4bit(model, family, dtype, cfg.adapter.bnb_4bit_quant_type,
-                                  cfg.adapter.bnb_4bit_double_quant)
-        _decide(decisions, f"qlora: {n} decoder linear layers -> 4-bit {cfg.adapter.bnb_4bit_quant_type}")
+        _decide(decisions, quantize_decoder(model, cfg, family, dtype))
 
 
-def _kbit_upcast(model, decisions: list[str]) -> None:
+def _kbit_upcast(model, method: str, decisions: list[str]) -> None:
     """peft's prepare_model_for_kbit_training: every non-quantized 16-bit weight to fp32 (the 4-bit storage is
     uint8 and stays); the planner builds through here, so it counts the same bytes. A 4-bit layer's bias is
     left alone: bnb.nn.Linear4bit casts it back to the compute dtype (in place) at its first forward, so after
     peft's upcast it is 16-bit again during training anyway."""
     import torch
 
-    bias4 = {id(m.bias) for m in model.modules() if "4bit" in type(m).__name__ and getattr(m, "bias", None) is not None}
+    bias4 = {id(m.bias) for m in model.modules()  # Linear8bitLt casts its bias to the input's dtype likewise
+             if ("4bit" in type(m).__name__ or "8bit" in type(m).__name__) and getattr(m, "bias", None) is not None}
+    # 4-bit data stored in a 16-bit dtype (FSDP2: resolve/quantization.py) is packed bits, never upcast
+    bias4 |= {id(m.weight) for m in model.modules() if "4bit" in type(m).__name__}
     n = 0
     for p in model.parameters():
         if p.is_floating_point() and p.dtype in (torch.float16, torch.bfloat16) and id(p) not in bias4:
             p.data = p.data.float()
             n += p.numel()
-    _decide(decisions, f"qlora: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")
+    _decide(decisions, f"{method}: {n:,} non-quantized weights upcast to fp32 (adapter.kbit_upcast)")

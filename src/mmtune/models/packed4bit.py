@@ -50,14 +50,19 @@ class _Dequant4bitLinear(torch.autograd.Function):
 class PlannedLinear4bit(nn.Linear):
     """Planning stand-in of `bnb.nn.Linear4bit` (see module docstring). Built on `meta`."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, compute_dtype, double_quant: bool = True):
+    def __init__(self, in_features: int, out_features: int, bias: bool, compute_dtype, double_quant: bool = True,
+                 storage=torch.uint8):
         nn.Module.__init__(self)
         self.in_features, self.out_features = in_features, out_features
         self.compute_dtype = compute_dtype
         n = in_features * out_features
         blocks = math.ceil(n / BLOCKSIZE)
         meta = torch.device("meta")
-        self.weight = nn.Parameter(torch.empty((n + 1) // 2, 1, dtype=torch.uint8, device=meta), requires_grad=False)
+        # bnb packs the 4-bit data into `storage` elements: ceil(n/2) bytes as uint8, or as fewer wider elements
+        # (bf16 / fp32 under FSDP2, resolve/quantization.py), the same bytes
+        per = torch.empty((), dtype=storage).element_size()
+        self.weight = nn.Parameter(torch.empty((n + 1) // (2 * per), 1, dtype=storage, device=meta),
+                                   requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out_features, dtype=compute_dtype, device=meta),
                                  requires_grad=False) if bias else None
         if double_quant:
@@ -80,7 +85,7 @@ class PlannedLinear4bit(nn.Linear):
         return _Dequant4bitLinear.apply(x, self.weight, self.bias, self.out_features, self.in_features).to(inp_dtype)
 
 
-def replace_decoder_linears(model, family, compute_dtype, double_quant: bool = True) -> int:
+def replace_decoder_linears(model, family, compute_dtype, double_quant: bool = True, storage=torch.uint8) -> int:
     """Swap the decoder's nn.Linear layers for PlannedLinear4bit, as `quantize_decoder_4bit` does with bnb.
 
     Same selection rule as `mmtune.models.quantize.quantize_decoder_4bit`: decoder linear layers only;
@@ -91,7 +96,8 @@ def replace_decoder_linears(model, family, compute_dtype, double_quant: bool = T
     targets = [(n, m) for n, m in model.named_modules()
                if type(m) is nn.Linear and n.startswith(decoder) and not (n + ".").startswith(others)]
     for name, lin in targets:
-        q = PlannedLinear4bit(lin.in_features, lin.out_features, lin.bias is not None, compute_dtype, double_quant)
+        q = PlannedLinear4bit(lin.in_features, lin.out_features, lin.bias is not None, compute_dtype, double_quant,
+                              storage)
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, q)
     return len(targets)

@@ -14,6 +14,7 @@ train.objective is decided once in the resolved run (`decide`), with the referen
 
 from __future__ import annotations
 
+from ..config.schema import LORA_METHODS
 from .sft import SFT
 
 NAMES = ("sft", "dpo", "grpo")
@@ -62,7 +63,7 @@ def decide(cfg, strategy: str | None = None) -> tuple[list, list]:
 
 def _reference(cfg):
     kind = cfg.train.objective
-    if cfg.adapter.method in ("lora", "qlora"):
+    if cfg.adapter.method in LORA_METHODS:
         return ("reference model", "the base model with the adapters disabled",
                 f"train.objective={kind}, adapter.method={cfg.adapter.method}: the same weights with peft's adapters "
                 "off, no second copy (one more forward under no_grad per micro-batch)")
@@ -92,7 +93,7 @@ def needs_frozen_copy(cfg) -> bool:
     """A reference model is needed and the adapters cannot give it (full fine-tuning)."""
     t = cfg.train
     wants = t.objective == "dpo" or (t.objective == "grpo" and t.grpo.beta > 0)
-    return wants and cfg.adapter.method not in ("lora", "qlora")
+    return wants and cfg.adapter.method not in LORA_METHODS
 
 
 __all__ = ["NAMES", "SFT", "decide", "make_objective", "needs_frozen_copy"]

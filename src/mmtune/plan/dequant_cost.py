@@ -8,6 +8,10 @@ memory-bound; its bytes (bnb's `dequantize_4bit` with double quantization: the u
 and expanded to fp32 first, then the packed weight read and the 16-bit weight written) join the traced
 op costs with the phase "dequant", so they are priced on the GPU's bandwidth like any other op (and the
 layer_dedup copies carry them).
+
+bnb's int8 layers (lora8bit, models/packed8bit.PlannedLinear8bit) add theirs the same way: on CUDA the input's
+row-wise int8 quantization and the int32 result's dequantization around each forward, the weight's
+dequantization for the input gradient in backward; on a CPU the weight's dequantization in both.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ def dequant_cost_hooks(model, tracker) -> list:
 
     handles = []
     for mod in model.modules():
+        if type(mod).__name__ == "PlannedLinear8bit":
+            handles.append(mod.register_forward_hook(_int8_hook(tracker)))
+            continue
         if type(mod).__name__ != "PlannedLinear4bit":
             continue
         numel = mod.in_features * mod.out_features
@@ -52,3 +59,20 @@ def dequant_cost_hooks(model, tracker) -> list:
                 out.register_hook(lambda grad: add(nbytes))
         handles.append(mod.register_forward_hook(hook))
     return handles
+
+
+def _int8_hook(tracker):
+    """The forward hook of one int8 layer: its forward traffic now, its backward traffic when the output's
+    gradient arrives (PlannedLinear8bit.traffic)."""
+    from ..compat.torch_internals import in_autograd_backward
+
+    def add(nbytes):
+        if tracker.record_costs:
+            tracker.trace.costs.append((0, nbytes, "dequant"))
+
+    def hook(m, args, out):
+        fwd, bwd = m.traffic(args[0].numel() // m.in_features, args[0].element_size())
+        add(fwd)
+        if out.requires_grad and not in_autograd_backward():
+            out.register_hook(lambda grad: add(bwd))
+    return hook

@@ -103,10 +103,14 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
         s = tracker.register(p, "setup")
         if s is not None:
             ex.param_serials[s] = "trainable" if p.requires_grad else "weights"
+    # bnb's quant state (4-bit absmax / codes, int8 row scales) is no parameter: FSDP2 leaves it whole on every
+    # rank, so it is a class of its own (plan/distributed.py shards "weights" only)
+    quant = {id(b) for m in model.modules() if type(m).__name__ in ("PlannedLinear4bit", "PlannedLinear8bit")
+             for b in m.buffers(recurse=False)}
     for b in model.buffers():
         s = tracker.register(b, "setup")
         if s is not None:
-            ex.param_serials.setdefault(s, "weights")
+            ex.param_serials.setdefault(s, "quant_state" if id(b) in quant else "weights")
     reference = getattr(objective, "reference_model", None)  # dpo's frozen copy: weights held all along
     for t in list(reference.parameters()) + list(reference.buffers()) if reference is not None else []:
         s = tracker.register(t, "setup")
@@ -188,7 +192,7 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
     for s in tr.live_at(tr.peak_index):
         st = tr.storages[s]
         if s in ex.param_serials:
-            key = "trainable_parameters" if ex.param_serials[s] == "trainable" else "weights"
+            key = {"trainable": "trainable_parameters"}.get(ex.param_serials[s], ex.param_serials[s])
         elif s in ex.grad_serials:
             key = "gradients"
         elif s in ex.state_serials:
@@ -208,7 +212,7 @@ def breakdown_at_peak(ex: Execution) -> dict[str, int]:
             key = "activations"
         else:
             key = "temporaries"
-        out[key] += st.nbytes
+        out[key] = out.get(key, 0) + st.nbytes
     if not out["generation"]:
         del out["generation"]  # only grpo plans have the phase
     return out

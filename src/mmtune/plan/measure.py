@@ -32,9 +32,20 @@ def _storage_bytes(tensors) -> int:
 
 
 def _quant_state_tensors(model):
+    """bnb's quant state, which no parameter or buffer holds: 4-bit absmax / codes (on the weight, and on the
+    layer, where it stays whole on every rank under FSDP2) and int8 row scales (SCB, on the weight or the
+    layer's matmul state)."""
+    import torch
+
     out = []
-    for p in model.parameters():
-        qs = getattr(p, "quant_state", None)
+    for m in model.modules():
+        for holder in (m, getattr(m, "state", None), getattr(m, "weight", None)):
+            scb = getattr(holder, "SCB", None)
+            if isinstance(scb, torch.Tensor):
+                out.append(scb)
+    states = [getattr(p, "quant_state", None) for p in model.parameters()]
+    states += [getattr(m, "quant_state", None) for m in model.modules()]
+    for qs in states:
         if qs is None:
             continue
         for name in ("absmax", "code"):

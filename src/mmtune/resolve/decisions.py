@@ -237,16 +237,10 @@ def decide_fused_kernels(requested: str, target, family, adapter, liger_problem:
 
 # --------------------------------------------------------------------------- quantization
 
-def decide_quantization(adapter) -> tuple[str | None, Decision | None]:
-    if adapter.method != "qlora":
-        return None, None
-    q = f"4-bit {adapter.bnb_4bit_quant_type}" + (" double-quant" if adapter.bnb_4bit_double_quant else "")
-    return q, Decision("adapter.method", f"qlora: decoder linear layers {q}",
-                       "vision/audio/projector/lm_head stay in the compute dtype (failure mode 4)")
-
+# decided in resolve/quantization.py (decide_kbit): 4-bit / int8 base and the 4-bit storage dtype
 
 def decide_kbit_upcast(adapter) -> Decision | None:
-    if adapter.method != "qlora":
+    if adapter.method not in ("qlora", "lora8bit"):
         return None
     if adapter.kbit_upcast:
         return Decision("adapter.kbit_upcast", "true", "requested: non-quantized weights upcast to fp32, as peft's "
@@ -349,15 +343,22 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
     """How the processes share the run: ddp | fsdp | zero2 | zero3.
 
     `model_params()` -> (total parameters, bytes per frozen weight), called only when `auto` must weigh
-    the model against the GPU. QLoRA's 4-bit weights cannot be sharded by FSDP2 / ZeRO-3 here, and
-    staged unfreezing changes which parameters learn mid-run, which sharded optimizers do not allow:
-    both are refused with the strategy that works."""
+    the model against the GPU. QLoRA's 4-bit weights are sharded by FSDP2 (stored in the compute dtype:
+    resolve/quantization.py) but not by ZeRO-3 here, int8 weights by neither, and staged unfreezing
+    changes which parameters learn mid-run, which sharded optimizers do not allow: each is refused with
+    the strategy that works."""
     key, n = "train.strategy", target.processes
-    if adapter.method == "qlora" and requested in SHARDED:
-        raise ConfigError(f"train.strategy={requested} cannot shard QLoRA's 4-bit decoder weights (bitsandbytes "
-                          "Params4bit are not sharded by FSDP2 / ZeRO-3 here)", where=key,
-                          fix="train.strategy=ddp (the 4-bit weights fit on each GPU; QLoRA's point) or zero2; or "
-                              "adapter.method=lora with train.strategy=fsdp to shard 16-bit weights")
+    if adapter.method == "qlora" and requested == "zero3":
+        raise ConfigError("train.strategy=zero3 cannot shard QLoRA's 4-bit decoder weights (DeepSpeed ZeRO-3 does not "
+                          "partition bitsandbytes Params4bit here)", where=key,
+                          fix="train.strategy=fsdp (FSDP2 shards the 4-bit weights stored in the compute dtype), "
+                              "train.strategy=ddp (the 4-bit weights fit on each GPU; QLoRA's point) or train.strategy=zero2")
+    if adapter.method == "lora8bit" and requested in SHARDED:
+        raise ConfigError(f"train.strategy={requested} cannot shard 8-bit LoRA's int8 decoder weights: their scales live "
+                          "outside the parameter (bitsandbytes Int8Params' SCB), so a gathered shard has none "
+                          "(\"Must flatten tensors with uniform dtype ... torch.int8\", bitsandbytes#1709)", where=key,
+                          fix="train.strategy=ddp or zero2 (each GPU holds the int8 model), or adapter.method=qlora with "
+                              "train.strategy=fsdp to shard a 4-bit base")
     if stages and requested in ("zero2", "zero3"):
         raise ConfigError(f"train.strategy={requested} with train.stages: a sharded optimizer cannot change which "
                           "parameters learn in the middle of a run", where=key,
@@ -368,9 +369,9 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
         return requested, Decision(key, requested, why)
     if n == 1:
         return "ddp", Decision(key, "ddp", "auto: one process (nothing to share)", changed=True)
-    if adapter.method == "qlora":
-        return "ddp", Decision(key, "ddp", "auto: QLoRA's 4-bit weights fit each GPU and cannot be sharded",
-                               changed=True)
+    if adapter.method in ("qlora", "lora8bit"):
+        return "ddp", Decision(key, "ddp", f"auto: {adapter.method}'s k-bit weights are meant to fit each GPU whole "
+                               "(train.strategy=fsdp shards a 4-bit base)", changed=True)
     if stages:
         return "ddp", Decision(key, "ddp", "auto: staged unfreezing needs the whole optimizer on each rank",
                                changed=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.schema import RunConfig
+from ..config.schema import KBIT_METHODS, RunConfig
 from ..errors import MMTuneError
 from .decisions import (
     Decision,
@@ -26,7 +26,6 @@ from .decisions import (
     decide_packing,
     decide_pad_id,
     decide_precision,
-    decide_quantization,
     decide_random_weights,
     decide_strategy,
     decide_trainable_dtype,
@@ -162,12 +161,13 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                                   "the plan describes the run on that machine, not this one's packages"))
     decisions += config_source_decisions(cfg)
     eight_bit = cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw")
-    bnb = package_problem(target, "bitsandbytes") if not target.local and (cfg.adapter.method == "qlora" or eight_bit) \
-        else None
+    kbit = cfg.adapter.method in KBIT_METHODS
+    bnb = package_problem(target, "bitsandbytes") if not target.local and (kbit or eight_bit) else None
     if bnb:
         from ..errors import ConfigError
 
-        what = "adapter.method=qlora" if cfg.adapter.method == "qlora" else f"train.optimizer={cfg.train.optimizer}"
+        what = f"adapter.method={cfg.adapter.method}" if cfg.adapter.method in KBIT_METHODS \
+            else f"train.optimizer={cfg.train.optimizer}"
         raise ConfigError(f"{what} needs bitsandbytes, and {bnb}", where="--assume-installed",
                           fix="--assume-installed gpu-extra (pip install 'mmtune[gpu]' on the GPU machine), or "
                               "adapter.method=lora / train.optimizer=adamw")
@@ -186,11 +186,12 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
     decisions.append(d)
     decisions.append(decide_attention_kernels(attn, target, precision))
-    quant, d = decide_quantization(cfg.adapter)
-    if d:
-        decisions.append(d)
     strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
                                   lambda: _model_params(cfg, family, precision))
+    from .quantization import decide_kbit
+
+    quant, kbit_decisions, adapter_updates = decide_kbit(cfg.adapter, strategy, precision)
+    decisions += kbit_decisions
     decisions.append(d)
     d = decide_kbit_upcast(cfg.adapter)
     if d:
@@ -265,6 +266,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     updates = {"train": cfg.train.model_copy(update={"precision": precision, "strategy": strategy,
                                                      "fused_kernels": fused, **length}),
                "model": cfg.model.model_copy(update={"attn_implementation": attn})}
+    if adapter_updates:  # adapter.bnb_4bit_quant_storage: auto -> the storage in force
+        updates["adapter"] = cfg.adapter.model_copy(update=adapter_updates)
     if data_updates:
         updates["data"] = cfg.data.model_copy(update=data_updates)
     effective = cfg.model_copy(update=updates)

@@ -25,6 +25,7 @@ import re
 import shutil
 from pathlib import Path
 
+from ..config.schema import LORA_METHODS
 from .durable import fmt_bytes, fsync_dir, fsync_tree, is_disk_full, verify_manifest, write_manifest
 from .state_files import write_state
 
@@ -303,7 +304,7 @@ def export_weights(model, run, folder: Path, state_dict: dict | None = None) -> 
 
     hf_logging.disable_progress_bar()  # a shard-writing bar per checkpoint is noise in the run log
     extra = {"state_dict": state_dict} if state_dict is not None else {}
-    if run.cfg.adapter.method in ("lora", "qlora"):
+    if run.cfg.adapter.method in LORA_METHODS:
         model.save_pretrained(str(folder / "adapter"), **extra)
         target = folder / "adapter"
     else:

@@ -107,10 +107,10 @@ def zero3_checkpoints(ctx):
 def zero3_qlora(ctx):
     cfg = ctx.need("cfg")
     ds = deepspeed_launch()
-    if ds is None or ds.zero_stage != 3 or cfg.adapter.method != "qlora":
+    if ds is None or ds.zero_stage != 3 or cfg.adapter.method not in ("qlora", "lora8bit"):
         return
-    yield error("adapter.method=qlora under DeepSpeed ZeRO-3: the 4-bit decoder is placed whole on each GPU "
-                "(device_map) and ZeRO-3 cannot partition uint8 4-bit weights (\"DeepSpeed Zero-3 is not compatible "
+    yield error(f"adapter.method={cfg.adapter.method} under DeepSpeed ZeRO-3: the k-bit decoder is placed whole on each GPU "
+                "(device_map) and ZeRO-3 cannot partition integer (4-bit / int8) weights (\"DeepSpeed Zero-3 is not compatible "
                 "with ... passing a device_map\"; shape errors, transformers#29266)", where="adapter.method",
                 fix="ZeRO-2 or DDP for QLoRA (each GPU holds the 4-bit model), or adapter.method=lora under ZeRO-3")
 

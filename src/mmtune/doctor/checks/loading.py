@@ -173,7 +173,7 @@ def compute_dtype_audit(ctx):
                     fix="train.precision=bf16 (fp16 on GPUs without bf16)")
     if adapted.real:  # on meta, load_model casts and audits at real load time (check_dtypes)
         yield from dtype_findings(adapted.result.model, adapted.loaded.family, real_dtype(ctx.need("resolved")),
-                                  cfg.adapter.method == "qlora")
+                                  cfg.adapter.method in ("qlora", "lora8bit"))
 
 
 def dtype_findings(model, family, dtype, qlora: bool):

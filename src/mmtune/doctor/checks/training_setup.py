@@ -51,15 +51,16 @@ def qlora_trains_4bit(ctx):
     """A stage unit `decoder` / `decoder_last_K` under QLoRA asks for requires_grad on uint8 4-bit
     weights: "only Tensors of floating point dtype can require gradients" (bitsandbytes#737)."""
     cfg = ctx.need("cfg")
-    if cfg.adapter.method != "qlora":
+    if cfg.adapter.method not in ("qlora", "lora8bit"):
         return
     for i, st in enumerate(cfg.train.stages):
         bad = [u for u in st.train if _QUANTIZED_UNITS.match(u)]
         if bad:
-            yield error(f"train.stages[{i}].train={st.train} trains {', '.join(bad)} in full, but adapter.method=qlora "
-                        "stores the decoder's linear layers in 4-bit: integer weights cannot be trained (\"only "
-                        "Tensors of floating point dtype can require gradients\")", where=f"train.stages[{i}].train",
-                        fix="decoder_lora instead (LoRA on the 4-bit decoder), or adapter.method=lora to train decoder "
+            yield error(f"train.stages[{i}].train={st.train} trains {', '.join(bad)} in full, but adapter.method="
+                        f"{cfg.adapter.method} stores the decoder's linear layers as integers (4-bit / int8): integer "
+                        "weights cannot be trained (\"only Tensors of floating point dtype can require gradients\")",
+                        where=f"train.stages[{i}].train",
+                        fix="decoder_lora instead (LoRA on the k-bit decoder), or adapter.method=lora to train decoder "
                             "blocks in full")
 
 
