@@ -1,5 +1,5 @@
-"""A model folder of an architecture the registry does not list (Idefics3: SigLIP + pixel-shuffle connector +
-Llama), tiny and random, saved as a hub checkout would be: config.json, weights, tokenizer and processor."""
+"""A model folder of an architecture the day-0 test takes out of the registry (Idefics3: SigLIP + pixel-shuffle
+connector + Llama), tiny and random, saved as a hub checkout would be: config.json, weights, tokenizer and processor."""
 
 from __future__ import annotations
 
