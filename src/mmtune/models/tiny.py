@@ -29,6 +29,9 @@ class TinySpec:
     make_config: Callable  # (tokenizer, **overrides) -> PretrainedConfig
     make_processor: Callable  # (tokenizer) -> processor (or the tokenizer for text models)
     make_tokenizer: Callable = make_tokenizer  # () -> tokenizer with this family's placeholders
+    # (model) -> None: what random init leaves at a value a trained checkpoint never has and that would hide the
+    # media from the loss (Mllama's cross-attention gates start at 0: tanh(0) shuts the image out)
+    post_build: Callable | None = None
 
 
 def _ids(tok, *tokens):
@@ -389,6 +392,9 @@ def build_tiny(name: str, seed: int = 0, attn_implementation: str | None = None,
         torch.manual_seed(seed)
         kw = {"attn_implementation": attn_implementation} if attn_implementation else {}
         model = model_from_config(cls, config, **kw)
+        spec = tiny_spec(name)
+        if spec.post_build is not None:
+            spec.post_build(model)
     return model, processor
 
 

@@ -72,4 +72,14 @@ def _processor(tok):
     return MllamaProcessor(image_processor=ip, tokenizer=tok, chat_template=tok.chat_template)
 
 
-register_tiny(TinySpec("tiny/mllama", "mllama", _config, _processor, make_tokenizer=_tokenizer))
+def _open_gates(model) -> None:
+    """Cross-attention gates at tanh(0.5), not 0: the real checkpoint's are trained open."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("cross_attn_attn_gate", "cross_attn_mlp_gate")):
+                p.fill_(0.5)
+
+
+register_tiny(TinySpec("tiny/mllama", "mllama", _config, _processor, make_tokenizer=_tokenizer, post_build=_open_gates))
