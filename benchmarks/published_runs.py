@@ -102,7 +102,11 @@ def overrides_for(row: dict, model: str) -> list[str]:
             f"model.attn_implementation={row.get('attn', 'flash_attention_2')}",
             f"data.max_length={max(tokens, row['seq'])}", f"train.micro_batch_size={row.get('batch', 1)}",
             f"train.grad_accum={row.get('grad_accum', 16)}", f"train.precision={row.get('precision', 'bf16')}",
-            *row.get("overrides", [])]
+            # No published run used Liger-Kernel (ms-swift 1.x and the Qwen README predate it; torchtune runs its
+            # own modules; ms-swift 3.x's --use_liger defaults to false and no example sets it), while the
+            # planner's `train.fused_kernels=auto` picks Liger on a CUDA target with mmtune[gpu] assumed: the
+            # runs are planned with transformers' own modules unless a row says otherwise.
+            "train.fused_kernels=none", *row.get("overrides", [])]
 
 
 def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc_conf: str | None = None) -> dict:
