@@ -7,7 +7,9 @@ planned figure that matches what the row measures (`max_memory_reserved` -> peak
 `peak_memory_active` -> peak allocated; `unstated` -> process total, what nvidia-smi shows), the published
 one and the signed error, then mean / max |error| per group and over
 every published figure once ("all": rows marked `bound`, a second plan of a figure already in the table,
-are left out of it).
+are left out of it), and the same per kind of run (long sequence, 4-bit, multimodal, full FT, LoRA). Rows
+whose source states the time of an optimizer step (`published_step_s`) are compared with the planned step
+time too.
 
     python benchmarks/published_runs.py [--only ID_OR_GROUP ...] [--layers N] [--out results/NAME]
 
@@ -35,6 +37,24 @@ MEASURES = {"max_memory_reserved": "peak_reserved_bytes", "unstated": "process_t
             "nvidia_smi": "process_total_bytes", "peak_memory_active": "peak_allocated_bytes"}
 UNITS = {"GiB": 1.0, "G": 1e9 / GIB}  # "G": a table that does not say; read as 10^9 bytes
 REQUIRED = ("id", "group", "source", "model", "method", "seq", "quote", "published", "measures")
+RESULT_KEYS = ("rows", "summary", "step_summary", "kind_summary", "layers", "alloc_conf")
+
+
+def kinds_of(row: dict) -> list[str]:
+    """The kinds of run a row belongs to, for the per-kind summary (a row can be several: a 4-bit run at 8k)."""
+    out = []
+    tokens = row.get("record_tokens") or row["seq"]  # the planned record (multimodal rows: shorter than the cap)
+    if tokens >= 4096:
+        out.append("long sequence (>= 4,096 tokens)")
+    if row["method"] == "qlora":
+        out.append("4-bit / QLoRA")
+    if row.get("image"):
+        out.append("multimodal (image)")
+    if row["method"] == "full":
+        out.append("full fine-tuning")
+    if row["method"] == "lora":
+        out.append("LoRA (16-bit)")
+    return out
 
 
 def load_runs(path: Path = RUNS) -> dict:
@@ -82,7 +102,11 @@ def overrides_for(row: dict, model: str) -> list[str]:
             f"model.attn_implementation={row.get('attn', 'flash_attention_2')}",
             f"data.max_length={max(tokens, row['seq'])}", f"train.micro_batch_size={row.get('batch', 1)}",
             f"train.grad_accum={row.get('grad_accum', 16)}", f"train.precision={row.get('precision', 'bf16')}",
-            *row.get("overrides", [])]
+            # No published run used Liger-Kernel (ms-swift 1.x and the Qwen README predate it; torchtune runs its
+            # own modules; ms-swift 3.x's --use_liger defaults to false and no example sets it), while the
+            # planner's `train.fused_kernels=auto` picks Liger on a CUDA target with mmtune[gpu] assumed: the
+            # runs are planned with transformers' own modules unless a row says otherwise.
+            "train.fused_kernels=none", *row.get("overrides", [])]
 
 
 def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc_conf: str | None = None) -> dict:
@@ -120,6 +144,11 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
            "planned_gib": round(planned, 3), "error_pct": round(100 * (planned - published) / published, 2)}
     if row.get("unit") == "G":  # the other reading of an unstated unit
         out["error_pct_if_gib"] = round(100 * (planned - row["published"]) / row["published"], 2)
+    out["kinds"] = kinds_of(row)
+    out["planned_step_s"] = round(r.step_time_s, 3)
+    if row.get("published_step_s"):
+        out["published_step_s"] = row["published_step_s"]
+        out["step_error_pct"] = round(100 * (r.step_time_s - row["published_step_s"]) / row["published_step_s"], 2)
     return {**out, "bound": bool(row.get("bound")), "alloc_conf": alloc,
             "peak_allocated_gib": round(r.peak_allocated_bytes / GIB, 3),
             "peak_reserved_gib": round(r.peak_reserved_bytes / GIB, 3),
@@ -130,14 +159,21 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
             "peak_phase": r.peak_phase, "plan_s": round(time.perf_counter() - t0, 1)}
 
 
-def summarise(results: list[dict]) -> list[dict]:
+def summarise(results: list[dict], key: str = "error_pct", by: str = "group") -> list[dict]:
+    """Mean / max |error| of `key` per `by` ("group", or "kinds": a row counted in each of its kinds) and
+    over every published figure once ("all": `bound` rows left out)."""
     groups: dict[str, list[float]] = {}
     for res in results:
-        groups.setdefault(res["group"], []).append(res["error_pct"])
+        if key not in res:
+            continue
+        for g in (res[by] if by == "kinds" else [res[by]]):
+            if by == "kinds" and res["bound"]:
+                continue
+            groups.setdefault(g, []).append(res[key])
     out = [{"group": g, "rows": len(e), "mean_abs_error_pct": round(sum(map(abs, e)) / len(e), 2),
             "max_abs_error_pct": round(max(map(abs, e)), 2), "mean_signed_error_pct": round(sum(e) / len(e), 2)}
            for g, e in groups.items()]
-    every = [r["error_pct"] for r in results if not r["bound"]]  # each published figure once
+    every = [r[key] for r in results if not r["bound"] and key in r]  # each published figure once
     if every:
         out.append({"group": "all", "rows": len(every), "mean_abs_error_pct": round(sum(map(abs, every)) / len(every), 2),
                     "max_abs_error_pct": round(max(map(abs, every)), 2),
@@ -145,18 +181,29 @@ def summarise(results: list[dict]) -> list[dict]:
     return out
 
 
-def render(results: list[dict], summary: list[dict]) -> str:
-    lines = [f"{'row':32s} {'compared with':>13s} {'published':>9s} {'planned':>8s} {'error':>8s}  tokens  peak phase",
+def _table(title: str, summary: list[dict]) -> list[str]:
+    lines = ["", title, f"{'group':32s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}"]
+    for s in summary:
+        lines.append(f"{s['group']:32s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
+                     f"{s['mean_signed_error_pct']:+10.2f}%")
+    return lines
+
+
+def render(results: list[dict], summary: list[dict], kind_summary: list[dict] = (), step_summary: list[dict] = ()) -> str:
+    lines = [f"{'row':32s} {'compared with':>13s} {'published':>9s} {'planned':>8s} {'error':>8s}  "
+             f"{'step s pub':>10s} {'planned':>7s} {'error':>8s}  tokens  peak phase",
              f"{'':32s} {'':>13s} {'GiB':>9s} {'GiB':>8s}"]
     for r in results:
+        step = (f"{r['published_step_s']:10.2f} {r['planned_step_s']:7.2f} {r['step_error_pct']:+7.1f}%"
+                if "step_error_pct" in r else f"{'-':>10s} {r['planned_step_s']:7.2f} {'':>8s}")
         lines.append(f"{r['id']:32s} {r['compared_with'].split('_bytes')[0]:>13s} {r['published_gib']:9.2f} "
-                     f"{r['planned_gib']:8.2f} {r['error_pct']:+7.1f}%  {r['tokens']!s:>6s}  {r['peak_phase']}"
+                     f"{r['planned_gib']:8.2f} {r['error_pct']:+7.1f}%  {step}  {r['tokens']!s:>6s}  {r['peak_phase']}"
                      + (f"  (published read as GiB: {r['error_pct_if_gib']:+.1f}%)" if "error_pct_if_gib" in r else ""))
-    lines.append("")
-    lines.append(f"{'group':22s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}")
-    for s in summary:
-        lines.append(f"{s['group']:22s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
-                     f"{s['mean_signed_error_pct']:+10.2f}%")
+    lines += _table("peak memory, by source group", summary)
+    if kind_summary:
+        lines += _table("peak memory, by kind of run (a row in each of its kinds)", kind_summary)
+    if step_summary:
+        lines += _table("step time (rows whose source states one)", step_summary)
     return "\n".join(lines)
 
 
@@ -187,11 +234,14 @@ def main(argv=None) -> int:
             print(f"{res['id']:32s} published {res['published_gib']:6.2f} planned {res['planned_gib']:6.2f} GiB "
                   f"({res['error_pct']:+.1f} %) [{res['plan_s']} s]", flush=True)
     summary = summarise(results)
-    text = render(results, summary)
+    kind_summary = summarise(results, by="kinds")
+    step_summary = summarise(results, key="step_error_pct")
+    text = render(results, summary, kind_summary, step_summary)
     print("\n" + text)
     if args.out:
         write_results(args.out + ".json", {"layers": args.layers, "alloc_conf": args.alloc_conf,
-                                           "rows": results, "summary": summary}, started)
+                                           "rows": results, "summary": summary, "kind_summary": kind_summary,
+                                           "step_summary": step_summary}, started)
         Path(args.out + ".txt").write_text(text_header(started) + "\n" + text + "\n")
     return 0
 

@@ -183,6 +183,14 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
         for p in model.parameters():
             if p.requires_grad and p.dtype != torch.float32 and p.is_floating_point():
                 p.data = p.data.float()
+    elif cfg.train.precision == "bf16":
+        # Pure bf16 also for new adapters: peft >= 0.12 creates LoRA weights in fp32 over a 16-bit base
+        # (autocast_adapter_dtype), and on `meta` it casts nothing at all (tuners_utils
+        # _move_adapter_to_device_of_base_layer skips meta adapters), so without this the trained run and
+        # its plan would both hold fp32 adapters, gradients and AdamW state against the decision.
+        for p in model.parameters():
+            if p.requires_grad and p.dtype != torch.bfloat16 and p.is_floating_point():
+                p.data = p.data.to(torch.bfloat16)
     if cfg.train.fused_kernels == "liger":  # decided in the resolved run (CUDA, liger-kernel able to patch)
         if not meta and torch.device(device).type == "cuda":
             # After adapters and quantization, on peft's base model (models/fused_kernels.py); the planner

@@ -78,3 +78,54 @@ class TargetAttentionMode(TorchFunctionMode):
         math = private_aten("_scaled_dot_product_attention_math").default
         return math(a["query"], a["key"], a["value"], a.get("attn_mask"), a.get("dropout_p", 0.0),
                     a.get("is_causal", False), None, scale=a.get("scale"), enable_gqa=a.get("enable_gqa", False))[0]
+
+
+# FLOPs of the fused attention the trace runs as PyTorch's CPU flash op (the op a flash / mem_efficient call
+# on a CUDA target, and every SDPA call on a CPU target, is traced as). torch's flop registry
+# (`torch.utils.flop_counter`) has formulas for the CUDA ops (`_scaled_dot_product_flash_attention`,
+# `_efficient_attention_forward`, ...) but none for `_scaled_dot_product_flash_attention_for_cpu`, so these
+# calls cost no FLOPs and the step-time roofline priced attention as a memory-bound copy of q/k/v/out: long
+# sequences came out too fast relative to short ones. The counts follow torch's own formulas
+# (`sdpa_flop_count`: QK^T and PV, 2 matmuls; `sdpa_backward_flop_count`: the scores recomputed, dV, dP, dQ,
+# dK, 5 matmuls), 2*m*n*k each, over the query heads (GQA shares K/V, not the work). Unlike torch's counter,
+# causal calls count only the unmasked (query, key) pairs: FlashAttention-2 and the memory-efficient kernel
+# skip key blocks wholly above the diagonal (`flash_fwd_kernel.h`: n_block_max bounded by
+# (m_block + 1) * kBlockM + seqlen_k - seqlen_q; the mask is bottom-right aligned), about half the work at
+# seqlen_q == seqlen_k. The partly masked diagonal blocks are counted at their unmasked pairs only (a
+# block is 128 x 64 to 128 x 128 positions: under 3 % of the pairs at 4k tokens, more at short lengths).
+_FLASH_CPU = private_aten("_scaled_dot_product_flash_attention_for_cpu").default
+_FLASH_CPU_BWD = private_aten("_scaled_dot_product_flash_attention_for_cpu_backward").default
+
+
+def _unmasked_pairs(q_len: int, kv_len: int, causal: bool) -> int:
+    """(query, key) pairs a kernel computes: all, or under a bottom-right aligned causal mask
+    (query i sees keys j <= i + kv_len - q_len)."""
+    if not causal:
+        return q_len * kv_len
+    offset = kv_len - q_len  # row i sees min(kv_len, max(0, i + offset + 1)) keys
+    lo = max(0, -offset)  # the first row that sees a key
+    hi = min(q_len, kv_len - offset)  # rows from here on see every key
+    total = 0
+    if hi > lo:  # rows seeing a partial prefix: the sum of (i + offset + 1) over [lo, hi)
+        total += (hi - lo) * (offset + 1) + (hi - 1 + lo) * (hi - lo) // 2
+    return total + max(0, q_len - max(hi, lo)) * kv_len
+
+
+def fused_attention_flops(func, args, kwargs=None) -> int:
+    """FLOPs of one CPU flash-attention call (forward or backward; module note above), else 0."""
+    kwargs = kwargs or {}
+    if func is _FLASH_CPU:
+        q, k = args[0], args[1]
+        causal = bool(args[4]) if len(args) > 4 else bool(kwargs.get("is_causal", False))
+        matmuls = 2
+    elif func is _FLASH_CPU_BWD:
+        q, k = args[1], args[2]
+        causal = bool(args[7]) if len(args) > 7 else bool(kwargs.get("is_causal", False))
+        matmuls = 5
+    else:
+        return 0
+    if q.dim() != 4 or k.dim() != 4:
+        return 0
+    b, heads, q_len, head_dim = q.shape
+    pairs = _unmasked_pairs(int(q_len), int(k.shape[2]), causal)
+    return int(matmuls * 2 * b * heads * pairs * head_dim)

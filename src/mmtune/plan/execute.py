@@ -98,6 +98,8 @@ def run_steps(model, optimizer, scheduler, micro_batch: dict, *, mode, grad_accu
     tracker = StorageTracker()
     if cpu_kernels:  # the run executes on this CPU: model its kernels' scratch buffers too
         tracker.cpu_kernel_threads = torch.get_num_threads()
+    elif attention is not None and "flash" in attention.kernels:  # a CUDA target running FlashAttention-2
+        tracker.cuda_flash = True
     ex = Execution(tracker)
     for p in model.parameters():
         s = tracker.register(p, "setup")

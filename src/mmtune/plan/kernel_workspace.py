@@ -73,3 +73,28 @@ def cpu_kernel_workspaces(func, args, threads: int) -> list[int]:
         out.append(threads * 2 * qs * kvs * el)
     out.append(min(threads, q.shape[0] * q.shape[1]) * qs * acc)  # per-thread row sums
     return out
+
+
+_FLASH_CPU_BWD = _BWD
+
+
+def _round_up(x: int, m: int) -> int:
+    return (x + m - 1) // m * m
+
+
+def cuda_flash_workspaces(func, args, kwargs=None) -> list[int]:
+    """Byte sizes of FlashAttention-2's backward buffers (module docstring) for the CPU backward op the trace
+    runs in its place, or [] for any other op (or a masked call)."""
+    if func is not _FLASH_CPU_BWD or (kwargs or {}).get("attn_mask") is not None:
+        return []
+    q, k = args[1], args[2]  # (B, H, L, E)
+    if q.dtype not in _REDUCED or q.shape[-1] > 256:  # not a call flash accepts (attention.kernel_for_call)
+        return []
+    b, heads, q_len, head = (int(s) for s in q.shape)
+    kv_heads, kv_len = int(k.shape[1]), int(k.shape[2])
+    q_rounded = _round_up(q_len, 128)
+    head_rounded = _round_up(head, 32) if head <= 192 else 256
+    out = [b * heads * q_rounded * 4, b * q_rounded * heads * head_rounded * 4]
+    if kv_heads != heads:
+        out += [b * kv_len * heads * head * q.element_size()] * 2
+    return out

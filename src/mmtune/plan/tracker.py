@@ -21,8 +21,9 @@ import torch
 
 from ..compat.torch_internals import TorchDispatchMode, in_autograd_backward, private_aten
 from ..compat.torch_internals import flop_registry as _FLOPS
+from .attention import fused_attention_flops
 from .fake import META_QUERIES, _tensors_in
-from .kernel_workspace import cpu_kernel_workspaces
+from .kernel_workspace import cpu_kernel_workspaces, cuda_flash_workspaces
 
 _aten = torch.ops.aten
 # Ops that move no data (views, metadata): no time in the roofline model.
@@ -86,6 +87,8 @@ class StorageTracker(TorchDispatchMode):
         # Threads of the CPU kernels whose scratch buffers are modelled (kernel_workspace.py); None on
         # GPU targets, whose kernels differ.
         self.cpu_kernel_threads: int | None = None
+        # CUDA targets whose attention runs FlashAttention-2: its backward's buffers (kernel_workspace.py)
+        self.cuda_flash: bool = False
 
     # -- identity --------------------------------------------------------------------------------
     def serial(self, t: torch.Tensor) -> int | None:
@@ -174,6 +177,8 @@ class StorageTracker(TorchDispatchMode):
                 flops = int(fn(*args, **(kwargs or {}), out_val=out))
             except (TypeError, ValueError, RuntimeError, IndexError):
                 flops = 0
+        else:  # the CPU flash op that stands for the GPU's fused attention: no registry entry (attention.py)
+            flops = fused_attention_flops(func, args, kwargs)
         nbytes = 0
         for t in _tensors_in((args, kwargs, out), []):
             nbytes += t.numel() * t.element_size()
@@ -195,6 +200,8 @@ class StorageTracker(TorchDispatchMode):
             self._see(t, phase, tag, func.__name__)
         if self.cpu_kernel_threads:
             self._scratch(cpu_kernel_workspaces(func, args, self.cpu_kernel_threads), phase, tag, func.__name__)
+        elif self.cuda_flash:
+            self._scratch(cuda_flash_workspaces(func, args, kwargs), phase, tag, func.__name__)
 
     def kernel_cost(self, nbytes: int) -> None:
         """A fused kernel's traffic for the time model (plan/fused_kernels.py): `nbytes` moved, no matmul FLOPs."""
