@@ -510,7 +510,9 @@ def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:
     from .sharding import apply_fsdp, names_of, remap
 
     old = names_of(run.model)
-    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device)
+    from .resolve.offload import offloads
+
+    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device, offload=offloads(resolved))
     run.param_groups = remap(run.param_groups, old, run.model)
     run.trainable_params = [p for g in run.param_groups for p in g["params"] if p.requires_grad]
     run.decisions.append(note)

@@ -50,22 +50,34 @@ def mixed_precision_policy(precision: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def apply_fsdp(model, family, precision: str, device) -> str:
-    """Shard `model` in place over every rank of the default process group; returns what was done."""
+def offload_policy(device):
+    """train.offload=optimizer (resolve/offload.py): FSDP2's CPUOffloadPolicy, the shards in host memory,
+    pinned when there is a GPU to copy them to (pinning needs CUDA; a CPU run's shards are host memory already)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return CPUOffloadPolicy(pin_memory=device.type == "cuda")
+
+
+def apply_fsdp(model, family, precision: str, device, offload: bool = False) -> str:
+    """Shard `model` in place over every rank of the default process group; returns what was done.
+    `offload`: every unit's shards (parameters, gradients, and so the optimizer's state) in host memory."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import OffloadPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mp = mixed_precision_policy(precision)
+    policy = offload_policy(device) if offload else OffloadPolicy()
     units = shard_units(model, family)
     for _, module in units:
-        fully_shard(module, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(module, mesh=mesh, mp_policy=mp, offload_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=policy)
     stacks = sorted({n.rsplit(".", 1)[0] for n, _ in units})
     return (f"FSDP2: {len(units)} blocks wrapped one by one ({', '.join(stacks) or 'none'}), then the root; "
             f"sharded over {dist.get_world_size()} ranks; mixed precision "
-            + ("off (fp32)" if precision == "fp32" else f"{precision} weights, fp32 gradient reduction"))
+            + ("off (fp32)" if precision == "fp32" else f"{precision} weights, fp32 gradient reduction")
+            + (f"; CPUOffloadPolicy: parameter, gradient and optimizer-state shards in host memory"
+               f"{' (pinned)' if device.type == 'cuda' else ''}, the optimizer steps on the CPU" if offload else ""))
 
 
 def names_of(model) -> dict[int, str]:

@@ -191,6 +191,11 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
                                   lambda: _model_params(cfg, family, precision))
     decisions.append(d)
+    from .offload import decide_offload
+
+    d = decide_offload(cfg.train.offload, strategy, target.processes)
+    if d:
+        decisions.append(d)
     d = decide_kbit_upcast(cfg.adapter)
     if d:
         decisions.append(d)
