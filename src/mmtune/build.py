@@ -435,7 +435,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             run.optimizer = accelerator.prepare_optimizer(run.optimizer)
         else:
             _configure_ddp(run)
-            run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
+            run.optimizer = make_optimizer(adapters.param_groups, cfg.train, cpu_adam=resolved.offload == "zero-cpuadam")
             run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
             if accelerator.distributed_type == "DEEPSPEED":  # what ran, for the summary (not what was asked)
                 import torch.distributed as dist

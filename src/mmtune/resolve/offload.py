@@ -24,11 +24,12 @@ KEY = "train.offload"
 STRATEGIES = ("fsdp", "zero2", "zero3")
 
 
-def decide_offload(requested: str, strategy: str, processes: int) -> Decision | None:
-    """The offload decision for the run's (already decided) strategy on `processes` processes; None when
-    nothing is offloaded (no line: the default adds nothing to the summary)."""
+def decide_offload(requested: str, strategy: str, target, optimizer: str = "adamw") -> tuple[str, Decision | None]:
+    """(mode, decision) for the run's (already decided) strategy on `target`; mode is one of MODES. No
+    decision line when nothing is offloaded (the default adds nothing to the summary)."""
     if requested == "none":
-        return None
+        return "none", None
+    processes = target.processes
     if processes <= 1 or strategy not in STRATEGIES:
         why = "one process: mmtune shards nothing there" if processes <= 1 else \
             f"train.strategy={strategy} keeps a whole optimizer on every GPU"
@@ -39,16 +40,41 @@ def decide_offload(requested: str, strategy: str, processes: int) -> Decision | 
                               "on one GPU: train.optimizer=paged_adamw_8bit (state paged to host memory under "
                               "pressure) or adapter.method=qlora")
     if strategy == "fsdp":
-        return Decision(KEY, "optimizer (FSDP2 CPUOffloadPolicy)",
-                        "requested; FSDP2 offloads whole shards: parameters, gradients and the optimizer's state live "
-                        "in pinned host memory, each unit copied to the GPU for its forward / backward, the optimizer "
-                        "steps on the CPU (plan: offload rows; docs/distributed.md)")
-    return Decision(KEY, f"optimizer (DeepSpeed ZeRO-Offload, stage {strategy[-1]})",
-                    "requested; offload_optimizer device cpu: the fp32 master partition, its gradients and the Adam "
-                    "moments in pinned host memory, the optimizer step on the CPU; 16-bit weights stay on the GPU "
-                    "(plan: offload rows; docs/distributed.md)")
+        return "fsdp", Decision(KEY, "optimizer (FSDP2 CPUOffloadPolicy)",
+                                "requested; FSDP2 offloads whole shards: parameters, gradients and the optimizer's state "
+                                "live in host memory (pinned on a GPU), each unit copied to the GPU for its forward / "
+                                f"backward, torch {optimizer} steps on the CPU (docs/distributed.md#optimizer-offload)")
+    stage = strategy[-1]
+    if optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
+        raise ConfigError(f"train.offload=optimizer with train.optimizer={optimizer}: bitsandbytes' optimizers step "
+                          "CUDA tensors, and ZeRO-Offload hands the optimizer CPU tensors", where=KEY,
+                          fix="train.optimizer=adamw (DeepSpeed's CPU Adam then steps it), or train.offload=none")
+    problem = cpu_adam_here(target) if optimizer == "adamw" else f"train.optimizer={optimizer} is not Adam"
+    common = ("offload_optimizer device cpu: the fp32 master partition, its gradients and the optimizer's moments in "
+              "pinned host memory, the optimizer step on the CPU, 16-bit weights kept on the GPU")
+    if problem is None:
+        return "zero-cpuadam", Decision(KEY, f"optimizer (DeepSpeed ZeRO-Offload, stage {stage}, DeepSpeedCPUAdam)",
+                                        f"requested; {common}; DeepSpeed's C++ AdamW steps it "
+                                        "(docs/distributed.md#optimizer-offload)")
+    return "zero-torch", Decision(KEY, f"optimizer (DeepSpeed ZeRO-Offload, stage {stage}, torch {optimizer} on the CPU)",
+                                  f"requested; {common}; stepped by torch's {optimizer} (zero_force_ds_cpu_optimizer "
+                                  f"false) because DeepSpeedCPUAdam cannot be had: {problem} (several times slower "
+                                  "per step; the doctor's MM121 says so)", changed=True)
+
+
+MODES = ("none", "fsdp", "zero-cpuadam", "zero-torch")
+
+
+def cpu_adam_here(target) -> str | None:
+    """Why DeepSpeed's CPU Adam cannot step the run on `target` (None: it can). A plan for a catalog GPU with
+    the GPU extra assumed takes DeepSpeed with its op as there; otherwise this machine is asked."""
+    if not target.local and target.assume_installed == "gpu-extra":
+        return None
+    from ..compat.deepspeed_ops import cpu_adam_problem
+
+    return cpu_adam_problem()
 
 
 def offloads(resolved) -> bool:
     """Whether the resolved run keeps its optimizer state on the CPU."""
-    return getattr(resolved.cfg.train, "offload", "none") == "optimizer"
+    return resolved.offload != "none"
