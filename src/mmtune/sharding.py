@@ -110,3 +110,29 @@ def full_state_dict(model, *, trainable_only: bool) -> dict:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {n: t.contiguous() for n, t in sd.items() if not trainable_only or n in trainable}
+
+
+OFFLOAD_BACKEND = "cpu:gloo,cuda:nccl"
+
+
+def start_offload_process_group(resolved) -> None:
+    """FSDP2 CPU offload on GPUs: the gradient shards are CPU DTensors, so gradient clipping all-reduces CPU
+    tensors, which NCCL cannot ("No backend type associated with device type cpu", pytorch#148532). The
+    process group is started here with gloo for CPU tensors beside NCCL, before accelerate would start an
+    NCCL-only one (it keeps a group that exists). A group already started without a CPU backend is refused
+    with the way out. CPU runs (gloo already) and every other run are left alone. Not yet run on GPUs here:
+    this session had none; the doctor's MM123 states the same rule."""
+    if resolved.offload != "fsdp" or resolved.device != "cuda" or resolved.target.processes <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend=OFFLOAD_BACKEND)
+        return
+    backend = str(dist.get_backend())
+    if "gloo" not in backend and "cpu" not in backend and resolved.cfg.train.max_grad_norm:
+        from .errors import ConfigError
+
+        raise ConfigError(f"FSDP2 CPU offload needs a process group that can all-reduce CPU tensors (gradient "
+                          f"clipping); this one was started with {backend!r}", where="train.offload",
+                          fix=f'init_process_group("{OFFLOAD_BACKEND}") where it is started, or train.max_grad_norm=null')

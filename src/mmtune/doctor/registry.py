@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 AREAS = ("config", "schedule", "hardware", "loading", "adapters", "data", "generation", "runtime", "memory",
-         "model_setup", "training_setup", "distributed", "media_setup")
+         "model_setup", "training_setup", "distributed", "media_setup", "offload")
 CHECK_MODULES = tuple(f"mmtune.doctor.checks.{a}" for a in AREAS)
 
 
