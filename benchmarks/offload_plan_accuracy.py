@@ -51,7 +51,17 @@ def _local(t):
 
 
 def _nbytes(tensors) -> int:
-    return sum(_local(t).untyped_storage().nbytes() for t in tensors if t is not None)
+    """Bytes of the distinct storages behind `tensors` (DTensors: this rank's local storage); views of one buffer
+    (FSDP2's gradient shards, DeepSpeed's flat partitions) counted once."""
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None:
+            continue
+        st = _local(t).untyped_storage()
+        if st.data_ptr() not in seen and st.nbytes():
+            seen.add(st.data_ptr())
+            total += st.nbytes()
+    return total
 
 
 def measure(cfg) -> dict:
@@ -67,28 +77,35 @@ def measure(cfg) -> dict:
     batch = worst_case_batch(resolve_for_plan(cfg), declared=None).micro_batch
     run = build_run(cfg, with_data=False)
     inner = getattr(run.model, "basic_optimizer", None) or run.optimizer.optimizer  # the torch optimizer that steps
-    times, t0, grad_bytes = [], [0.0], []
+    # ZeRO-Offload steps the optimizer once per parameter group (its `_optimizer_step(i)` narrows param_groups to
+    # group i): the hooks record every call, summed per loop step.
+    calls, t0, steps = [], [0.0], []
 
     def pre(*a):  # the gradients the step reads exist now (zeroed / dropped after it)
-        grad_bytes.append(_nbytes(p.grad for g in inner.param_groups for p in g["params"]))
+        calls.append([_nbytes(p.grad for g in inner.param_groups for p in g["params"]), 0.0])
         t0[0] = time.perf_counter()
 
     inner.register_step_pre_hook(pre)
-    inner.register_step_post_hook(lambda *a: times.append(time.perf_counter() - t0[0]))
+    inner.register_step_post_hook(lambda *a: calls[-1].__setitem__(1, time.perf_counter() - t0[0]))
     b = to_device(batch, run.accelerator.device)
     for _ in range(STEPS):
         optimizer_step(run.model, run.optimizer, run.scheduler, [b], accelerator=run.accelerator,
                        max_grad_norm=run.cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                        loss_impl=run.cfg.train.loss_impl)
+        steps.append((sum(c[0] for c in calls), sum(c[1] for c in calls)))
+        calls.clear()
+    # ZeRO-2 offload also keeps a 16-bit copy of each partition on the host to copy the update back to the
+    # device (DeepSpeed 0.19 stage_1_and_2: param_buffer_of_bit16_for_cpu_offload_groups); read here, by its name,
+    # because no public API lists it.
+    bit16 = _nbytes(getattr(run.optimizer.optimizer, "param_buffer_of_bit16_for_cpu_offload_groups", None) or [])
     stepped = [p for g in inner.param_groups for p in g["params"]]
-    state = [v for p in stepped for v in inner.state.get(p, {}).values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    state = [v for p in stepped for v in inner.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
     ids = {id(p) for p in stepped}
     frozen = [p for p in run.model.parameters() if id(p) not in ids and not p.requires_grad] \
         if run.resolved.strategy == "fsdp" else []
-    grads = max(grad_bytes)
-    steady = sorted(times[1:]) or times
-    return {"params": _nbytes(stepped) + _nbytes(frozen), "grads": grads, "state": _nbytes(state),
-            "step_s": steady[len(steady) // 2], "optimizer": type(inner).__name__}
+    steady = sorted(t for _, t in steps[1:])  # the first step creates the state
+    return {"params": _nbytes(stepped) + _nbytes(frozen), "grads": max(g for g, _ in steps), "state": _nbytes(state),
+            "bit16_buffer": bit16, "step_s": steady[len(steady) // 2], "optimizer": type(inner).__name__}
 
 
 def adam_throughput(numel: int = 1 << 24, repeats: int = 5) -> dict:
@@ -180,7 +197,7 @@ def main(argv=None):
         o = res.offload
         planned = dict(o["parts"])
         real = measured[name]
-        host_real = max(m["params"] + m["grads"] + m["state"] for m in real)
+        host_real = max(m["params"] + m["grads"] + m["state"] + m["bit16_buffer"] for m in real)
         err = 100.0 * (o["host_bytes_per_rank"] - host_real) / host_real
         step_real = max(m["step_s"] for m in real)
         rows.append({"name": name, "mode": o["mode"], "optimizer": real[0]["optimizer"],
@@ -191,6 +208,9 @@ def main(argv=None):
         print(f"{name:18s} {o['mode']:13s} host per rank planned {o['host_bytes_per_rank']:>11,d} measured "
               f"{host_real:>11,d} ({err:+.1f} %); CPU optimizer step planned {o['cpu_optimizer_s'] * 1e3:.2f} ms, "
               f"measured {step_real * 1e3:.2f} ms ({real[0]['optimizer']}, {res.trainable_params:,d} trainable)", flush=True)
+        print(f"{'':18s} planned {planned}; measured per rank "
+              + "; ".join(f"params {m['params']:,d} grads {m['grads']:,d} state {m['state']:,d} 16-bit copy {m['bit16_buffer']:,d}"
+                           for m in real), flush=True)
     adam = adam_throughput()
     for k, v in adam.items():
         print(f"{k}: {v['numel']:,d} fp32 elements stepped in {v['step_s'] * 1e3:.1f} ms = {v['gbs']:.1f} GB/s "

@@ -13,7 +13,8 @@ without them (`gpu_side`) before the strategy's sharding is applied. Then, per s
 
 Host memory (pinned: page-locked, it cannot be swapped, so it must fit in RAM), per rank:
 - fsdp: every shard: parameters as stored, fp32 gradients, optimizer state, each 1/N;
-- zero: fp32 master + fp32 gradient partition + optimizer state, each 1/N.
+- zero: fp32 master + fp32 gradient partition + optimizer state, each 1/N, and under ZeRO-2 a 16-bit copy of
+  the partition (the buffer the update is copied back to the GPU from).
 The node needs that times its GPUs, beside the processes' own memory (the doctor's MM120 checks RAM).
 
 Time per step, added to the GPU-only estimate (which loses its GPU optimizer step):
@@ -90,7 +91,7 @@ def state_bytes(ex) -> int:
     return sum(tr.storages[s].nbytes for s in ex.state_serials if s in tr.storages)
 
 
-def plan_offload(mode: str, per_gpu: dict, *, n: int, gpus_per_node: int, trainable_numel: int, param_bytes: int,
+def plan_offload(mode: str, per_gpu: dict, *, strategy: str, n: int, gpus_per_node: int, trainable_numel: int, param_bytes: int,
                  state_bytes: int, grad_accum: int, precision: str, host_link_gbs: float) -> tuple[dict, OffloadPlan]:
     """(the per-GPU breakdown with the offloaded classes moved off the GPU, the offload plan).
 
@@ -119,6 +120,8 @@ def plan_offload(mode: str, per_gpu: dict, *, n: int, gpus_per_node: int, traina
             saved += half
             out["trainable_parameters"] -= half
         parts = {"fp32_master": grads_fp32 // n, "gradient_partition": grads_fp32 // n, "optimizer_state": state_bytes // n}
+        if strategy == "zero2":  # ZeRO-2 keeps a 16-bit copy of the partition on the host to copy the update back
+            parts["bit16_copy"] = elem * trainable_numel // n
         d2h = grad_accum * elem * trainable_numel // n  # reduced gradient partition, every micro-batch
         h2d = elem * trainable_numel // n  # updated weights, once per step (then all-gathered on the GPUs)
     host = sum(parts.values())

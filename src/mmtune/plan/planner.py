@@ -371,7 +371,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
 
         ratio = peak_res / max(1, peak_alloc)
         breakdown, offload = plan_offload(
-            resolved.offload, breakdown, n=gpus, gpus_per_node=gpus // nodes, trainable_numel=trainable_numel,
+            resolved.offload, breakdown, strategy=strategy, n=gpus, gpus_per_node=gpus // nodes, trainable_numel=trainable_numel,
             param_bytes=sum(p.numel() * p.element_size() for p in pm.model.parameters()),
             state_bytes=state_bytes(full_ex), grad_accum=cfg.train.grad_accum, precision=prec,
             host_link_gbs=host_link_gbs(spec) if spec is not None else 0.0)  # a CPU run: nothing crosses PCIe
