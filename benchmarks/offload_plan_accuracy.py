@@ -209,13 +209,14 @@ def main(argv=None):
               f"{host_real:>11,d} ({err:+.1f} %); CPU optimizer step planned {o['cpu_optimizer_s'] * 1e3:.2f} ms, "
               f"measured {step_real * 1e3:.2f} ms ({real[0]['optimizer']}, {res.trainable_params:,d} trainable)", flush=True)
         print(f"{'':18s} planned {planned}; measured per rank "
-              + "; ".join(f"params {m['params']:,d} grads {m['grads']:,d} state {m['state']:,d} 16-bit copy {m['bit16_buffer']:,d}"
-                           for m in real), flush=True)
+              + "; ".join(f"params {m['params']:,d} grads {m['grads']:,d} state {m['state']:,d} "
+                          f"16-bit copy {m['bit16_buffer']:,d}" for m in real), flush=True)
     adam = adam_throughput()
     for k, v in adam.items():
         print(f"{k}: {v['numel']:,d} fp32 elements stepped in {v['step_s'] * 1e3:.1f} ms = {v['gbs']:.1f} GB/s "
               f"({v['threads']} threads; the plan assumes {HOST_ADAM_GBS:g})")
-    summary = {"adam_throughput": adam, "runs": len(rows), "host_bytes_max_abs_error_pct": max(abs(r["host_error_pct"]) for r in rows),
+    summary = {"adam_throughput": adam, "runs": len(rows),
+               "host_bytes_max_abs_error_pct": max(abs(r["host_error_pct"]) for r in rows),
                "host_adam_gbs_assumed": HOST_ADAM_GBS, "measure_s": round(measure_s, 1)}
     if args.out:
         write_results(args.out, {"rows": rows, **summary}, started)

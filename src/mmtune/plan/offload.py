@@ -25,8 +25,9 @@ Time per step, added to the GPU-only estimate (which loses its GPU optimizer ste
   zero: the reduced gradient partition to the host every micro-batch (DeepSpeed accumulates there), the
   updated 16-bit weights back once per step;
 - the CPU optimizer step: AdamW reads weight, gradient and two moments and writes three of them (28 bytes
-  per fp32 element), at an assumed HOST_ADAM_GBS of host memory bandwidth per rank (DeepSpeed's C++ Adam is
-  memory-bound there; torch's AdamW on the CPU is several times slower, the doctor's MM121 says so).
+  per fp32 element), at an assumed HOST_ADAM_GBS of host memory bandwidth per rank for DeepSpeed's C++ Adam
+  (memory-bound there), TORCH_CPU_ADAM_SLOWDOWN times slower for torch's AdamW on CPU tensors (FSDP2's
+  offload steps torch's optimizer; the doctor's MM121 warns where ZeRO-Offload falls back to it).
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ ADAM_BYTES_PER_ELEM = 28  # fp32: read p, g, m, v; write p, m, v
 # fact (the host CPU is not known from the GPU's name). benchmarks/offload_plan_accuracy.py measures the real
 # step on this machine beside it; docs/distributed.md#optimizer-offload quotes both.
 HOST_ADAM_GBS = 10.0
+# torch's AdamW stepping CPU tensors (FSDP2 CPU offload; ZeRO-Offload without DeepSpeed's op) is this many times
+# slower than DeepSpeedCPUAdam: 0.8 vs 6.5 GB/s on one 16M-element tensor, both on this 2-core machine
+# (benchmarks/offload_plan_accuracy.py, adam_throughput).
+TORCH_CPU_ADAM_SLOWDOWN = 8.0
 
 
 @dataclass
@@ -126,9 +131,10 @@ def plan_offload(mode: str, per_gpu: dict, *, strategy: str, n: int, gpus_per_no
         h2d = elem * trainable_numel // n  # updated weights, once per step (then all-gathered on the GPUs)
     host = sum(parts.values())
     pcie = (h2d + d2h) / (host_link_gbs * 1e9) if host_link_gbs else 0.0  # a CPU run: nothing crosses PCIe
-    cpu_s = ADAM_BYTES_PER_ELEM * (trainable_numel // n) / (HOST_ADAM_GBS * 1e9)
+    rate = HOST_ADAM_GBS if mode == "zero-cpuadam" else HOST_ADAM_GBS / TORCH_CPU_ADAM_SLOWDOWN
+    cpu_s = ADAM_BYTES_PER_ELEM * (trainable_numel // n) / (rate * 1e9)
     return out, OffloadPlan(mode, int(saved), int(host), int(host * gpus_per_node), int(h2d), int(d2h), host_link_gbs,
-                            pcie, cpu_s, parts=parts)
+                            pcie, cpu_s, host_adam_gbs=rate, parts=parts)
 
 
 def describe(p: OffloadPlan) -> str:
@@ -138,4 +144,5 @@ def describe(p: OffloadPlan) -> str:
             f"({p.host_bytes_per_rank / gib:.2f} GiB per rank, {p.host_bytes_per_node / gib:.2f} GiB per node); "
             f"PCIe {(p.h2d_bytes + p.d2h_bytes) / gib:.2f} GiB per step at {p.host_link_gbs:g} GB/s = {p.pcie_s:.3f} s "
             f"(not hidden, an upper bound), CPU optimizer step {p.cpu_optimizer_s:.3f} s at an assumed "
-            f"{p.host_adam_gbs:g} GB/s (plan/offload.py)")
+            f"{p.host_adam_gbs:g} GB/s ({'DeepSpeedCPUAdam' if p.mode == 'zero-cpuadam' else 'torch on the CPU'}; "
+            "plan/offload.py)")
