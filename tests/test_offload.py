@@ -173,3 +173,13 @@ def test_mm121_and_mm120_read_the_resolved_run(tmp_path, monkeypatch):
 def test_docs_name_the_offload_section():
     text = (Path(__file__).resolve().parents[1] / "docs" / "distributed.md").read_text()
     assert "## Optimizer offload" in text and "train.offload=optimizer" in text
+
+
+def test_the_fix_search_offers_offload_under_a_sharding_strategy_before_any_precision_move(tmp_path):
+    from mmtune.plan.fixes import _moves
+
+    names = [m[0] for m in _moves(_cfg(tmp_path, "train.strategy=zero2"))]
+    assert "optimizer offload" in names and names.index("optimizer offload") < names.index("8-bit AdamW")
+    assert "optimizer offload" not in [m[0] for m in _moves(_cfg(tmp_path, "train.strategy=ddp"))]
+    assert "optimizer offload" not in [m[0] for m in _moves(_cfg(tmp_path, "train.strategy=fsdp",
+                                                                   "train.offload=optimizer"))]
