@@ -42,8 +42,9 @@ ADAM_BYTES_PER_ELEM = 28  # fp32: read p, g, m, v; write p, m, v
 # step on this machine beside it; docs/distributed.md#optimizer-offload quotes both.
 HOST_ADAM_GBS = 10.0
 # torch's AdamW stepping CPU tensors (FSDP2 CPU offload; ZeRO-Offload without DeepSpeed's op) is this many times
-# slower than DeepSpeedCPUAdam: 0.8 vs 6.5 GB/s on one 16M-element tensor, both on this 2-core machine
-# (benchmarks/offload_plan_accuracy.py, adam_throughput).
+# slower than DeepSpeedCPUAdam: 0.7 vs 7.1 GB/s on one 16M-element tensor, both on a shared 2-core machine
+# (benchmarks/results/offload_plan_accuracy_cpu2_20261127.json, adam_throughput; 0.8 vs 6.5 in a run at another
+# load): ~8-10x, 8 taken.
 TORCH_CPU_ADAM_SLOWDOWN = 8.0
 
 
