@@ -43,7 +43,7 @@ def test_the_decision_says_what_each_strategy_offloads(tmp_path):
     # A plan for a catalog GPU assumes mmtune[gpu] there: DeepSpeed with its CPU Adam.
     z = resolve_run(_cfg(tmp_path, "train.offload=optimizer", "train.strategy=zero2"), gpu_target("rtx-3090", gpus=2))
     assert z.offload == "zero-cpuadam" and "DeepSpeedCPUAdam" in z.decision("train.offload").value
-    # An optimizer that is not Adam is stepped by torch on the CPU: said, and the doctor's MM121 warns.
+    # An optimizer that is not Adam is stepped by torch on the CPU: said, and the doctor's MM076 warns.
     s = resolve_run(_cfg(tmp_path, "train.offload=optimizer", "train.strategy=zero3", "train.optimizer=sgd"),
                     gpu_target("rtx-3090", gpus=2))
     assert s.offload == "zero-torch" and "torch sgd on the CPU" in s.decision("train.offload").value
@@ -134,14 +134,14 @@ def test_doctor_refuses_offload_without_a_strategy(tmp_path):
         return run_doctor(path, [], None, only=[code])
 
     tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:arithmetic", "max_length": 128}}
-    rep = doctor({**tree, "train": {"offload": "optimizer"}}, "MM122")
-    assert [(f.code, f.severity) for f in rep.findings] == [("MM122", "error")]
+    rep = doctor({**tree, "train": {"offload": "optimizer"}}, "MM077")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM077", "error")]
     assert "train.strategy=zero2" in rep.findings[0].fix
-    assert doctor(tree, "MM122").findings == []
+    assert doctor(tree, "MM077").findings == []
 
 
 def test_mm121_and_mm120_read_the_resolved_run(tmp_path, monkeypatch):
-    """MM121 warns when ZeRO-Offload falls back to torch's optimizer; MM120 compares the plan's pinned host bytes
+    """MM076 warns when ZeRO-Offload falls back to torch's optimizer; MM075 compares the plan's pinned host bytes
     per node with this machine's RAM (a run that executes here) and says them for another machine."""
     from mmtune.doctor.checks import offload as checks
 

@@ -121,7 +121,7 @@ def start_offload_process_group(resolved) -> None:
     process group is started here with gloo for CPU tensors beside NCCL, before accelerate would start an
     NCCL-only one (it keeps a group that exists). A group already started without a CPU backend is refused
     with the way out. CPU runs (gloo already) and every other run are left alone. Not yet run on GPUs here:
-    this session had none; the doctor's MM123 states the same rule."""
+    this session had none; the doctor's MM078 states the same rule."""
     if resolved.offload != "fsdp" or resolved.device != "cuda" or resolved.target.processes <= 1:
         return
     import torch.distributed as dist

@@ -15,7 +15,7 @@ Host memory (pinned: page-locked, it cannot be swapped, so it must fit in RAM), 
 - fsdp: every shard: parameters as stored, fp32 gradients, optimizer state, each 1/N;
 - zero: fp32 master + fp32 gradient partition + optimizer state, each 1/N, and under ZeRO-2 a 16-bit copy of
   the partition (the buffer the update is copied back to the GPU from).
-The node needs that times its GPUs, beside the processes' own memory (the doctor's MM120 checks RAM).
+The node needs that times its GPUs, beside the processes' own memory (the doctor's MM075 checks RAM).
 
 Time per step, added to the GPU-only estimate (which loses its GPU optimizer step):
 - PCIe: bytes copied host<->GPU over the GPU's host link (gpus.host_link_gbs: PCIe generation x16, one
@@ -27,7 +27,7 @@ Time per step, added to the GPU-only estimate (which loses its GPU optimizer ste
 - the CPU optimizer step: AdamW reads weight, gradient and two moments and writes three of them (28 bytes
   per fp32 element), at an assumed HOST_ADAM_GBS of host memory bandwidth per rank for DeepSpeed's C++ Adam
   (memory-bound there), TORCH_CPU_ADAM_SLOWDOWN times slower for torch's AdamW on CPU tensors (FSDP2's
-  offload steps torch's optimizer; the doctor's MM121 warns where ZeRO-Offload falls back to it).
+  offload steps torch's optimizer; the doctor's MM076 warns where ZeRO-Offload falls back to it).
 """
 
 from __future__ import annotations

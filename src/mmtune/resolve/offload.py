@@ -59,7 +59,7 @@ def decide_offload(requested: str, strategy: str, target, optimizer: str = "adam
     return "zero-torch", Decision(KEY, f"optimizer (DeepSpeed ZeRO-Offload, stage {stage}, torch {optimizer} on the CPU)",
                                   f"requested; {common}; stepped by torch's {optimizer} (zero_force_ds_cpu_optimizer "
                                   f"false) because DeepSpeedCPUAdam cannot be had: {problem} (several times slower "
-                                  "per step; the doctor's MM121 says so)", changed=True)
+                                  "per step; the doctor's MM076 says so)", changed=True)
 
 
 MODES = ("none", "fsdp", "zero-cpuadam", "zero-torch")

@@ -1,10 +1,10 @@
 """Checks of `train.offload=optimizer` (resolve/offload.py, plan/offload.py), each from what users of
 DeepSpeed ZeRO-Offload and FSDP2 CPU offload hit (sources per check: docs/doctor.md):
-- MM120 host RAM too small for the pinned offloaded state: the process is killed (signal 9) by the kernel's
+- MM075 host RAM too small for the pinned offloaded state: the process is killed (signal 9) by the kernel's
   OOM killer, not stopped with a message (DeepSpeed#4571, #4380, #4867);
-- MM121 DeepSpeed's CPU Adam op cannot be had: ZeRO-Offload falls back to torch's AdamW on the CPU;
-- MM122 offload asked where nothing is sharded (one process, ddp): refused with the strategies that do it;
-- MM123 FSDP2 CPU offload with gradient clipping on a process group without a CPU backend: "No backend
+- MM076 DeepSpeed's CPU Adam op cannot be had: ZeRO-Offload falls back to torch's AdamW on the CPU;
+- MM077 offload asked where nothing is sharded (one process, ddp): refused with the strategies that do it;
+- MM078 FSDP2 CPU offload with gradient clipping on a process group without a CPU backend: "No backend
   type associated with device type cpu" at the first optimizer step (pytorch#148532, torchtune#1977).
 """
 
@@ -34,7 +34,7 @@ def host_ram_bytes() -> tuple[int, int | None]:
     return total, None
 
 
-@check("MM120", "host RAM holds the offloaded optimizer state (pinned)", needs=("cfg", "resolved", "plan"))
+@check("MM075", "host RAM holds the offloaded optimizer state (pinned)", needs=("cfg", "resolved", "plan"))
 def host_ram(ctx):
     """Offloaded state is pinned (page-locked): it cannot be swapped out, so a node whose RAM is short kills
     the process instead of slowing down. The plan's host bytes per node (every local rank's) are compared
@@ -65,7 +65,7 @@ def host_ram(ctx):
                       fix="train.num_workers=0, or fewer ranks per node")
 
 
-@check("MM121", "ZeRO-Offload steps the optimizer with DeepSpeed's CPU Adam", needs=("cfg", "resolved"), fast=True)
+@check("MM076", "ZeRO-Offload steps the optimizer with DeepSpeed's CPU Adam", needs=("cfg", "resolved"), fast=True)
 def cpu_adam(ctx):
     """Under ZeRO-Offload the optimizer step runs on the CPU. DeepSpeed's C++ AdamW (SIMD + OpenMP) is the fast
     one; where its op cannot be built the run falls back to torch's AdamW on the CPU (zero_force_ds_cpu_optimizer
@@ -85,7 +85,7 @@ def cpu_adam(ctx):
                        fix="DS_BUILD_CPU_ADAM=1 pip install deepspeed to build it at install time")
 
 
-@check("MM122", "optimizer offload goes through a strategy that supports it", needs=("cfg",), fast=True)
+@check("MM077", "optimizer offload goes through a strategy that supports it", needs=("cfg",), fast=True)
 def offload_strategy(ctx):
     """resolve/offload.py refuses train.offload=optimizer on one process and under ddp; said here with the
     strategies that do offload (and the single-GPU alternatives)."""
@@ -101,7 +101,7 @@ def offload_strategy(ctx):
                 yield error(b.what, b.where, b.fix)
 
 
-@check("MM123", "FSDP2 CPU offload can clip gradients on the run's process group", needs=("cfg", "resolved"), fast=True)
+@check("MM078", "FSDP2 CPU offload can clip gradients on the run's process group", needs=("cfg", "resolved"), fast=True)
 def offload_clipping(ctx):
     """With CPUOffloadPolicy the gradient shards are CPU DTensors, so clip_grad_norm_ all-reduces CPU tensors: an
     NCCL-only process group stops there. mmtune starts its own runs with a gloo backend for CPU tensors beside
