@@ -66,6 +66,9 @@ def make_accelerator(resolved: ResolvedRun):
     # accelerate keeps process-wide singletons; a second run in the same process (tests, eval after
     # train) must start from a clean state or it inherits the first run's mixed precision.
     reset_accelerate_state()
+    from .sharding import start_offload_process_group
+
+    start_offload_process_group(resolved)  # FSDP2 CPU offload on GPUs: gloo beside NCCL for the CPU shards
     cpu = resolved.device == "cpu"
     if resolved.strategy in ("zero2", "zero3") and resolved.target.processes > 1:
         from .compat.accelerate_state import deepspeed_accelerator
@@ -315,14 +318,16 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             run.optimizer = accelerator.prepare_optimizer(run.optimizer)
         else:
             _configure_ddp(run)
-            run.optimizer = make_optimizer(adapters.param_groups, cfg.train)
+            run.optimizer = make_optimizer(adapters.param_groups, cfg.train, cpu_adam=resolved.offload == "zero-cpuadam")
             run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
             if accelerator.distributed_type == "DEEPSPEED":  # what ran, for the summary (not what was asked)
                 import torch.distributed as dist
 
                 run.decisions.append(f"DeepSpeed ZeRO-{run.model.zero_optimization_stage()} engine: "
                                      f"{accelerator.num_processes} ranks over {dist.get_backend()}, optimizer "
-                                     f"{type(run.model.optimizer).__name__} around torch {cfg.train.optimizer}")
+                                     f"{type(run.model.optimizer).__name__} around "
+                                     f"{type(getattr(run.model, 'basic_optimizer', None)).__name__} ({cfg.train.optimizer})"
+                                     + ("; optimizer offloaded to the CPU" if run.model.zero_cpu_offload() else ""))
         from .stages import lr_scale
 
         run.scheduler = make_scheduler(run.optimizer, warmup=cfg.train.warmup_steps,
@@ -390,7 +395,9 @@ def _shard_fsdp(run: Run, family, resolved: ResolvedRun) -> None:
     from .sharding import apply_fsdp, names_of, remap
 
     old = names_of(run.model)
-    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device)
+    from .resolve.offload import offloads
+
+    note = apply_fsdp(run.model, family, resolved.precision, run.accelerator.device, offload=offloads(resolved))
     run.param_groups = remap(run.param_groups, old, run.model)
     run.trainable_params = [p for g in run.param_groups for p in g["params"] if p.requires_grad]
     run.decisions.append(note)

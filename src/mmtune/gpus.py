@@ -127,3 +127,19 @@ def get_gpu(name: str) -> GPUSpec:
     close = difflib.get_close_matches(key, list(GPUS) + list(ALIASES), n=1)
     raise ConfigError(f"unknown GPU {name!r}", where="--gpu / train.gpu",
                       fix=(f"did you mean {close[0]!r}? " if close else "") + f"known: {', '.join(GPUS)}")
+
+
+# The GPU's link to host memory (CPU offload: plan/offload.py), GB/s per direction, a PCIe x16 slot of the
+# card's generation (PCI-SIG: Gen3 x16 15.75, Gen4 x16 31.5, Gen5 x16 63 GB/s per direction). The vendor sheets
+# name the generation: T4, V100 (host side of the SXM2 board), Quadro RTX 6000: PCIe Gen3 x16; RTX 3090 / 4090,
+# A10, L4: PCIe Gen4 x16; A100 SXM: "PCIe Gen4 64 GB/s" (both directions); H100 SXM / H200: "PCIe Gen5 128 GB/s"
+# (both directions). Independent of `link_gbs` (GPU to GPU, NVLink on SXM boards).
+HOST_LINK_GBS = {"t4": 15.75, "v100-16gb": 15.75, "v100-32gb": 15.75, "quadro-rtx-6000": 15.75, "rtx-3090": 31.5,
+                 "rtx-4090": 31.5, "a10": 31.5, "l4": 31.5, "a100-40gb": 31.5, "a100-80gb": 31.5, "h100": 63.0,
+                 "h200": 63.0}
+
+
+def host_link_gbs(spec: GPUSpec) -> float:
+    """GB/s per direction between the GPU and host memory; a GPU not in the catalog: PCIe Gen3 x16 (the
+    slowest link a training GPU sits on, so an offload plan for it errs on the slow side)."""
+    return HOST_LINK_GBS.get(spec.id, 15.75)

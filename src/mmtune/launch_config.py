@@ -28,6 +28,9 @@ def deepspeed_config(resolved) -> dict:
         # Export and checkpoints need whole weights: gathered in 16-bit on save.
         zero.update({"stage3_gather_16bit_weights_on_model_save": True, "stage3_prefetch_bucket_size": ZERO_BUCKET,
                      "stage3_param_persistence_threshold": 100_000})
+    offload = getattr(resolved, "offload", "none")
+    if offload.startswith("zero"):  # train.offload=optimizer (resolve/offload.py): ZeRO-Offload to pinned host memory
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     out = {
         "train_micro_batch_size_per_gpu": cfg.train.micro_batch_size,
         "gradient_accumulation_steps": cfg.train.grad_accum,
@@ -38,6 +41,8 @@ def deepspeed_config(resolved) -> dict:
         "zero_allow_untested_optimizer": True,  # the optimizer is mmtune's own (optim.py), built before prepare
         "steps_per_print": 10 ** 9,  # mmtune logs the steps itself
     }
+    if offload == "zero-torch":  # DeepSpeedCPUAdam cannot be had (the resolved decision says why): torch's on the CPU
+        out["zero_force_ds_cpu_optimizer"] = False
     return out
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 
-def make_optimizer(param_groups: list[dict], train_cfg):
+def make_optimizer(param_groups: list[dict], train_cfg, *, cpu_adam: bool = False):
     """`param_groups` as apply_adapters returns them: torch groups with `params`, `lr`, `weight_decay`
-    and `component` (per-component LR multipliers and no decay on 1-D tensors already applied)."""
+    and `component` (per-component LR multipliers and no decay on 1-D tensors already applied).
+    `cpu_adam`: DeepSpeed's C++ AdamW for ZeRO-Offload (the resolved run's train.offload decision), the same
+    update as torch's AdamW, stepped on the CPU copies DeepSpeed hands it."""
     import torch
 
     groups = []
@@ -18,6 +20,10 @@ def make_optimizer(param_groups: list[dict], train_cfg):
 
         raise ConfigError("no trainable parameters", where="adapter",
                           fix="check adapter.method / adapter.target_modules / adapter.train_components")
+    if train_cfg.optimizer == "adamw" and cpu_adam:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        return DeepSpeedCPUAdam(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8, adamw_mode=True)
     if train_cfg.optimizer == "adamw":
         return torch.optim.AdamW(groups, lr=train_cfg.lr, betas=(0.9, 0.999), eps=1e-8)
     if train_cfg.optimizer == "sgd":

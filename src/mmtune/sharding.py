@@ -50,22 +50,34 @@ def mixed_precision_policy(precision: str):
     return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
 
 
-def apply_fsdp(model, family, precision: str, device) -> str:
-    """Shard `model` in place over every rank of the default process group; returns what was done."""
+def offload_policy(device):
+    """train.offload=optimizer (resolve/offload.py): FSDP2's CPUOffloadPolicy, the shards in host memory,
+    pinned when there is a GPU to copy them to (pinning needs CUDA; a CPU run's shards are host memory already)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    return CPUOffloadPolicy(pin_memory=device.type == "cuda")
+
+
+def apply_fsdp(model, family, precision: str, device, offload: bool = False) -> str:
+    """Shard `model` in place over every rank of the default process group; returns what was done.
+    `offload`: every unit's shards (parameters, gradients, and so the optimizer's state) in host memory."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import OffloadPolicy, fully_shard
 
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     mp = mixed_precision_policy(precision)
+    policy = offload_policy(device) if offload else OffloadPolicy()
     units = shard_units(model, family)
     for _, module in units:
-        fully_shard(module, mesh=mesh, mp_policy=mp)
-    fully_shard(model, mesh=mesh, mp_policy=mp)
+        fully_shard(module, mesh=mesh, mp_policy=mp, offload_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=policy)
     stacks = sorted({n.rsplit(".", 1)[0] for n, _ in units})
     return (f"FSDP2: {len(units)} blocks wrapped one by one ({', '.join(stacks) or 'none'}), then the root; "
             f"sharded over {dist.get_world_size()} ranks; mixed precision "
-            + ("off (fp32)" if precision == "fp32" else f"{precision} weights, fp32 gradient reduction"))
+            + ("off (fp32)" if precision == "fp32" else f"{precision} weights, fp32 gradient reduction")
+            + (f"; CPUOffloadPolicy: parameter, gradient and optimizer-state shards in host memory"
+               f"{' (pinned)' if device.type == 'cuda' else ''}, the optimizer steps on the CPU" if offload else ""))
 
 
 def names_of(model) -> dict[int, str]:
@@ -98,3 +110,29 @@ def full_state_dict(model, *, trainable_only: bool) -> dict:
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     return {n: t.contiguous() for n, t in sd.items() if not trainable_only or n in trainable}
+
+
+OFFLOAD_BACKEND = "cpu:gloo,cuda:nccl"
+
+
+def start_offload_process_group(resolved) -> None:
+    """FSDP2 CPU offload on GPUs: the gradient shards are CPU DTensors, so gradient clipping all-reduces CPU
+    tensors, which NCCL cannot ("No backend type associated with device type cpu", pytorch#148532). The
+    process group is started here with gloo for CPU tensors beside NCCL, before accelerate would start an
+    NCCL-only one (it keeps a group that exists). A group already started without a CPU backend is refused
+    with the way out. CPU runs (gloo already) and every other run are left alone. Not yet run on GPUs here:
+    this session had none; the doctor's MM078 states the same rule."""
+    if resolved.offload != "fsdp" or resolved.device != "cuda" or resolved.target.processes <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group(backend=OFFLOAD_BACKEND)
+        return
+    backend = str(dist.get_backend())
+    if "gloo" not in backend and "cpu" not in backend and resolved.cfg.train.max_grad_norm:
+        from .errors import ConfigError
+
+        raise ConfigError(f"FSDP2 CPU offload needs a process group that can all-reduce CPU tensors (gradient "
+                          f"clipping); this one was started with {backend!r}", where="train.offload",
+                          fix=f'init_process_group("{OFFLOAD_BACKEND}") where it is started, or train.max_grad_norm=null')

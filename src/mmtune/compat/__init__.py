@@ -20,6 +20,8 @@ Modules (each imports its library only when used; this file imports nothing heav
 - `hub`           whether hub downloads are off, and a scoped (context-local) offline switch.
 - `cuda_allocator`  torch's runtime setter of the CUDA caching allocator's settings (the run's
                   PYTORCH_CUDA_ALLOC_CONF decision, applied after CUDA has started).
+- `deepspeed_ops` whether DeepSpeed's CPU Adam op is prebuilt or can be compiled here (DeepSpeed's
+                  `installed_ops` record and `CPUAdamBuilder`), for train.offload=optimizer under ZeRO.
 - `processors`    a processor's per-item media token count without pixels (`_get_num_multimodal_tokens`),
                   the data length engine's (`Encoder.measure`) source for image/video/audio tokens.
 

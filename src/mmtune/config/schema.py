@@ -439,6 +439,11 @@ class TrainConfig(Section):
         "auto", description="how several GPUs share the run: ddp (a full copy per GPU), fsdp (PyTorch FSDP2: "
                             "weights, gradients and optimizer state sharded), zero2 / zero3 (DeepSpeed through "
                             "accelerate); auto picks by model size, GPU count and memory (docs/distributed.md)")
+    offload: Literal["none", "optimizer"] = Field(
+        "none", description="optimizer: the optimizer's state in host (CPU) memory, stepped on the CPU; with "
+                            "train.strategy=fsdp FSDP2's CPUOffloadPolicy (parameter and gradient shards too), with "
+                            "zero2 / zero3 DeepSpeed's offload_optimizer; refused on one process and under ddp "
+                            "(docs/distributed.md#optimizer-offload)")
     stages: list[StageConfig] = Field(
         default_factory=list, description="staged unfreezing, e.g. [{until: 100, train: [projector]}, "
                                           "{train: [projector, decoder_lora]}]")

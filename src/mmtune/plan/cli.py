@@ -78,6 +78,13 @@ def render(result, console) -> None:
             console.print(f"  across {c['nodes']} nodes (hierarchical): within a node {gib(c['intra_node_bytes'])} per GPU "
                           f"over {c['interconnect']}, {c['intra_node_s']:.3f} s; between nodes {gib(c['inter_node_bytes'])} "
                           f"per node over {c['node_link']}: {c['inter_node_s']:.3f} s")
+    if r.offload:  # train.offload=optimizer (plan/offload.py)
+        o = r.offload
+        console.print(f"  optimizer offload ({o['mode']}): {gib(o['gpu_saved_bytes'])} per GPU off the GPU; pinned host "
+                      f"memory {gib(o['host_bytes_per_rank'])} per rank, {gib(o['host_bytes_per_node'])} per node; PCIe "
+                      f"{gib(o['h2d_bytes'] + o['d2h_bytes'])} per step"
+                      + (f" at {o['host_link_gbs']:g} GB/s: {o['pcie_s']:.3f} s" if o['host_link_gbs'] else "")
+                      + f"; CPU optimizer step {o['cpu_optimizer_s']:.3f} s (assumed {o['host_adam_gbs']:g} GB/s)")
     for d in r.decisions:  # escaped: "pip install 'mmtune[gpu]'" in a reason must print, not vanish as markup
         console.print(f"[dim]decision: {escape(d)}[/]")
     console.print(f"[dim]planned in {r.plan_seconds:.1f} s[/]")

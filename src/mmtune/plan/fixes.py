@@ -2,7 +2,8 @@
 
 Moves, in the order of what they cost the run (cheapest first): only speed (gradient checkpointing on, a
 smaller micro-batch with the accumulation raised to keep the effective batch, the chunked loss), then a
-little precision (8-bit AdamW state, 4-bit QLoRA weights), then, last, what the model sees (a shorter
+little precision (8-bit AdamW state, 4-bit QLoRA weights; optimizer offload, only speed, sits before them
+under a sharding strategy), then, last, what the model sees (a shorter
 sequence cap). A move that is already the run's value is not a move (no `micro_batch_size=1` when it is 1).
 
 Search: each single move alone first (the micro-batch halved step by step; memory only grows with it, so
@@ -60,6 +61,10 @@ def _moves(cfg) -> list[tuple[str, list[dict], str]]:
     if t.loss_impl == "full":
         out.append(("chunked loss", [{"train.loss_impl": "chunked"}],
                     "the loss in chunks of the sequence: no full fp32 logits, same result"))
+    if t.strategy in ("fsdp", "zero2", "zero3") and t.offload == "none" and t.optimizer in ("adamw", "sgd"):
+        out.append(("optimizer offload", [{"train.offload": "optimizer"}],
+                    "the optimizer state in pinned host memory, stepped on the CPU (resolve/offload.py): slower steps "
+                    "(PCIe copies + the CPU step), the host RAM the plan states"))
     if t.optimizer in ("adamw", "paged_adamw"):
         out.append(("8-bit AdamW", [{"train.optimizer": "adamw_8bit"}],
                     "AdamW's two moments in 8 bits (bitsandbytes): a quarter of the state memory"))

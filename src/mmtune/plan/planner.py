@@ -56,6 +56,8 @@ class PlanResult:
     comm: dict = field(default_factory=dict)  # --gpus > 1: all_reduce/all_gather/reduce_scatter bytes per rank
     # per step, comm_time_s (the whole volume), exposed_s, link_gbs, interconnect (timing.py)
     generation: dict = field(default_factory=dict)  # grpo: the generation phase (plan/grpo.py); empty otherwise
+    offload: dict = field(default_factory=dict)  # train.offload=optimizer: plan/offload.OffloadPlan (host memory,
+    # PCIe bytes and time, CPU optimizer step); empty when nothing is offloaded
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -285,15 +287,15 @@ def _untraceable(e: Exception, cfg) -> MMTuneError:
                            "settings and report the module to mmtune")
 
 
-def resolve_for_plan(cfg, gpu=None, assume_installed: str = "gpu-extra"):
+def resolve_for_plan(cfg, gpu=None, assume_installed: str = "gpu-extra", gpus: int | None = None):
     """The resolved run a plan is made for: the named GPU (or train.gpu), else this machine; a named GPU's
-    packages as `assume_installed` says (resolve/target.py)."""
+    packages as `assume_installed` says (resolve/target.py); `gpus` > 1: that many processes (else as launched)."""
     from ..resolve import ResolvedRun, resolve_run, target_for
 
     if isinstance(cfg, ResolvedRun):
         return cfg
-    return resolve_run(cfg, target_for(cfg, gpu, local=False, assume_installed=assume_installed),
-                       require_processor=True)
+    return resolve_run(cfg, target_for(cfg, gpu, local=False, assume_installed=assume_installed,
+                                       gpus=gpus if gpus and gpus > 1 else None), require_processor=True)
 
 
 def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declared=None,
@@ -314,7 +316,7 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     from .timing import comm_volumes, step_time
 
     t0 = time.perf_counter()
-    resolved = resolve_for_plan(cfg, gpu, assume_installed)
+    resolved = resolve_for_plan(cfg, gpu, assume_installed, gpus=gpus)
     resolved.need_processor()  # the plan encodes the worst-case record: the processor's absence is the error
     cfg = resolved.cfg
     strategy = strategy or resolved.strategy  # the run's own decision (train.strategy) unless asked otherwise
@@ -338,6 +340,11 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
     if plan_eval is None:
         plan_eval = bool(cfg.data.eval)
     pm, pb, ex, _ = trace_config(resolved, declared=declared, plan_eval=plan_eval, dedup=dedup)
+    full_ex = ex
+    if resolved.offload != "none":  # the optimizer steps on the CPU: the GPU's trace without it (plan/offload.py)
+        from .offload import gpu_side
+
+        ex = gpu_side(ex)
     tr = ex.tracker.trace
     breakdown = breakdown_at_peak(ex)
     trainable_numel = sum(p.numel() for p in pm.model.parameters() if p.requires_grad)
@@ -361,6 +368,20 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         breakdown = sh.breakdown  # per GPU: sharded classes at 1/N, the strategy's buffers added
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
                          "single-GPU trace (plan/distributed.py); the breakdown is per GPU")
+    offload = None
+    if resolved.offload != "none":
+        from ..gpus import host_link_gbs
+        from .offload import describe, plan_offload, state_bytes
+
+        ratio = peak_res / max(1, peak_alloc)
+        breakdown, offload = plan_offload(
+            resolved.offload, breakdown, strategy=strategy, n=gpus, gpus_per_node=gpus // nodes, trainable_numel=trainable_numel,
+            param_bytes=sum(p.numel() * p.element_size() for p in pm.model.parameters()),
+            state_bytes=state_bytes(full_ex), grad_accum=cfg.train.grad_accum, precision=prec,
+            host_link_gbs=host_link_gbs(spec) if spec is not None else 0.0)  # a CPU run: nothing crosses PCIe
+        peak_alloc = max(0, peak_alloc - offload.gpu_saved_bytes)
+        peak_res = int(peak_alloc * ratio)
+        decisions.append(describe(offload))
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
     paged = ex.paged_bytes
     if paged:  # paged optimizer state: unified memory outside the caching allocator (plan/optim8bit.py)
@@ -401,6 +422,12 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
                    grad_accum=cfg.train.grad_accum, tokens_per_step=tokens_step, tflops=tflops,
                    bandwidth_gbs=bw, world=gpus, comm=volumes if gpus > 1 else None, link_gbs=link,
                    gathers_params=strategy in ("fsdp", "zero3"), nodes=nodes, node_link_gbs=node_link)
+    if offload is not None:  # the GPU's optimizer step replaced by the CPU's, plus the copies over PCIe
+        from dataclasses import replace as _replace
+
+        t = st.step_time_s - st.optimizer_s + offload.cpu_optimizer_s + offload.pcie_s
+        st = _replace(st, step_time_s=t, tokens_per_s=st.tokens_per_s * st.step_time_s / t if t else 0.0,
+                      optimizer_s=offload.cpu_optimizer_s)
     parts = {"forward_backward_s_per_micro_batch": st.forward_backward_s, "optimizer_s": st.optimizer_s,
              "dequant_s": st.dequant_s, "comm_exposed_s": st.comm_s, "matmul_tflops": tflops,
              "bandwidth_gbs": bw}
@@ -434,4 +461,4 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         decisions=decisions + pm.decisions, plan_seconds=time.perf_counter() - t0,
         required_margin_bytes=margin_rule.required_headroom(process_total, margin_pct),
         train_tensor_peak_bytes=int(ex.train_peak_bytes), eval=eval_info, step_time_parts=parts, comm=comm,
-        generation=generation)
+        generation=generation, offload=offload.to_dict() if offload is not None else {})

@@ -2,8 +2,9 @@
 
 Knobs: micro-batch (accumulation adjusted to keep the effective batch), gradient checkpointing, 4-bit vs
 16-bit weights (lora <-> qlora; full fine-tuning stays full), AdamW vs 8-bit AdamW, ZeRO stage (with
---gpus > 1), grpo's completions per prompt (G, halved, only when no micro-batch fits with the configured G),
-and, only when nothing fits otherwise, the sequence cap and max pixels / frames (these
+--gpus > 1; there also AdamW with its state offloaded to the CPU, train.offload=optimizer), grpo's completions
+per prompt (G, halved, only when no micro-batch fits with the configured G), and, only when nothing fits otherwise,
+the sequence cap and max pixels / frames (these
 change what the model sees, so they come last). Every candidate is planned for real (a trace each);
 memory only grows with the micro-batch, so once one size does not fit, larger ones are not tried.
 """
@@ -104,16 +105,22 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
     `on_candidate(Candidate)` is called as each candidate is planned (the CLI prints it then, not at the end)."""
     eff = cfg.train.micro_batch_size * cfg.train.grad_accum
     methods = methods or (["full"] if cfg.adapter.method == "full" else ["lora", "qlora"])
-    optimizers = optimizers or ["adamw", "adamw_8bit"]
+    # "adamw+offload": AdamW with train.offload=optimizer under zero2 / zero3 (several GPUs only; plan/offload.py)
+    optimizers = optimizers or ["adamw", "adamw_8bit"] + (["adamw+offload"] if gpus > 1 else [])
     ckpts = checkpointing or [False, True]
     strategies = ["ddp", "zero2", "zero3"] if gpus > 1 else [strategy]
     tried: list[Candidate] = []
     for method, opt, ckpt, st in itertools.product(methods, optimizers, ckpts, strategies):
+        offload = opt.endswith("+offload")
+        if offload and st == "ddp":
+            continue  # ddp keeps a whole optimizer per GPU: nothing to offload through
         for mb in micro_batches:
             if eff % mb:
                 continue
-            ov = {"adapter.method": method, "train.optimizer": opt, "model.gradient_checkpointing": ckpt,
-                  "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
+            ov = {"adapter.method": method, "train.optimizer": opt.removesuffix("+offload"),
+                  "model.gradient_checkpointing": ckpt, "train.micro_batch_size": mb, "train.grad_accum": eff // mb}
+            if offload:  # the strategy in the config too: the resolved run decides offload from it
+                ov.update({"train.offload": "optimizer", "train.strategy": st})
             if gpus > 1:
                 ov["_strategy"] = st
             c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)

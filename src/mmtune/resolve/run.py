@@ -82,6 +82,7 @@ class ResolvedRun:
     loader: Any = None  # data.workers.LoaderPlan: the training DataLoader's workers (decide_loader)
     # PyTorch's CUDA caching allocator (decide_cuda_allocator): applied by build, modelled by the plan
     cuda_alloc_conf: str = ""
+    offload: str = "none"  # train.offload as done: none | fsdp | zero-cpuadam | zero-torch (resolve/offload.py)
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
@@ -127,7 +128,7 @@ class ResolvedRun:
             "family": self.family.name,
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
-            "strategy": self.strategy, "cuda_alloc_conf": self.cuda_alloc_conf,
+            "strategy": self.strategy, "offload": self.offload, "cuda_alloc_conf": self.cuda_alloc_conf,
             "objective": self.cfg.train.objective,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
@@ -193,6 +194,11 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     quant, kbit_decisions, adapter_updates = decide_kbit(cfg.adapter, strategy, precision)
     decisions += kbit_decisions
     decisions.append(d)
+    from .offload import decide_offload
+
+    offload, d = decide_offload(cfg.train.offload, strategy, target, cfg.train.optimizer)
+    if d:
+        decisions.append(d)
     d = decide_kbit_upcast(cfg.adapter)
     if d:
         decisions.append(d)
@@ -273,7 +279,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf,
+                  offload=offload, trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor
