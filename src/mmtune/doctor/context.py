@@ -95,13 +95,15 @@ class DoctorContext:
 
     # -- builders -------------------------------------------------------------------------------
     def _build_tree(self) -> dict:
-        from ..config.loader import layered, read_yaml
+        from ..config.loader import layered, read_yaml, shipped_data_notes
         from ..errors import ConfigError
 
         try:
             tree = read_yaml(self.config_path) if self.config_path is not None else {}
             self.sources: dict[str, str] = {}  # the layers' order: config/loader.py's docstring
-            return layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
+            tree = layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
+            shipped_data_notes(tree, self.sources)
+            return tree
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable(f"the config could not be read: {e.what}") from None
