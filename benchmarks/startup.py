@@ -146,7 +146,7 @@ def compare(args) -> dict:
                     print(f"repeat {r} {name} {side}: {row}", file=sys.stderr, flush=True)
     results = {}
     for name, by in runs.items():
-        med = {side: {k: median(x[k] for x in rows) for k in ("wall_s", "cpu_s")} for side, rows in by.items()}
+        med = {side: {k: round(median(x[k] for x in rows), 3) for k in ("wall_s", "cpu_s")} for side, rows in by.items()}
         results[name] = {"argv": CASES[name], "median": med,
                          "ratio_before_over_after": {k: round(med["before"][k] / med["after"][k], 2)
                                                      for k in ("wall_s", "cpu_s") if med["after"][k]},
