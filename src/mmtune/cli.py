@@ -65,6 +65,9 @@ def _freeze_before_exit() -> None:
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    from .commands.startup_gc import relax_for_startup
+
+    relax_for_startup()
     try:
         app()
     finally:
@@ -72,6 +75,9 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 if __name__ == "__main__":  # pragma: no cover
+    from .commands.startup_gc import relax_for_startup
+
+    relax_for_startup()
     try:
         sys.exit(app())
     finally:
