@@ -126,4 +126,7 @@ def run_training(config_path, overrides: list[str], *, smoke: bool = False, skip
                        "build_s": round(time.perf_counter() - t_build, 2), **run.startup}
         if run.accelerator.is_main_process:
             print_start_summary(run, notes)
+        from .startup_gc import restore_default
+
+        restore_default()  # start-up is over: the loop collects at Python's default pace, as before
         return train(run, plan=plan)

@@ -192,7 +192,51 @@ def read_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{p} must hold a mapping of sections (model:, data:, ...), not a {type(data).__name__}",
                           where=str(p), fix="write the config as sections: `model:`, `data:`, `train:` ... "
                                             "(see recipes/demo_counting.yaml)")
-    return data
+    return anchor_shipped_data(data, p)
+
+
+def _is_shipped(p: Path) -> bool:
+    try:
+        return p.resolve().is_relative_to(RECIPES_DIR.resolve())
+    except OSError:
+        return False
+
+
+def anchor_shipped_data(tree: dict, p: Path) -> dict:
+    """A shipped recipe names its example data as in a checkout (`recipes/data/image_qa.jsonl`, relative to
+    the current directory). Run from a wheel, outside a checkout, that path does not exist; the copy shipped
+    beside the recipe does. Such a path is then read from the package (an absolute path into it); a
+    `recipes/...` file under the current directory still wins (a checkout, or the user's own copy).
+    `shipped_data_notes` says so among the run's decisions."""
+    if not _is_shipped(p) or not isinstance(tree.get("data"), dict):
+        return tree
+
+    def anchored(value):
+        if isinstance(value, dict):
+            return {k: anchored(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [anchored(v) for v in value]
+        if isinstance(value, str) and value.startswith("recipes/"):
+            file, sep, split = value.partition("::")  # PATH::SPLIT names a split of PATH
+            here, packaged = Path(file), RECIPES_DIR.parent / file
+            if not here.exists() and packaged.exists():
+                return str(packaged) + sep + split
+        return value
+
+    return {**tree, "data": anchored(tree["data"])}
+
+
+def shipped_data_notes(tree: dict, sources: dict) -> None:
+    """Note in `sources` (the run's decisions) each data key read from the package's copy of a shipped recipe's
+    example data, unless a later layer (a profile, the command line) already owns the key."""
+    data = tree.get("data")
+    if not isinstance(data, dict):
+        return
+    root = str(RECIPES_DIR.parent) + "/"
+    for key, value in _leaves(data, "data.").items():
+        if key not in sources and root in str(value):
+            sources[key] = ("the shipped recipe's example data, read from the installed package (no recipes/data/ "
+                            "under the current directory)")
 
 
 def load_profile(name: str) -> dict:
@@ -361,6 +405,7 @@ def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] |
     tree = read_yaml(path) if path is not None else {}
     sources: dict[str, str] = {}
     tree = layered(tree, ov, sources, recipe=str(path) if path else "the recipe")
+    shipped_data_notes(tree, sources)
     if isinstance(tree.get("data"), dict) and isinstance(tree["data"].get("columns"), dict):
         tree["data"]["columns"] = unsplit_pairs(tree["data"]["columns"])  # the same slip in a YAML file
     return with_sources(validate(tree, path=str(path) if path else None, overrides=ov), sources)

@@ -95,7 +95,8 @@ def _aliases() -> list[str]:
     for name, choices in AMBIGUOUS.items():
         out.append(f"| `--gpu` / `train.gpu` | `{name}` | refused: say {' or '.join(f'`{c}`' for c in choices)} |")
     out += ["| `data.columns` | `{question:prompt}` (no space) | `{question: prompt}` |",
-            "| `--recipe` / config path | `demo_counting`, `recipes/demo_counting.yaml` | the recipe shipped in the package |",
+            "| `--recipe` / config path | `demo_counting`, `recipes/demo_counting.yaml` | the recipe shipped in the package; "
+             "the `recipes/data/...` paths it names are read from the package where the current folder has none |",
             "| `data.format=messages` | ShareGPT `conversations`/`from`/`value`, alpaca, ms-swift `query`/`response`, "
             "OpenAI parts | see docs/data.md, \"Other tools' layouts\" |"]
     return out

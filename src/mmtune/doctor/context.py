@@ -16,6 +16,7 @@ the user's setup (a ModelLoadError, a DataError) also becomes a finding once, un
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class DoctorContext:
     build_errors: list[BuildError] = field(default_factory=list)
     config_error: Any = None  # the ConfigError when the config did not validate
     user_offline: bool = True  # whether the user's environment is offline (the doctor itself always is)
+    piece_seconds: dict[str, tuple[float, float]] = field(default_factory=dict)  # piece -> (wall, CPU) to build it
 
     # -- access ---------------------------------------------------------------------------------
     def need(self, piece: str):
@@ -69,6 +71,7 @@ class DoctorContext:
             raise NotAvailable(NOT_FAST[piece])
         from ..errors import MMTuneError
 
+        t0, c0 = time.perf_counter(), time.process_time()
         try:
             value = builder()
         except NotAvailable as e:
@@ -79,6 +82,10 @@ class DoctorContext:
             self.build_errors.append(BuildError(piece, e.what, e.where, e.fix, type(e).__name__))
             self._failed[piece] = f"{piece} could not be built: {e.what}"
             raise NotAvailable(self._failed[piece]) from None
+        finally:
+            # Where the doctor's time goes (benchmarks/startup.py): wall and CPU seconds per piece, each
+            # including the pieces it needed first (`resolved` includes `cfg`).
+            self.piece_seconds[piece] = (time.perf_counter() - t0, time.process_time() - c0)
         self._cache[piece] = value
         return value
 
@@ -95,13 +102,15 @@ class DoctorContext:
 
     # -- builders -------------------------------------------------------------------------------
     def _build_tree(self) -> dict:
-        from ..config.loader import layered, read_yaml
+        from ..config.loader import layered, read_yaml, shipped_data_notes
         from ..errors import ConfigError
 
         try:
             tree = read_yaml(self.config_path) if self.config_path is not None else {}
             self.sources: dict[str, str] = {}  # the layers' order: config/loader.py's docstring
-            return layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
+            tree = layered(tree, dict(self.overrides), self.sources, recipe=str(self.config_path or "the recipe"))
+            shipped_data_notes(tree, self.sources)
+            return tree
         except ConfigError as e:
             self.config_error = e
             raise NotAvailable(f"the config could not be read: {e.what}") from None

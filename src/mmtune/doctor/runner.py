@@ -26,6 +26,7 @@ class DoctorReport:
     seconds: dict[str, float] = field(default_factory=dict)  # per check
     total_seconds: float = 0.0
     tables: dict[str, object] = field(default_factory=dict)  # e.g. the data scan's ok/bad table
+    pieces: dict[str, tuple[float, float]] = field(default_factory=dict)  # piece -> (wall, CPU) s to build it
 
     @property
     def errors(self) -> list[Finding]:
@@ -82,6 +83,7 @@ def run_checks(ctx: DoctorContext, checks: list[Check]) -> DoctorReport:
     scan = ctx._cache.get("scan")
     if scan is not None:
         report.tables["data"] = scan
+    report.pieces = dict(ctx.piece_seconds)
     report.findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.code))
     report.total_seconds = time.perf_counter() - t_all
     return report
