@@ -12,8 +12,8 @@ A micro-batch holds B prompts (left-padded, their media, their references: data/
 With one update per generation pi_old is the sampling policy itself (r = 1, its gradient that of log pi), so
 the clip never binds: `clip_ratio` is logged, and is 0 here, as in TRL with num_iterations=1.
 
-Logged: reward (mean) and reward_std, reward/<name> per function (unweighted means), completion_length,
-kl (when beta > 0), clip_ratio.
+Logged: reward (mean) and reward_std (the weighted sum), reward/<name> and reward/<name>_std per function
+(unweighted), completion_length (mean new tokens), kl (when beta > 0), clip_ratio.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ class GRPO:
             got = torch.tensor([score(fn, name, texts[g], refs) for g in range(G)], dtype=torch.float64).T  # (B, G)
             rewards += weight * got
             stats[f"reward/{name}"] = got.sum()
+            stats[f"reward/{name}_sq"] = (got ** 2).sum()  # for its std over the step (parts)
         adv = (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
         total = None
         kl_sum = torch.zeros((), dtype=torch.float64)
@@ -128,8 +129,10 @@ class GRPO:
         return total, None, stats
 
     def parts(self, sums: dict, n: int) -> dict:
-        out = {k: v / n for k, v in sums.items() if k != "reward_sq"}
-        if "reward" in sums:
-            var = sums["reward_sq"] / n - out["reward"] ** 2
-            out["reward_std"] = max(var, 0.0) ** 0.5
+        """Means over the step's n completions; each `<key>_sq` sum becomes `<key>_std` (the std over them)."""
+        out = {k: v / n for k, v in sums.items() if not k.endswith("_sq")}
+        for k in sums:
+            if k.endswith("_sq"):
+                mean = out[k[:-3]]
+                out[k[:-3] + "_std"] = max(sums[k] / n - mean ** 2, 0.0) ** 0.5
         return out
