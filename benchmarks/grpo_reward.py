@@ -1,6 +1,6 @@
 """GRPO on the tiny twin raises the mean count reward on held-out prompts: measured, from an SFT checkpoint.
 
-    python benchmarks/grpo_reward.py [--sft-steps 100] [--grpo-steps 30] [--seeds 0 1] [--eval-prompts 100]
+    python benchmarks/grpo_reward.py [--sft-steps 100] [--grpo-steps 20] [--seeds 0 1] [--eval-prompts 100]
                                      [--out benchmarks/results/grpo_reward_cpu2_<date>.json]
 
 1. SFT: the demo's setup (recipes/demo_counting.yaml: tiny Qwen2-VL, random init, full fine-tuning on
@@ -88,11 +88,11 @@ def measure(run, records, batch: int = 25, seed: int = 1234) -> dict:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sft-steps", type=int, default=100)
-    ap.add_argument("--grpo-steps", type=int, default=30)
+    ap.add_argument("--grpo-steps", type=int, default=20)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--train-size", type=int, default=1200)
     ap.add_argument("--eval-prompts", type=int, default=100)
-    ap.add_argument("--generations", type=int, default=6)
+    ap.add_argument("--generations", type=int, default=4)
     ap.add_argument("--prompts-per-step", type=int, default=8)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--beta", type=float, default=0.0)

@@ -3,7 +3,7 @@
 A micro-batch holds B prompts (left-padded, their media, their references: data/prompts.py). Per micro-batch:
 1. sample G completions per prompt from the model itself (HF `generate`, eval mode, no_grad; G calls of B
    rows, so each call takes the batch's media as they are), at `temperature`, up to `max_completion_length`
-   new tokens; a completion ends at its first end-of-sequence token;
+   new tokens, never a media placeholder token; a completion ends at its first end-of-sequence token;
 2. score each completion with the rewards (mmtune.evaluate.rewards: the task metrics), summed with weights;
 3. advantages: each reward minus its group's mean, over the group's standard deviation (+1e-4);
 4. the clipped objective per completion token, `-min(r * A, clip(r, 1 - eps, 1 + eps) * A)` with
@@ -26,10 +26,11 @@ class GRPO:
     name = "grpo"
     unit = "completions"
 
-    def __init__(self, cfg, reference, tokenizer):
+    def __init__(self, cfg, reference, tokenizer, never_sample=()):
         from ..evaluate.rewards import reward_function
 
         self.cfg, self.reference, self.tok = cfg, reference, tokenizer
+        self.never = list(never_sample)  # token ids suppressed while sampling (the media placeholders)
         self.rewards = [(r.name, r.weight, reward_function(r.name, r.pattern)) for r in cfg.rewards]
         eos = tokenizer.eos_token_id
         self.eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -55,7 +56,8 @@ class GRPO:
             with torch.no_grad():
                 return [inner.generate(**prompt, do_sample=True, temperature=self.cfg.temperature, top_k=0, top_p=1.0,
                                        max_new_tokens=self.cfg.max_completion_length, pad_token_id=self.pad,
-                                       eos_token_id=self.eos or None)[:, prompt["input_ids"].shape[1]:]
+                                       eos_token_id=self.eos or None, suppress_tokens=self.never or None,
+                                       )[:, prompt["input_ids"].shape[1]:]
                         for _ in range(self.cfg.generations)]
         finally:
             inner.train(was)
