@@ -13,6 +13,7 @@ EXPECTED_EVAL = {
     "seed002_docvqa_mixture_8gpu": ("chartqa/relaxed_accuracy", "infovqa/anls", "ocrvqa/exact_match",
                                     "ocrvqa/vqa_accuracy", "mixture/score", "eval_loss"),
     "seed003_qwen3vl_fsc147_counting": ("mae", "rmse", "unparsable", "eval_loss"),
+    "seed003_counting_grpo": ("mae", "rmse", "unparsable", "eval_loss"),
 }
 
 EXPECTED_TRAIN_LOSSES = {"seed003_qwen3vl_fsc147_counting": ("loss", "lm_loss", "aux/heatmap")}

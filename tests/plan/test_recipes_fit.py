@@ -13,6 +13,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 # Plans that take over a minute on 2 cores (measured 2026-11-27): the default suite skips them.
 SLOW = {"seed002_docvqa_mixture_8gpu", "seed003_qwen3vl_fsc147_counting"}
+# LEAD, AFTER MERGE: `mmtune plan` refuses train.objective=grpo on this branch (h-grpoproof); the branch that adds
+# GRPO planning makes these plans run. Until then the expectation is a strict xfail on that refusal: once the
+# planner models GRPO it XPASSes (or fails on a real misfit), and this entry is to be deleted.
+AWAITS_GRPO_PLAN = {"seed003_counting_grpo"}
+
+
+def _marks(stem: str) -> list:
+    from mmtune.errors import MMTuneError
+
+    marks = [pytest.mark.slow] if stem in SLOW else []
+    if stem in AWAITS_GRPO_PLAN:
+        marks.append(pytest.mark.xfail(raises=MMTuneError, strict=True,
+                                       reason="mmtune plan does not model train.objective=grpo on this branch"))
+    return marks
 
 
 def named_plans() -> list[tuple[str, tuple[str, ...], str]]:
@@ -32,7 +46,7 @@ def test_the_recipes_name_their_gpus():
 
 
 @pytest.mark.parametrize("stem,overrides,gpu", [
-    pytest.param(s, o, g, marks=[pytest.mark.slow] if s in SLOW else [], id=f"{s}-{'-'.join(o) or 'as-is'}-{g}")
+    pytest.param(s, o, g, marks=_marks(s), id=f"{s}-{'-'.join(o) or 'as-is'}-{g}")
     for s, o, g in PLANS])
 def test_recipe_fits_the_gpu_it_names(stem, overrides, gpu):
     from mmtune.config import load_config

@@ -47,6 +47,12 @@ def test_grpo_samples_scores_and_logs(tmp_path):
         assert r["reward"] == pytest.approx(r["reward/exact_match"] + 0.5 * r["reward/count"], abs=1e-9)
         assert 0 <= r["reward/count_std"] <= 0.5 and 0 <= r["reward/exact_match_std"] <= 0.5  # rewards in [0, 1]
     assert rows[0]["kl"] == 0  # step 1: the policy is the reference (LoRA B = 0)
+    from mmtune.report import write_report
+
+    html = write_report([Path(cfg.output_dir)]).read_text()  # report.html: the decision and the GRPO charts
+    assert "train.objective: grpo" in html
+    for title in ("GRPO reward:", "GRPO completion length", "GRPO KL to the reference", "GRPO clipped share"):
+        assert title in html, title
 
 
 def test_a_grpo_run_killed_mid_way_resumes_bit_identically(tmp_path, monkeypatch):

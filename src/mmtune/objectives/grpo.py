@@ -99,6 +99,7 @@ class GRPO:
         adv = (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
         total = None
         kl_sum = torch.zeros((), dtype=torch.float64)
+        clip_sum = torch.zeros((), dtype=torch.float64)
         for g in range(G):
             c, m = completions[g], masks[g]
             inputs = dict(prompt)
@@ -112,6 +113,10 @@ class GRPO:
             a = adv[:, g].to(logp.dtype).unsqueeze(1)
             eps = self.cfg.epsilon
             per_tok = -torch.min(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+            # tokens whose clip binds (TRL's rule: below 1 - eps with a negative advantage, above 1 + eps with a
+            # positive one); with one update per generation r = 1 and none does, but it is counted, not assumed
+            clipped = (((ratio < 1 - eps) & (a < 0)) | ((ratio > 1 + eps) & (a > 0))).detach().to(m.dtype)
+            clip_sum += ((clipped * m).sum(1) / m.sum(1).clamp(min=1)).double().sum()
             if self.cfg.beta > 0:
                 with torch.no_grad(), self.reference.active(model) as ref:
                     ref_logits = extract_logits(ref(**inputs, use_cache=False))[:, P - 1:-1, :].float()
@@ -125,7 +130,7 @@ class GRPO:
             total = seq.sum() if total is None else total + seq.sum()
         lengths = torch.stack([m.sum(dim=1) for m in masks]).double()
         stats.update({"reward": rewards.sum(), "reward_sq": (rewards ** 2).sum(), "completion_length": lengths.sum(),
-                      "clip_ratio": torch.zeros((), dtype=torch.float64)})
+                      "clip_ratio": clip_sum})
         if self.cfg.beta > 0:
             stats["kl"] = kl_sum
         return total, None, stats
