@@ -12,7 +12,9 @@
    has) before and after, with the run's own prompt encoder, collator, sampler and reward code:
    - `sampled`: the mean count reward of G completions per prompt sampled at the training temperature
      (what GRPO maximises), with the share of parsable answers;
-   - `greedy`: the mean count reward, exact match and MAE of the greedy answer (what `mmtune eval` reports).
+     and the mean reward over the parsable ones (counting better, not only answering more often);
+   - `greedy`: the mean count reward, exact match and MAE of the greedy answer (what `mmtune eval` reports),
+     and how many distinct greedy answers the prompts get (1: one number for every image).
    The measurement's own sampling is seeded identically before and after (the change is the model's).
 
 The results file carries the provenance of benchmarks/_provenance.py (commit, command, versions, machine, load).
@@ -54,7 +56,7 @@ def measure(run, records, batch: int = 25, seed: int = 1234) -> dict:
     model = run.unwrapped_model()
     was = model.training
     model.eval()
-    sampled, parsable, greedy, exact, errors = [], [], [], [], []
+    sampled, parsable, greedy, exact, errors, answers = [], [], [], [], [], []
     torch.manual_seed(seed)  # the measurement's sampling is the same before and after: only the model differs
     with torch.no_grad():
         for i in range(0, len(records), batch):
@@ -71,14 +73,21 @@ def measure(run, records, batch: int = 25, seed: int = 1234) -> dict:
                                  pad_token_id=obj.pad, eos_token_id=obj.eos or None)[:, prompt["input_ids"].shape[1]:]
             texts = obj.tok.batch_decode(out * obj._mask(out) + obj.pad * (1 - obj._mask(out)), skip_special_tokens=True)
             greedy += count(texts, refs)
+            answers += [t.strip() for t in texts]
             for t, r in zip(texts, refs):
                 got, want = parse_number(t), parse_number(r[0])
                 exact.append(got is not None and got == want)
                 errors.append(abs(got - want) if got is not None else None)
     model.train(was)
     known = [e for e in errors if e is not None]
+    answered = [r for r, ok in zip(sampled, parsable) if ok]
+    # A gain in the mean can come from answering with a number more often (the parsable share) or from counting
+    # better when answering (the mean over parsable answers); a greedy model that says one number for every
+    # image has 1 distinct answer.
     return {"prompts": len(records), "sampled_count_reward": round(statistics.fmean(sampled), 4),
             "sampled_parsable": round(statistics.fmean(parsable), 4),
+            "sampled_count_reward_when_parsable": round(statistics.fmean(answered), 4) if answered else None,
+            "greedy_distinct_answers": len(set(answers)),
             "greedy_count_reward": round(statistics.fmean(greedy), 4),
             "greedy_exact_match": round(statistics.fmean(exact), 4),
             "greedy_mae": round(statistics.fmean(known), 4) if known else None,
