@@ -344,13 +344,13 @@ def run_objective(cfg, model, resolved: ResolvedRun):
     proc = resolved.processor
     tok = getattr(proc, "tokenizer", proc)  # grpo decodes its sampled completions
     if not needs_frozen_copy(cfg):
-        return make_objective(cfg, model, tokenizer=tok)
+        return make_objective(cfg, model, tokenizer=tok, processor=proc)
     import copy
 
     ref = copy.deepcopy(model)
     ref.requires_grad_(False)
     ref.to(resolved.compute_dtype)
-    return make_objective(cfg, model, reference_model=ref, tokenizer=tok)
+    return make_objective(cfg, model, reference_model=ref, tokenizer=tok, processor=proc)
 
 
 def attach_eval_data(run: Run) -> None:

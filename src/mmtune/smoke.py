@@ -36,6 +36,10 @@ def smoke_config(cfg: RunConfig, steps: int = 3) -> tuple[RunConfig, list[str]]:
     t.update(max_steps=min(t["max_steps"] or steps, steps), epochs=None, micro_batch_size=min(t["micro_batch_size"], 2),
              grad_accum=min(t["grad_accum"], 2), device="cpu", num_workers=0, resume=False,
              warmup_steps=min(t["warmup_steps"] or 0, 1), warmup_ratio=None, save_every=None, gpu=None)
+    # GRPO samples G completions per prompt: the twin's smoke run samples fewer and shorter ones (as eval's
+    # max_new_tokens is cut below), enough to run every part of the step.
+    g = t["grpo"]
+    g.update(generations=min(g["generations"], 2), max_completion_length=min(g["max_completion_length"], 8))
     if t["precision"] != "fp32":
         notes.append(f"precision {t['precision']} -> fp32 (CPU)")
         t["precision"] = "fp32"

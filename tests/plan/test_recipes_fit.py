@@ -12,7 +12,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # Plans that take over a minute on 2 cores (measured 2026-11-27): the default suite skips them.
-SLOW = {"seed002_docvqa_mixture_8gpu", "seed003_qwen3vl_fsc147_counting"}
+# GRPO traces every layer (the generation and the G training forwards): seed003_counting_grpo is slow too.
+SLOW = {"seed002_docvqa_mixture_8gpu", "seed003_qwen3vl_fsc147_counting", "seed003_counting_grpo"}
+
+
+def _marks(stem: str) -> list:
+    return [pytest.mark.slow] if stem in SLOW else []
 
 
 def named_plans() -> list[tuple[str, tuple[str, ...], str]]:
@@ -32,7 +37,7 @@ def test_the_recipes_name_their_gpus():
 
 
 @pytest.mark.parametrize("stem,overrides,gpu", [
-    pytest.param(s, o, g, marks=[pytest.mark.slow] if s in SLOW else [], id=f"{s}-{'-'.join(o) or 'as-is'}-{g}")
+    pytest.param(s, o, g, marks=_marks(s), id=f"{s}-{'-'.join(o) or 'as-is'}-{g}")
     for s, o, g in PLANS])
 def test_recipe_fits_the_gpu_it_names(stem, overrides, gpu):
     from mmtune.config import load_config

@@ -24,6 +24,10 @@ def _cfg(tmp_path, out, *extra):
         *extra])
 
 
+LOGGED = ("loss", "reward", "reward_std", "reward/exact_match", "reward/exact_match_std", "reward/count",
+          "reward/count_std", "completion_length", "kl", "clip_ratio", "grad_norm", "lr")
+
+
 def _rows(out: Path):
     return [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
 
@@ -36,22 +40,54 @@ def test_grpo_samples_scores_and_logs(tmp_path):
     rows = _rows(Path(cfg.output_dir))
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     for r in rows:
-        for k in ("reward", "reward_std", "reward/exact_match", "reward/count", "completion_length", "kl", "clip_ratio"):
+        for k in LOGGED:
             assert k in r and r[k] == r[k], (k, r)
         assert 0 < r["completion_length"] <= 3 and r["clip_ratio"] == 0
         assert r["reward"] == pytest.approx(r["reward/exact_match"] + 0.5 * r["reward/count"], abs=1e-9)
+        assert 0 <= r["reward/count_std"] <= 0.5 and 0 <= r["reward/exact_match_std"] <= 0.5  # rewards in [0, 1]
     assert rows[0]["kl"] == 0  # step 1: the policy is the reference (LoRA B = 0)
+    from mmtune.report import write_report
+
+    html = write_report([Path(cfg.output_dir)]).read_text()  # report.html: the decision and the GRPO charts
+    assert "train.objective: grpo" in html
+    for title in ("GRPO reward:", "GRPO completion length", "GRPO KL to the reference", "GRPO clipped share"):
+        assert title in html, title
 
 
-def test_a_grpo_run_killed_mid_way_resumes_bit_identically(tmp_path):
-    straight = _cfg(tmp_path, "straight")
-    train(build_run(straight))
-    broken = _cfg(tmp_path, "broken")
+def test_a_grpo_run_killed_mid_way_resumes_bit_identically(tmp_path, monkeypatch):
+    """Killed after step 3 (checkpoint-2 the last), started again: the same completions are sampled at steps 3
+    and 4 (the sampling RNG comes back with the checkpoint), so every logged figure and the final weights equal
+    the run that never stopped. With beta > 0 the reference forward (adapters off) is in the step too."""
+    import torch
+    from safetensors.torch import load_file
+
+    extra = ("train.grpo.beta=0.05",)
+    train(build_run(_cfg(tmp_path, "straight", *extra)))
+    broken = _cfg(tmp_path, "broken", *extra)
     assert train(build_run(broken), stop_after=3) is None
     train(build_run(broken))
-    for x, y in zip(_rows(tmp_path / "straight"), _rows(tmp_path / "broken")):
-        for k in ("loss", "reward", "completion_length", "grad_norm"):
+    a, b = _rows(tmp_path / "straight"), _rows(tmp_path / "broken")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    for x, y in zip(a, b):
+        for k in LOGGED:
             assert x[k] == y[k], (k, x, y)
+    wa = load_file(str(tmp_path / "straight" / "checkpoint-4" / "trainable.safetensors"))
+    wb = load_file(str(tmp_path / "broken" / "checkpoint-4" / "trainable.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+    # The comparison above can fail: resumed with another sampling RNG state, steps 3-4 sample other completions.
+    from mmtune.train import checkpoint
+
+    real = checkpoint.set_rng_state
+    monkeypatch.setattr(checkpoint, "set_rng_state",
+                        lambda state: real({**state, "torch": torch.Generator().manual_seed(99).get_state()}))
+    other = _cfg(tmp_path, "other_rng", *extra)
+    assert train(build_run(other), stop_after=3) is None
+    train(build_run(other))
+    c = _rows(tmp_path / "other_rng")
+    assert [r["loss"] for r in c[:2]] == [r["loss"] for r in a[:2]]
+    assert [(r["loss"], r["reward"], r["completion_length"]) for r in c[2:]] != \
+        [(r["loss"], r["reward"], r["completion_length"]) for r in a[2:]]
 
 
 def test_rewards_are_the_metrics_and_check_what_they_return():

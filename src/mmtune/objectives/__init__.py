@@ -72,9 +72,10 @@ def _reference(cfg):
             "made before step 1 (planned as weights held beside the model)")
 
 
-def make_objective(cfg, model=None, *, reference_model=None, tokenizer=None):
+def make_objective(cfg, model=None, *, reference_model=None, tokenizer=None, processor=None):
     """The run's objective. dpo / grpo: the reference is `reference_model` when given (the frozen copy of a full
-    fine-tune, built by `build`), else `model` with its adapters disabled. grpo decodes with `tokenizer`."""
+    fine-tune, built by `build`), else `model` with its adapters disabled. grpo decodes with `tokenizer` and never
+    samples `processor`'s media placeholder tokens."""
     if cfg.train.objective == "sft":
         return SFT()
     from .dpo import AdaptersOff, FrozenCopy
@@ -84,9 +85,13 @@ def make_objective(cfg, model=None, *, reference_model=None, tokenizer=None):
         from .dpo import DPO
 
         return DPO(cfg.train.dpo, ref)
+    from ..data.media_tokens import media_token_ids
     from .grpo import GRPO
 
-    return GRPO(cfg.train.grpo, ref, tokenizer)
+    # A sampled media placeholder would reach the training forward as an image / video / audio slot with no
+    # features behind it (transformers raises "Image features and image tokens do not match"): never sampled.
+    media = sorted(set(media_token_ids(processor).values())) if processor is not None else []
+    return GRPO(cfg.train.grpo, ref, tokenizer, never_sample=media)
 
 
 def needs_frozen_copy(cfg) -> bool:

@@ -3,7 +3,7 @@
 A micro-batch holds B prompts (left-padded, their media, their references: data/prompts.py). Per micro-batch:
 1. sample G completions per prompt from the model itself (HF `generate`, eval mode, no_grad; G calls of B
    rows, so each call takes the batch's media as they are), at `temperature`, up to `max_completion_length`
-   new tokens; a completion ends at its first end-of-sequence token;
+   new tokens, never a media placeholder token; a completion ends at its first end-of-sequence token;
 2. score each completion with the rewards (mmtune.evaluate.rewards: the task metrics), summed with weights;
 3. advantages: each reward minus its group's mean, over the group's standard deviation (+1e-4);
 4. the clipped objective per completion token, `-min(r * A, clip(r, 1 - eps, 1 + eps) * A)` with
@@ -12,8 +12,8 @@ A micro-batch holds B prompts (left-padded, their media, their references: data/
 With one update per generation pi_old is the sampling policy itself (r = 1, its gradient that of log pi), so
 the clip never binds: `clip_ratio` is logged, and is 0 here, as in TRL with num_iterations=1.
 
-Logged: reward (mean) and reward_std, reward/<name> per function (unweighted means), completion_length,
-kl (when beta > 0), clip_ratio.
+Logged: reward (mean) and reward_std (the weighted sum), reward/<name> and reward/<name>_std per function
+(unweighted), completion_length (mean new tokens), kl (when beta > 0), clip_ratio.
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ class GRPO:
     name = "grpo"
     unit = "completions"
 
-    def __init__(self, cfg, reference, tokenizer):
+    def __init__(self, cfg, reference, tokenizer, never_sample=()):
         from ..evaluate.rewards import reward_function
 
         self.cfg, self.reference, self.tok = cfg, reference, tokenizer
+        self.never = list(never_sample)  # token ids suppressed while sampling (the media placeholders)
         self.rewards = [(r.name, r.weight, reward_function(r.name, r.pattern)) for r in cfg.rewards]
         eos = tokenizer.eos_token_id
         self.eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -55,7 +56,8 @@ class GRPO:
             with torch.no_grad():
                 return [inner.generate(**prompt, do_sample=True, temperature=self.cfg.temperature, top_k=0, top_p=1.0,
                                        max_new_tokens=self.cfg.max_completion_length, pad_token_id=self.pad,
-                                       eos_token_id=self.eos or None)[:, prompt["input_ids"].shape[1]:]
+                                       eos_token_id=self.eos or None, suppress_tokens=self.never or None,
+                                       )[:, prompt["input_ids"].shape[1]:]
                         for _ in range(self.cfg.generations)]
         finally:
             inner.train(was)
@@ -93,9 +95,11 @@ class GRPO:
             got = torch.tensor([score(fn, name, texts[g], refs) for g in range(G)], dtype=torch.float64).T  # (B, G)
             rewards += weight * got
             stats[f"reward/{name}"] = got.sum()
+            stats[f"reward/{name}_sq"] = (got ** 2).sum()  # for its std over the step (parts)
         adv = (rewards - rewards.mean(dim=1, keepdim=True)) / (rewards.std(dim=1, keepdim=True) + 1e-4)
         total = None
         kl_sum = torch.zeros((), dtype=torch.float64)
+        clip_sum = torch.zeros((), dtype=torch.float64)
         for g in range(G):
             c, m = completions[g], masks[g]
             inputs = dict(prompt)
@@ -109,6 +113,10 @@ class GRPO:
             a = adv[:, g].to(logp.dtype).unsqueeze(1)
             eps = self.cfg.epsilon
             per_tok = -torch.min(ratio * a, ratio.clamp(1 - eps, 1 + eps) * a)
+            # tokens whose clip binds (TRL's rule: below 1 - eps with a negative advantage, above 1 + eps with a
+            # positive one); with one update per generation r = 1 and none does, but it is counted, not assumed
+            clipped = (((ratio < 1 - eps) & (a < 0)) | ((ratio > 1 + eps) & (a > 0))).detach().to(m.dtype)
+            clip_sum += ((clipped * m).sum(1) / m.sum(1).clamp(min=1)).double().sum()
             if self.cfg.beta > 0:
                 with torch.no_grad(), self.reference.active(model) as ref:
                     ref_logits = extract_logits(ref(**inputs, use_cache=False))[:, P - 1:-1, :].float()
@@ -122,14 +130,16 @@ class GRPO:
             total = seq.sum() if total is None else total + seq.sum()
         lengths = torch.stack([m.sum(dim=1) for m in masks]).double()
         stats.update({"reward": rewards.sum(), "reward_sq": (rewards ** 2).sum(), "completion_length": lengths.sum(),
-                      "clip_ratio": torch.zeros((), dtype=torch.float64)})
+                      "clip_ratio": clip_sum})
         if self.cfg.beta > 0:
             stats["kl"] = kl_sum
         return total, None, stats
 
     def parts(self, sums: dict, n: int) -> dict:
-        out = {k: v / n for k, v in sums.items() if k != "reward_sq"}
-        if "reward" in sums:
-            var = sums["reward_sq"] / n - out["reward"] ** 2
-            out["reward_std"] = max(var, 0.0) ** 0.5
+        """Means over the step's n completions; each `<key>_sq` sum becomes `<key>_std` (the std over them)."""
+        out = {k: v / n for k, v in sums.items() if not k.endswith("_sq")}
+        for k in sums:
+            if k.endswith("_sq"):
+                mean = out[k[:-3]]
+                out[k[:-3] + "_std"] = max(sums[k] / n - mean ** 2, 0.0) ** 0.5
         return out

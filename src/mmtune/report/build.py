@@ -17,7 +17,10 @@ from .svg import bar_chart, line_chart
 SAMPLE = 12  # predictions shown per run
 TITLES = {"loss": "training loss", "lr": "learning rate", "grad_norm": "gradient norm (before clipping)",
           "tokens_per_s": "tokens / s",
-          "rewards": "DPO rewards (beta x log-ratio to the reference), margins, accuracy"}
+          "rewards": "DPO rewards (beta x log-ratio to the reference), margins, accuracy",
+          "reward": "GRPO reward: the weighted sum, each function's mean and std",
+          "reward_std": "GRPO reward std (the weighted sum)", "completion_length": "GRPO completion length (new tokens)",
+          "kl": "GRPO KL to the reference", "clip_ratio": "GRPO clipped share of completion tokens"}
 
 CSS = """
 body{font-family:sans-serif;margin:24px;max-width:1000px;color:#222}

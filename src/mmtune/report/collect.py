@@ -10,9 +10,12 @@ from pathlib import Path
 
 from ..errors import MMTuneError
 
-# train.objective=dpo adds its rewards (one chart, a line each: chosen, rejected, margins, accuracies)
+# train.objective=dpo adds its rewards (one chart, a line each: chosen, rejected, margins, accuracies);
+# grpo its reward (one chart: the weighted sum and a line per reward function, `reward/<name>` and its std),
+# reward_std, completion length, KL and clipped share
 TRAIN_SERIES = ("loss", "lr", "grad_norm", "tokens_per_s", "rewards/chosen", "rewards/rejected", "rewards/margins",
-                "rewards/accuracies")
+                "rewards/accuracies", "reward", "reward_std", "completion_length", "kl", "clip_ratio")
+TRAIN_PREFIXES = ("reward/",)  # grpo: one key per reward function the run names
 
 
 @dataclass
@@ -81,7 +84,8 @@ def read_run(path: str | Path) -> RunData:
         target = data.eval if row.get("kind") == "eval" else data.train
         for k, v in row.items():
             x = _number(v)
-            if k in ("step", "kind") or x is None or (target is data.train and k not in TRAIN_SERIES):
+            if k in ("step", "kind") or x is None or (target is data.train and k not in TRAIN_SERIES
+                                                           and not k.startswith(TRAIN_PREFIXES)):
                 continue
             target.setdefault(k, []).append((int(row.get("step", 0)), x))
     if (path / "summary.json").exists():
