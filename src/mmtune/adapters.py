@@ -245,15 +245,6 @@ def _component_module_names(model, family: Family, component: str) -> list[str]:
     return out
 
 
-def _freeze_input_grads(model) -> None:
-    """Frozen embeddings + gradient checkpointing: make the embedding output require grad (failure mode 11)."""
-    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    from .models.checkpointing import is_checkpointing
-
-    if emb is not None and not any(p.requires_grad for p in emb.parameters()) and is_checkpointing(model):
-        model.enable_input_require_grads()
-
-
 def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> AdapterResult:
     """Apply the adapter config to `model` (see module docstring)."""
     if train_cfg is None:
@@ -293,8 +284,11 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
             target_modules="^(?:" + "|".join(re.escape(t) for t in targets) + ")$",
             modules_to_save=to_save or None,
         )
-        _freeze_input_grads(model)
         model = get_peft_model(model, lcfg)
+        from .models.checkpointing import text_input_grads_only
+
+        # peft re-hooks every sub-model's input embeddings; only the text embeddings' (models/checkpointing.py)
+        text_input_grads_only(model)
         # lm_head/embeddings in train_components that peft could not wrap: none expected, checked below.
 
     # Build groups and the table from the model as it is now (peft-wrapped, not yet DDP-wrapped).

@@ -144,6 +144,25 @@ def auto_image_processor():
                 "image processor loading (compose)")
 
 
+# ------------------------------------------------------------------ input-embedding grad hooks
+def drop_input_require_grads_hooks(model) -> int:
+    """Remove the forward hooks `PreTrainedModel.enable_input_require_grads` registered anywhere in `model`
+    (transformers' activation_checkpointing_enable and peft's PeftModel call it); returns how many.
+
+    transformers 5 hooks the input embeddings of every sub-model (a vision tower's patch embedding too) and
+    keeps only the last call's handles (`_require_grads_hooks`), so its own `disable_input_require_grads`
+    cannot remove them all: the hooks are found by their function's name in torch's `Module._forward_hooks`
+    (`make_inputs_require_grads`, peft's fallback `make_inputs_require_grad`). Checked on transformers 5.17
+    and 5.24 with peft 0.21."""
+    n = 0
+    for mod in model.modules():
+        for key, fn in list(mod._forward_hooks.items()):
+            if getattr(fn, "__name__", "").startswith("make_inputs_require_grad"):
+                del mod._forward_hooks[key]
+                n += 1
+    return n
+
+
 # ------------------------------------------------------------------ activation checkpointing
 def checkpointing_function(module):
     """The checkpoint function a transformers module runs its layers through, or None.

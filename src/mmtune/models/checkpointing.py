@@ -25,8 +25,32 @@ def apply_checkpointing(model, family, context_fn=None) -> str:
         # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
         enable_checkpointing(model, context_fn)
         model.config.use_cache = False
+        text_input_grads_only(model)
         return "on (non-reentrant)"
     return f"off: {type(model).__name__} does not support it"
+
+
+def text_input_grads_only(model) -> None:
+    """Frozen embeddings + gradient checkpointing: the *text* embeddings' output requires grad (failure mode 11),
+    and nothing else does.
+
+    transformers 5's `enable_input_require_grads` (run by transformers when checkpointing is enabled and by peft
+    when it wraps the model) hooks every sub-model's input embeddings, a vision tower's patch embedding too: a
+    frozen tower's output then requires grad, so autograd records the whole tower and keeps its activations for
+    a backward that updates nothing in it (Llama 3.2 Vision 11B, LoRA, micro-batch 4, 1 image: 219 GiB of
+    planned activations with those hooks). A tower with trainable parameters records its own graph through
+    them, hooked or not; the decoder's checkpointed layers need their input to require grad, which this keeps.
+    """
+    from ..compat.transformers_internals import drop_input_require_grads_hooks
+
+    drop_input_require_grads_hooks(model)
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if emb is not None and not any(p.requires_grad for p in emb.parameters()) and is_checkpointing(model):
+        emb.register_forward_hook(_output_requires_grad)
+
+
+def _output_requires_grad(module, args, output):
+    output.requires_grad_(True)
 
 
 def is_checkpointing(model) -> bool:
