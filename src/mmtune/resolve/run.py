@@ -26,6 +26,7 @@ from .decisions import (
     decide_packing,
     decide_pad_id,
     decide_precision,
+    decide_prefetch,
     decide_quantization,
     decide_random_weights,
     decide_strategy,
@@ -239,6 +240,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
             "records encoded in the training process" + (f" (train.num_workers={cfg.train.num_workers} unused)"
                                                          if cfg.train.num_workers else "")))
     loader, d = decide_loader(cfg, target)
+    if d:
+        decisions.append(d)
+    loader, d = decide_prefetch(cfg, loader, target)
     if d:
         decisions.append(d)
     _check_best_metric(cfg)

@@ -20,7 +20,7 @@ from pathlib import Path
 from ..console import console
 from ..errors import MMTuneError
 from ..media_balance import balance_for
-from .feed import flat_indices, merge_check, next_micro_batch, open_feed
+from .feed import close, flat_indices, merge_check, next_micro_batch, open_feed, settle
 from .milestones import (
     agree,
     baseline,
@@ -153,7 +153,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         }
 
     with Progress(total=cfg.train.max_steps, start=step, enabled=main,
-                  eval_every=cfg.eval.every if run.eval_set is not None else None) as bar:
+                  eval_every=cfg.eval.every if run.eval_set is not None else None) as bar, _closing(loader):
         while step < cfg.train.max_steps:
             if check is not None and not check_report and check.done():
                 check_report.update(merge_check(run, check, late_bad, sinks, step, scale))
@@ -214,6 +214,8 @@ def _train(run, plan, stop_after, stop) -> dict | None:
             at_save, stopping = agree(acc, bool(at_save) or bool(minutes) and time.monotonic() - last_save >= minutes * 60,
                                        stop.requested)
             last = step == cfg.train.max_steps
+            if at_eval or at_save or last or stopping or stop_after is not None and step >= stop_after:
+                settle(loader)  # the prefetch thread is idle: evaluation and checkpoints use the processor
             if (at_eval or last) and run.eval_set is not None:
                 eval_metrics = evaluate_now(run, step, sinks, bar)
                 track_best(cfg, best, eval_metrics, step)
@@ -253,6 +255,20 @@ def _train(run, plan, stop_after, stop) -> dict | None:
         write_summary(out, summary)
     sinks.close()
     return summary
+
+
+class _closing:
+    """Stops the feed's prefetch thread when the loop ends, however it ends."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __enter__(self):
+        return self.loader
+
+    def __exit__(self, *exc):
+        close(self.loader)
+        return False
 
 
 __all__ = ["train"]
