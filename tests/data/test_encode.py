@@ -185,3 +185,23 @@ def test_media_for_text_only_model_is_reported(text_tok, tmp_path):
     with pytest.raises(DataError) as e:
         enc.encode(r)
     assert e.value.reason == "unsupported modality" and "image" in str(e.value)
+
+
+def test_the_encoder_applies_the_resolved_media_caps_not_the_raw_config(tmp_path):
+    """Encoder.for_run takes resolved.media; the frames it samples and counts follow those caps even where
+    the config says otherwise (here a copy of the resolved caps with half the frames)."""
+    import dataclasses
+
+    from mmtune.resolve import local_target, resolve_run
+
+    from .conftest import write_mp4
+
+    write_mp4(tmp_path / "v.mp4", n_frames=20, size=(56, 56))
+    r = rec([{"role": "user", "content": [{"type": "video", "path": str(tmp_path / "v.mp4")}, {"type": "text", "text": "q"}]},
+             {"role": "assistant", "content": "1"}])
+    resolved = resolve_run(cfg(video_frames=8), local_target("cpu"))
+    enc = Encoder.for_run(resolved)
+    assert enc.media is resolved.media and enc.media.video_frames == 8
+    fewer = Encoder(enc.processor, resolved.family, resolved.cfg, media=dataclasses.replace(resolved.media, video_frames=4))
+    eight, four = enc.token_counts(r)["video"], fewer.token_counts(r)["video"]
+    assert four * 2 == eight and enc.encode(r)["input_ids"].numel() > fewer.encode(r)["input_ids"].numel()

@@ -25,6 +25,7 @@ import re
 
 from ..errors import DataError
 from .formats import BadRecord, isolated_method
+from .media_caps import MediaCaps
 from .media_tokens import media_token_ids, whisper_audio_tokens
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
 from .records import answer_text as _answer_text
@@ -38,13 +39,14 @@ MANY_ANSWERS = 16
 class Encoder:
     """The one code that says what a record becomes: `encode` (the tensors training sees) and
     `measure` (the same token counts without decoding pixels, for scans and the planner's worst case).
-    Media caps are the resolved run's: they are set on the processor by mmtune.resolve, not here."""
+    Media caps are the resolved run's (`resolved.media`: set on the processor by mmtune.resolve, read back,
+    and applied here when media are loaded and counted); an encoder built without one takes the config's."""
 
     @classmethod
     def for_run(cls, resolved) -> Encoder:
-        return cls(resolved.need_processor(), resolved.family, resolved.cfg)
+        return cls(resolved.need_processor(), resolved.family, resolved.cfg, media=resolved.media)
 
-    def __init__(self, processor, family, cfg):
+    def __init__(self, processor, family, cfg, media: MediaCaps | None = None):
         self.processor = processor
         self.family = family
         self.cfg = cfg
@@ -68,6 +70,7 @@ class Encoder:
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
         fe = getattr(processor, "feature_extractor", None)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
+        self.media = media if media is not None else MediaCaps.asked(cfg.model, self.sampling_rate)
         self.special_ids = set(self.tokenizer.all_special_ids) | {
             i for i, t in getattr(self.tokenizer, "added_tokens_decoder", {}).items() if getattr(t, "special", False)}
         self.special_strings = sorted(
@@ -233,13 +236,14 @@ class Encoder:
         from . import media
 
         where = record.where()
-        mc = self.cfg.model
+        mc = self.media
         images, videos, clips, audio, audio_from_video = [], [], [], [], []
         for p in record.media_parts():
             if p["type"] == "image":
                 images.append(media.load_image(p, where))
             elif p["type"] == "video":
-                clip = media.load_video(p, where, n_frames=mc.video_frames, fps=mc.video_fps, max_pixels=mc.max_pixels)
+                clip = media.load_video(p, where, n_frames=mc.video_frames, fps=mc.video_fps,
+                                        max_pixels=mc.frame_max_pixels)
                 videos.append(clip.as_array())
                 clips.append(clip)
                 if p.get("use_audio"):
@@ -302,7 +306,7 @@ class Encoder:
 
     def _checked_audio(self, wave, part, record):
         seconds = len(wave) / self.sampling_rate
-        cap = self.cfg.model.audio_max_seconds
+        cap = self.media.audio_max_seconds
         if seconds > cap:
             raise BadRecord("too long", f"audio {part.get('path', '<in-memory>')} lasts {seconds:.1f} s, over "
                             f"model.audio_max_seconds={cap:g}", record.where(),
@@ -509,7 +513,7 @@ class Encoder:
         if parts and self.family is not None and self.family.expansion_adds_text:
             return self.token_counts(record)
         if any(p["type"] == "video" for p in parts) and (self.family is None or self.family.video_timestamps_in_text
-                                                         or self.cfg.model.video_fps
+                                                         or self.media.video_fps
                                                          or any(p.get("use_audio") for p in parts)):
             return self.token_counts(record)
         tmessages = self._template_messages(record.messages)
@@ -534,7 +538,7 @@ class Encoder:
         from . import media_probe
 
         where = record.where()
-        mc = self.cfg.model
+        mc = self.media
         sizes: dict[str, list] = {k: [] for k in MEDIA_TYPES}
         from .media import check_regular
 
@@ -545,10 +549,10 @@ class Encoder:
                     sizes["image"].append(media_probe.image_size(p, where))
                 elif p["type"] == "video":
                     n, h, w = media_probe.video_shape(p, mc.video_frames, mc.video_fps, where=where)
-                    if mc.max_pixels and h * w > mc.max_pixels:  # the loader downsizes frames first
+                    if mc.frame_max_pixels and h * w > mc.frame_max_pixels:  # the loader downsizes frames first
                         from .media import capped_size
 
-                        w, h = capped_size(w, h, mc.max_pixels)
+                        w, h = capped_size(w, h, mc.frame_max_pixels)
                     sizes["video"].append((n, h, w))
                 elif p["type"] == "audio":
                     seconds = media_probe.audio_seconds(p)

@@ -53,7 +53,8 @@ def encode_many(encoder, records, *, check_length: bool = True) -> list:
             results[slot] = _one(encoder, r, check_length)
         return results
     try:
-        outs, tokens = (_text_batch(encoder, ready) if encoder.text_only else (_processor_batch(encoder, ready), None))
+        outs, tokens = (_text_batch(encoder, ready) if encoder.text_only
+                        else (_processor_batch(encoder, ready), _offsets_batch(encoder, ready)))
         done = [encoder.complete(r, text, spans, out, tok, check_length=check_length)
                 for (_, r, text, spans, _), out, tok in zip(ready, outs, tokens or [None] * len(ready))]
     except _Unsplittable:
@@ -75,8 +76,11 @@ def _one(encoder, record, check_length: bool):
         return e
 
 
-def _text_batch(encoder, ready) -> tuple[list[dict], list[dict]]:
-    """A text-only model: one tokenizer call (ids and offsets) for all the texts."""
+def _offsets_batch(encoder, ready) -> list[dict]:
+    """Each text's tokens with their character offsets (what `Encoder._text_tokens` gives one record, the
+    label mask's input), from one tokenizer call for all the texts: unpadded, each row is that text's own
+    encoding. A media model's labels need them beside the processor's expanded ids: one call per
+    micro-batch instead of one per record."""
     import numpy as np
 
     texts = [text for _, _, text, _, _ in ready]
@@ -84,7 +88,12 @@ def _text_batch(encoder, ready) -> tuple[list[dict], list[dict]]:
     if len(adds) != 1:
         raise ValueError("records differ in whether the tokenizer adds special tokens")
     enc = encoder.tokenizer(texts, add_special_tokens=adds.pop(), return_offsets_mapping=True)
-    tokens = [{k: np.asarray(enc[k][i], dtype=np.int64) for k in enc} for i in range(len(texts))]
+    return [{k: np.asarray(enc[k][i], dtype=np.int64) for k in enc} for i in range(len(texts))]
+
+
+def _text_batch(encoder, ready) -> tuple[list[dict], list[dict]]:
+    """A text-only model: one tokenizer call (ids and offsets) for all the texts; the ids are the encoding."""
+    tokens = _offsets_batch(encoder, ready)
     return [encoder.text_tensors(t) for t in tokens], tokens
 
 

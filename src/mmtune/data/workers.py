@@ -29,6 +29,9 @@ class LoaderPlan:
     persistent: bool = False  # workers kept across epochs (their encode caches with them)
     prefetch_factor: int | None = None  # micro-batches each worker keeps ready
     pin_memory: bool = False  # page-locked host batches: only with a CUDA device to copy them to
+    # Micro-batches a background thread of the training process keeps prepared (train.prefetch, no workers:
+    # train/prefetch.py); 0: prepared when the loop asks. Not a DataLoader argument.
+    thread_prefetch: int = 0
 
     def loader_kwargs(self) -> dict:
         if self.num_workers == 0:

@@ -462,6 +462,47 @@ def decide_startup_scan(data_cfg, n_records: int, processes: int) -> tuple[str, 
 
 # --------------------------------------------------------------------------- data loader workers
 
+def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: float | None = None,
+                    torch_threads: int | None = None):
+    """(LoaderPlan, Decision or None): train.prefetch -- whether a background thread prepares the next
+    step's micro-batches (train/prefetch.py). None where it cannot apply (DataLoader workers prefetch
+    themselves; a stream's cursor encodes as it reads). `cores`, `load` (1-minute load average) and
+    `torch_threads` default to this machine's."""
+    import dataclasses
+    import os
+
+    if loader.num_workers or cfg.data.streaming:
+        return loader, None
+    key = "train.prefetch"
+    if cfg.train.prefetch == "none":
+        return loader, Decision(key, "none", "requested: each micro-batch is encoded when the loop asks for it")
+    if cfg.train.objective == "grpo":
+        return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
+                                             "which a second thread must not use at the same time", changed=True)
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
+        spare, why = cores - 1, f"{cores} cores, the step on the GPU"
+    else:  # the step's own threads and the machine's other work already use cores: a thread needs one free
+        if load is None:
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+        if torch_threads is None:
+            import torch
+
+            torch_threads = torch.get_num_threads()
+        spare = cores - torch_threads - load
+        why = f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
+    if spare < 1:
+        return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take turns "
+                                             "with the step (and contend for the GIL)", changed=True)
+    depth = cfg.train.grad_accum
+    return dataclasses.replace(loader, thread_prefetch=depth), Decision(
+        key, f"a background thread, {depth} micro-batch(es) (one step) ahead",
+        f"auto: {why}: the next step's encoding (tokenizer, processor, collation) overlaps this step instead of "
+        "preceding it; same batches, same order; it waits before evaluation and checkpoints (the processor is "
+        "not shared across threads)", changed=True)
+
+
 def decide_loader(cfg, target):
     """(LoaderPlan, Decision or None): how train.num_workers DataLoader workers start and feed the loop.
     None with 0 workers, or under data.streaming (records are read in the training process)."""

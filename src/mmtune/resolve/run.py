@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.schema import KBIT_METHODS, RunConfig
+from ..data.media_caps import MediaCaps  # noqa: F401 - part of the resolved run's API
 from ..errors import MMTuneError
 from .decisions import (
     Decision,
@@ -26,6 +27,7 @@ from .decisions import (
     decide_packing,
     decide_pad_id,
     decide_precision,
+    decide_prefetch,
     decide_random_weights,
     decide_strategy,
     decide_trainable_dtype,
@@ -35,19 +37,6 @@ from .decisions import (
 from .target import Target
 
 _DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-@dataclass(frozen=True)
-class MediaCaps:
-    """What one media item may become, as the processor and the media loader will apply it."""
-
-    min_pixels: int | None = None  # per image / video frame, after the processor's resize
-    max_pixels: int | None = None
-    fixed_crop: tuple[int, int] | None = None  # CLIP/SigLIP-style processors: every image -> this size
-    video_frames: int = 8
-    video_fps: float | None = None
-    audio_max_seconds: float = 30.0
-    sampling_rate: int = 16000
 
 
 @dataclass(frozen=True)
@@ -249,6 +238,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     loader, d = decide_loader(cfg, target)
     if d:
         decisions.append(d)
+    loader, d = decide_prefetch(cfg, loader, target)
+    if d:
+        decisions.append(d)
     _check_best_metric(cfg)
     greater, d = decide_best_metric(cfg.eval)
     decisions.append(d)
@@ -430,7 +422,7 @@ def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
                                   "model.audio_max_seconds; the processor's sampling rate"))
     return MediaCaps(min_pixels=lo, max_pixels=hi, fixed_crop=crop, video_frames=model_cfg.video_frames,
                      video_fps=model_cfg.video_fps, audio_max_seconds=model_cfg.audio_max_seconds,
-                     sampling_rate=rate), decisions
+                     sampling_rate=rate, frame_max_pixels=model_cfg.max_pixels), decisions
 
 
 def _side(pixels: int | None) -> str:

@@ -114,8 +114,27 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
         from ..data.packing import PackedRows
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
-    return iter(make_dataloader(dataset, SkippingCollator(run.train_collator), _FromStream(stream_args),
-                                plan=run.resolved.loader, seed=run.cfg.train.seed))
+    loader = iter(make_dataloader(dataset, SkippingCollator(run.train_collator), _FromStream(stream_args),
+                                  plan=run.resolved.loader, seed=run.cfg.train.seed))
+    depth = getattr(run.resolved.loader, "thread_prefetch", 0)
+    if depth:  # train.prefetch: the next step's micro-batches encoded beside this step (train/prefetch.py)
+        from .prefetch import Prefetched
+
+        return Prefetched(loader, depth)
+    return loader
+
+
+def settle(loader) -> None:
+    """Before anything else in this process uses the processor (evaluation, a checkpoint's processor
+    files): a prefetching loader's thread finishes what it is encoding (its micro-batches stay queued)."""
+    if hasattr(loader, "settle"):
+        loader.settle()
+
+
+def close(loader) -> None:
+    """The end of this process's training: a prefetching loader's thread finishes and stops."""
+    if hasattr(loader, "close"):
+        loader.close()
 
 
 def next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], dict]:
