@@ -130,33 +130,29 @@ def search(cfg, *, gpu, gpus: int = 1, strategy: str = "ddp", declared=None, mar
             if c.result is None or not c.result.fits:
                 break
     fitting = [c for c in tried if c.result is not None and c.result.fits]
+    def first_fit(extras) -> None:
+        """Plan the smallest setup (micro-batch 1, 4-bit where allowed, 8-bit AdamW, checkpointing) with each of
+        `extras` in turn, keeping the first that fits."""
+        for extra in extras:
+            ov = {"adapter.method": methods[-1], "train.optimizer": "adamw_8bit", "model.gradient_checkpointing": True,
+                  "train.micro_batch_size": 1, "train.grad_accum": eff, **extra}
+            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
+            tried.append(c)
+            if on_candidate is not None:
+                on_candidate(c)
+            if c.result is not None and c.result.fits:
+                fitting.append(c)
+                return
+
     if not fitting and cfg.train.objective == "grpo":
         # grpo: fewer completions per prompt (G) hold fewer training sequences per micro-batch; G sets how the
         # advantages are normalised, so it is changed only when no micro-batch fits with the configured G.
-        for g in grpo_generation_candidates(cfg.train.grpo.generations):
-            ov = {"adapter.method": methods[-1], "train.optimizer": "adamw_8bit", "model.gradient_checkpointing": True,
-                  "train.micro_batch_size": 1, "train.grad_accum": eff, "train.grpo.generations": g}
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
-            tried.append(c)
-            if on_candidate is not None:
-                on_candidate(c)
-            if c.result is not None and c.result.fits:
-                fitting.append(c)
-                break
+        first_fit({"train.grpo.generations": g} for g in grpo_generation_candidates(cfg.train.grpo.generations))
     if not fitting:
         # Last resort: shorter sequences / fewer pixels change what the model sees; try them smallest-first.
-        for cap in (cfg.data.max_length // 2, cfg.data.max_length // 4):
-            ov = {"adapter.method": methods[-1], "train.optimizer": "adamw_8bit", "model.gradient_checkpointing": True,
-                  "train.micro_batch_size": 1, "train.grad_accum": eff, "data.max_length": cap}
-            if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) is None:
-                ov["model.max_pixels"] = 256 * 28 * 28
-            c = _plan(cfg, ov, gpu, gpus, strategy, declared, margin_pct, dedup, nodes, node_link_gbs, assume_installed)
-            tried.append(c)
-            if on_candidate is not None:
-                on_candidate(c)
-            if c.result is not None and c.result.fits:
-                fitting.append(c)
-                break
+        pixels = {"model.max_pixels": 256 * 28 * 28} if cfg.model.max_pixels or getattr(cfg.model, "max_pixels", None) \
+            is None else {}
+        first_fit({"data.max_length": cap, **pixels} for cap in (cfg.data.max_length // 2, cfg.data.max_length // 4))
     best = min(fitting, key=lambda c: c.result.step_time_s) if fitting else None
     return SearchResult(best, tried, margin_pct)
 
