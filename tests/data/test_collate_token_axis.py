@@ -1,6 +1,8 @@
 """Mllama's `cross_attention_mask` is (1, tokens, images, tiles) per record: a batch of records with different
-lengths and image counts must pad it (tokens like attention_mask, images/tiles with zeros) so every row sees
-exactly what it sees alone."""
+lengths and image counts pads it (tokens like attention_mask, images / tiles with zeros) exactly as
+MllamaProcessor pads it when it batches the same records itself, and records of one image count come out of a
+padded batch as they come out alone. (With different image counts the model itself gives a padded row other
+logits than the record alone, the processor's own batch included: that is transformers' Mllama, not padding.)"""
 
 from __future__ import annotations
 
@@ -9,23 +11,25 @@ import json
 import pytest
 import torch
 import yaml
+from PIL import Image
 
 from mmtune.build import build_run
 from mmtune.config.loader import load_config
 from tests.family_registry import DATA
 
 pytestmark = pytest.mark.filterwarnings("ignore")
+IMAGES = ["media/images/shapes_0.png", "media/images/shapes_1.png"]
+SHORT, LONG = "How many?", "How many green circles are there in the two pictures together?"
 
 
-def _run(tmp_path, padding_side="right"):
-    img = [{"type": "image", "path": "media/images/shapes_0.png"}, {"type": "image", "path": "media/images/shapes_1.png"}]
-    rows = [
-        {"id": "one", "messages": [{"role": "user", "content": [img[0], {"type": "text", "text": "How many?"}]},
-                                   {"role": "assistant", "content": "4"}]},
-        {"id": "two", "messages": [{"role": "user", "content": [*img, {"type": "text", "text":
-                                   "How many green circles are there in the two pictures together?"}]},
-                                   {"role": "assistant", "content": "12"}]},
-    ]
+def _messages(n_images: int, question: str, answer: str) -> list[dict]:
+    parts = [{"type": "image", "path": p} for p in IMAGES[:n_images]]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": question}]},
+            {"role": "assistant", "content": answer}]
+
+
+def _run(tmp_path, shapes):
+    rows = [{"id": f"r{i}", "messages": _messages(n, q, a)} for i, (n, q, a) in enumerate(shapes)]
     data = tmp_path / "d.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     cfg = tmp_path / "cfg.yaml"
@@ -35,20 +39,39 @@ def _run(tmp_path, padding_side="right"):
         "adapter": {"method": "lora", "r": 4, "dropout": 0.0},
         "train": {"max_steps": 1, "micro_batch_size": 2, "precision": "fp32", "device": "cpu", "seed": 0},
         "logging": {"tensorboard": False}}))
-    return build_run(load_config(cfg, []), with_optimizer=False)
+    run = build_run(load_config(cfg, []), with_optimizer=False)
+    return run, [run.encoder.encode(r) for r in run.train_set.records]
+
+
+def test_the_collator_pads_as_the_processor_batches(tmp_path):
+    shapes = [(1, SHORT, "4"), (2, LONG, "12")]
+    run, items = _run(tmp_path, shapes)
+    assert len({int(it["input_ids"].shape[-1]) for it in items}) == 2
+    ours = run.collator(items)
+    proc = run.encoder.processor
+    texts = [proc.apply_chat_template([{**m, "content": [{"type": c["type"], **({"text": c["text"]} if "text" in c else {})}
+                                                          for c in m["content"]] if isinstance(m["content"], list)
+                                        else m["content"]} for m in _messages(n, q, a)], tokenize=False)
+             for n, q, a in shapes]
+    images = [[Image.open(DATA / p).convert("RGB") for p in IMAGES[:n]] for n, _, _ in shapes]
+    theirs = proc(text=texts, images=images, padding=True, return_tensors="pt")
+    assert tuple(ours["cross_attention_mask"].shape) == (2, ours["input_ids"].shape[1], 2, 4)
+    for key in ("input_ids", "attention_mask", "aspect_ratio_ids", "aspect_ratio_mask"):
+        torch.testing.assert_close(ours[key], theirs[key], msg=key)
+    # on real tokens; the processor also lets padding tokens see the last image (their outputs are never read)
+    real = ours["attention_mask"].bool()
+    torch.testing.assert_close(ours["cross_attention_mask"][real], theirs["cross_attention_mask"][real])
+    torch.testing.assert_close(ours["pixel_values"], theirs["pixel_values"].to(ours["pixel_values"].dtype))
 
 
 def test_rows_of_a_padded_batch_equal_each_record_alone(tmp_path):
-    run = _run(tmp_path)
-    items = [run.encoder.encode(r) for r in run.train_set.records]
+    run, items = _run(tmp_path, [(1, SHORT, "4"), (1, LONG, "12")])
     lengths = [int(it["input_ids"].shape[-1]) for it in items]
-    assert len(set(lengths)) == 2 and {it["cross_attention_mask"].shape[2] for it in items} == {1, 2}
-    batch = run.collator(items)
-    assert tuple(batch["cross_attention_mask"].shape) == (2, max(lengths), 2, 4)
+    assert len(set(lengths)) == 2
     model = run.unwrapped_model().eval()
     strip = lambda b: {k: v for k, v in b.items() if k != "labels"}  # noqa: E731
     with torch.no_grad():
-        together = model(**strip(batch)).logits
+        together = model(**strip(run.collator(items))).logits
         for row, (it, n) in enumerate(zip(items, lengths)):
             alone = model(**strip(run.collator([it]))).logits[0]
             torch.testing.assert_close(together[row, :n], alone, atol=1e-4, rtol=1e-4)

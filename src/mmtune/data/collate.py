@@ -18,6 +18,9 @@ from .batches import epoch_order  # one definition of the shuffle order, shared 
 __all__ = ["Collator", "epoch_order", "make_dataloader"]
 
 PAD_VALUES = {"labels": -100}
+# Per-image tile masks whose first tile is on for every image slot, a padded one too (MllamaProcessor's
+# build_aspect_ratio_mask): the vision encoder then never masks a whole attention row (a NaN in its softmax).
+FIRST_TILE_ON = {"aspect_ratio_mask"}
 
 
 class Collator:
@@ -68,6 +71,8 @@ class Collator:
                 batch[key] = out.movedim(0, 1).contiguous() if out.dim() == 3 else out
             else:
                 cat = torch.cat(_pad_views([v if v.dim() else v.reshape(1) for v in vals]), dim=0)
+                if key in FIRST_TILE_ON and cat.dim() == 3:
+                    cat[..., 0] = 1
                 if cat.is_floating_point() and self.compute_dtype is not None:
                     cat = cat.to(self.compute_dtype)
                 batch[key] = cat

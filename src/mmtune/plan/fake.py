@@ -54,7 +54,7 @@ _UNSAFE_VIEW = private_aten("_unsafe_view").default
 # the all-zero padding tiles with `(pixel_values.view(...) == 0.0).sum(...)` before the vision tower.
 # Anything that meets a weight is fake without a value, as before. Every view op keeps the value too: torch
 # would otherwise drop the input's value as soon as a view of it could not carry one (a view aliases it).
-_VALUE_KEEPING = {_aten._to_copy.default, _aten.clone.default, _aten.eq.Scalar, _aten.ne.Scalar}
+_VALUE_KEEPING = {private_aten("_to_copy").default, _aten.clone.default, _aten.eq.Scalar, _aten.ne.Scalar}
 _INDEX_OPS = {_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default,
               private_aten("_unsafe_index").Tensor, private_aten("_unsafe_index_put").default}
 
