@@ -20,10 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -153,20 +150,10 @@ def worker(names: list[str], out: Path) -> None:
         dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def measure_two_ranks(names: list[str]) -> dict:
-    with tempfile.TemporaryDirectory() as d:
-        out = Path(d) / "host.json"
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-               __file__, "--worker", str(out), *[a for n in names for a in ("--only", n)]]
-        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-        subprocess.run(cmd, check=True, env=env)
-        return json.loads(out.read_text())
+    from _two_ranks import measure_two_ranks as on_two_ranks
+
+    return on_two_ranks(__file__, names)
 
 
 def main(argv=None):
