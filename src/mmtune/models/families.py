@@ -222,12 +222,14 @@ register(Family(
     default_fps=2.0,  # the Omni processor's own default rate (the VL processors take VideoMetadata's 24)
 ))
 
-_LLAVA_COMPONENTS = {
-    "projector": ("model.multi_modal_projector.", "model.image_newline"),
+# transformers 5's common image-text layout (Gemma 3, InternVL, LLaVA): one projector, one tower, one decoder
+HF_VLM_COMPONENTS = {
+    "projector": ("model.multi_modal_projector.",),
     "vision": ("model.vision_tower.",),
     "decoder": ("model.language_model.",),
     "lm_head": ("lm_head.",),
 }
+_LLAVA_COMPONENTS = {**HF_VLM_COMPONENTS, "projector": ("model.multi_modal_projector.", "model.image_newline")}
 
 register(Family(
     name="llava",

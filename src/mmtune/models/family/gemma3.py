@@ -14,7 +14,7 @@ position_ids, so a packed row was not verified exact (tests/data/test_packing.py
 
 from __future__ import annotations
 
-from ..families import Family, register
+from ..families import HF_VLM_COMPONENTS, Family, register
 from ..tiny import TinySpec, register_tiny
 
 IMAGE = 56  # tiny twin: 4 x 4 patches of 14 px, pooled to 2 x 2 = 4 soft tokens per image
@@ -26,12 +26,7 @@ FAMILY = register(Family(
     model_class="Gemma3ForConditionalGeneration",
     processor_class="Gemma3Processor",
     modalities=("text", "image"),
-    components={
-        "projector": ("model.multi_modal_projector.",),
-        "vision": ("model.vision_tower.",),
-        "decoder": ("model.language_model.",),
-        "lm_head": ("lm_head.",),
-    },
+    components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/gemma3",
     hub_pattern=r"gemma-3-(?:4b|12b|27b)|gemma3",
     expansion_adds_text=True,  # "\n\n" + <start_of_image> ... <end_of_image> + "\n\n" around the soft tokens

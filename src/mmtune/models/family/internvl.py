@@ -10,7 +10,7 @@ The `<img>` / `</img>` tokens are text the count must include: expansion_adds_te
 
 from __future__ import annotations
 
-from ..families import Family, register
+from ..families import HF_VLM_COMPONENTS, Family, register
 from ..tiny import TinySpec, register_tiny
 
 IMAGE = 56  # tiny twin: tiles of 56 px, 4 x 4 patches of 14 px, pixel-shuffled to 4 tokens per tile
@@ -23,12 +23,7 @@ FAMILY = register(Family(
     model_class="InternVLForConditionalGeneration",
     processor_class="InternVLProcessor",
     modalities=("text", "image"),
-    components={
-        "projector": ("model.multi_modal_projector.",),
-        "vision": ("model.vision_tower.",),
-        "decoder": ("model.language_model.",),
-        "lm_head": ("lm_head.",),
-    },
+    components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/internvl",
     hub_pattern=r"internvl3",
     expansion_adds_text=True,  # <img> ... </img> around each image's context tokens
