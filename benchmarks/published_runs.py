@@ -109,6 +109,27 @@ def overrides_for(row: dict, model: str) -> list[str]:
             "train.fused_kernels=none", *row.get("overrides", [])]
 
 
+def record_lengths(stats: dict | None, max_length: int) -> list[int] | None:
+    """The record lengths of a source's dataset as its publication states them (`lengths:` in runs.yaml: mean,
+    std, min, max tokens; nothing more is published): `n` lengths drawn from the log-normal of that mean and
+    std, clipped to [min, max], seeded; then the run's truncation: `delete` drops records over max_length
+    (ms-swift 1.x's default truncation_strategy), `truncate` cuts them to it. The planner replays the run's
+    micro-batches at these lengths (plan/run_growth.py); None where the source states no lengths."""
+    if not stats:
+        return None
+    import math
+    import random
+
+    rng = random.Random(stats.get("seed", 0))
+    s2 = math.log(1 + (stats["std"] / stats["mean"]) ** 2)
+    mu = math.log(stats["mean"]) - s2 / 2
+    drawn = [min(stats["max"], max(stats["min"], round(rng.lognormvariate(mu, math.sqrt(s2)))))
+             for _ in range(stats.get("n", 4000))]
+    if stats.get("truncation", "delete") == "delete":
+        return [n for n in drawn if n <= max_length]
+    return [min(n, max_length) for n in drawn]
+
+
 def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc_conf: str | None = None) -> dict:
     from mmtune.config import load_config
     from mmtune.models.model_config import DECODER_LAYERS
@@ -118,7 +139,8 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
     model = model_folder(row["model"], spec.get("models", {}), root)
     cfg = load_config(None, overrides_for(row, model))
     declared = Declared(images=[tuple(row["image"])] if row.get("image") else [],
-                        tokens=row.get("record_tokens") or row["seq"])
+                        tokens=row.get("record_tokens") or row["seq"],
+                        lengths=record_lengths(spec["sources"][row["source"]].get("lengths"), row["seq"]))
     token = DECODER_LAYERS.set(layers) if layers else None
     # The published runs used torch's default allocator (fixed segments) unless the row says otherwise;
     # mmtune's own runs default to expandable segments (resolve/decisions.decide_cuda_allocator), so the

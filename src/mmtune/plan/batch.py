@@ -22,6 +22,9 @@ class Declared:
     videos: list[tuple[int, int, int]] = field(default_factory=list)  # (frames, width, height)
     audio_seconds: list[float] = field(default_factory=list)
     tokens: int | None = None  # total tokens of the record; defaults to data.max_length
+    # the data's record lengths (tokens), when the run's records vary: its batches are replayed at their own
+    # lengths through the fixed-segment allocator (plan/run_growth.py); the worst case stays `tokens`
+    lengths: list[int] | None = None
 
     @classmethod
     def default_for(cls, modalities) -> Declared:
@@ -47,6 +50,7 @@ class PlanBatch:
     source: str  # where the shape came from
     records_seen: int = 0
     skipped: dict = field(default_factory=dict)
+    lengths: list[int] = field(default_factory=list)  # every scanned record's tokens (run_growth.py), data order
 
 
 def _stats(values: list[int]) -> dict:
@@ -144,7 +148,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         for r in rs.records:
             distinct.setdefault(key(r), r)
         records = list(distinct.values())[:max_records]
-        worst, worst_n, counts = None, -1, {k: [] for k in MEDIA}
+        worst, worst_n, counts, lengths = None, -1, {k: [] for k in MEDIA}, []
         skipped = dict(rs.skipped)
         for r in records:
             try:
@@ -159,6 +163,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
                 raise
             for k in MEDIA:
                 counts[k].append(c[k])
+            lengths.append(int(c["total"]))
             if c["total"] > worst_n:
                 worst, worst_n = r, c["total"]
         if worst is None:
@@ -172,7 +177,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         if packed:
             item, worst_n, src = _packed_row(item, enc, resolved, src)
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
-                         len(records), skipped)
+                         len(records), skipped, lengths)
     decl = declared or Declared.default_for(family.modalities)
     record = _declared_record(decl)
     if training and cfg.train.objective == "dpo":  # a declared pair: both sides as long as the declared answer
@@ -200,7 +205,8 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     del torch
     if packed:
         item, target, src = _packed_row(item, enc, resolved, src)
-    return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {})
+    return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {},
+                     list(decl.lengths or []))
 
 
 def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:

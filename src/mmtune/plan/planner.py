@@ -242,6 +242,18 @@ def with_aux(cfg, model, processor, batch: dict):
     return aux, batch
 
 
+def _run_growth(resolved, pb, declared):
+    """The fixed-segment allocator over the run's varying lengths (plan/run_growth.py), where it applies: the
+    records' lengths vary and, for a model with media, the media are declared (a text-only stand-in of a record
+    would skip its encoder)."""
+    from .run_growth import replay_run, varies
+
+    media = any(m != "text" for m in resolved.family.modalities)
+    if not varies(resolved, pb.lengths) or (media and (declared is None or declared.describe() == "text only")):
+        return None
+    return replay_run(resolved, pb.lengths, declared)
+
+
 def _plan_optimizer(groups, cfg, target_cuda: bool, pm):
     from ..optim import make_optimizer
 
@@ -355,6 +367,10 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
     else:
         peak_alloc = peak_res = tr.peak_bytes
+    step_res, growth = peak_res, _run_growth(resolved, pb, declared)
+    if growth is not None:  # fixed segments over varying lengths: the run's reserved climbs past one step
+        peak_res = max(peak_res, growth.peak_reserved)
+        decisions.append(growth.describe(step_res))
     # FSDP / ZeRO-3 gather parameters in the compute dtype (mixed precision's param_dtype): fp32 trainable
     # weights travel as 16-bit in fp16 / bf16 runs; 4-bit packed weights as stored.
     gather_elem = {"fp16": 2, "bf16": 2}.get(prec)
@@ -388,7 +404,8 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         breakdown["optimizer_state_paged"] = paged
         overhead += paged
     breakdown["allocator_rounding"] = rounding
-    breakdown["reserved_unused"] = peak_res - peak_alloc
+    breakdown["reserved_unused"] = min(step_res, peak_res) - peak_alloc
+    breakdown["reserved_run_growth"] = peak_res - min(step_res, peak_res)
     breakdown["overhead"] = overhead
     process_total = peak_res + overhead
     if spec is not None:
