@@ -89,3 +89,25 @@ def test_the_data_scan_reports_every_records_length(tmp_path):
     r = resolve_for_plan(load_config(None, TINY + [f"data.train={path}"]), "a100-80gb")
     pb = worst_case_batch(r)
     assert len(pb.lengths) == 3 and pb.lengths[0] < pb.lengths[1] < pb.lengths[2] == pb.tokens
+
+
+def test_published_length_statistics_become_record_lengths():
+    """benchmarks/published_runs.py: a source's published token statistics (mean, std, min, max) drawn as
+    record lengths, then the run's truncation (delete: longer records dropped; truncate: cut)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    try:
+        from published_runs import record_lengths
+    finally:
+        sys.path.pop(0)
+    stats = {"mean": 3234.4, "std": 2547.5, "min": 91, "max": 19548}
+    drawn = record_lengths({**stats, "truncation": "truncate"}, 10**6)
+    assert len(drawn) == 4000 and min(drawn) >= 91 and max(drawn) <= 19548
+    mean = sum(drawn) / len(drawn)
+    assert abs(mean - 3234.4) / 3234.4 < 0.05  # the log-normal of the published mean (clipping moves it little)
+    kept = record_lengths(stats, 2048)
+    assert kept == [n for n in drawn if n <= 2048]  # delete: the same draw, longer records dropped
+    assert record_lengths({**stats, "truncation": "truncate"}, 2048) == [min(n, 2048) for n in drawn]
+    assert record_lengths(None, 2048) is None
