@@ -9,7 +9,9 @@ one and the signed error, then mean / max |error| per group and over
 every published figure once ("all": rows marked `bound`, a second plan of a figure already in the table,
 are left out of it), and the same per kind of run (long sequence, 4-bit, multimodal, full FT, LoRA). Rows
 whose source states the time of an optimizer step (`published_step_s`) are compared with the planned step
-time too.
+time too. A source that publishes its dataset's token statistics (`lengths:` in runs.yaml) has them drawn
+as record lengths (`record_lengths`) and declared with the plan, which then replays the run's micro-batches
+at those lengths through the fixed-segment allocator (plan/run_growth.py).
 
     python benchmarks/published_runs.py [--only ID_OR_GROUP ...] [--layers N] [--out results/NAME]
 
