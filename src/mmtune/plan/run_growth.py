@@ -15,6 +15,8 @@ packed runs and runs padded to one length (one shape every step), expandable seg
 segment's end instead; benchmarks/allocator_varying_lengths.py: within 0.4 % of the one-step plan), CPU
 targets. At most RUN_STEPS micro-batches are replayed (each costs one traced step: ~0.7 s of CPU for a 7B
 LoRA step); what the rest of a longer run adds is not, so the figure is a lower bound of the run's growth.
+Each replayed micro-batch ends with an optimizer step (the run steps it every grad_accum micro-batches):
+its temporaries are the same every step (parameter-sized, not length-sized), so they reuse their blocks.
 """
 
 from __future__ import annotations
