@@ -111,3 +111,16 @@ def test_published_length_statistics_become_record_lengths():
     assert kept == [n for n in drawn if n <= 2048]  # delete: the same draw, longer records dropped
     assert record_lengths({**stats, "truncation": "truncate"}, 2048) == [min(n, 2048) for n in drawn]
     assert record_lengths(None, 2048) is None
+
+
+def test_a_step_that_already_fills_the_gpu_is_not_replayed(fixed_segments):
+    """The run can only reserve more than its worst step: where that step alone fills the card, the replay (a
+    traced step per batch) is skipped and the decisions say so."""
+    from mmtune.plan.planner import predict
+
+    cfg = load_config(None, ["model.name=tiny/qwen2", "data.max_length=8192", "train.micro_batch_size=64",
+                             "train.precision=fp16", "train.grad_accum=1", "model.gradient_checkpointing=false",
+                             "model.attn_implementation=eager"])
+    p = predict(cfg, gpu="t4", declared=Declared(tokens=8192, lengths=[1000, 8192] * 8), plan_eval=False)
+    assert p.breakdown["reserved_run_growth"] == 0
+    assert any("not replayed" in d and "already fills the GPU" in d for d in p.decisions)

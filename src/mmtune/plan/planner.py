@@ -242,14 +242,18 @@ def with_aux(cfg, model, processor, batch: dict):
     return aux, batch
 
 
-def _run_growth(resolved, pb, declared):
+def _run_growth(resolved, pb, declared, decisions: list, skip: bool = False):
     """The fixed-segment allocator over the run's varying lengths (plan/run_growth.py), where it applies: the
     records' lengths vary and, for a model with media, the media are declared (a text-only stand-in of a record
-    would skip its encoder)."""
+    would skip its encoder). `skip`: applies, but one step already fills the GPU (said in the decisions)."""
     from .run_growth import replay_run, varies
 
     media = any(m != "text" for m in resolved.family.modalities)
     if not varies(resolved, pb.lengths) or (media and (declared is None or declared.describe() == "text only")):
+        return None
+    if skip:
+        decisions.append("allocator: fixed segments over varying lengths not replayed (plan/run_growth.py): one step "
+                         "already fills the GPU, and the run can only reserve more")
         return None
     return replay_run(resolved, pb.lengths, declared)
 
@@ -367,7 +371,9 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         peak_alloc, peak_res = alloc.peak_allocated, alloc.peak_reserved
     else:
         peak_alloc = peak_res = tr.peak_bytes
-    step_res, growth = peak_res, _run_growth(resolved, pb, declared)
+    # one step that already fills the GPU is not replayed: the run can only need more (a replay costs a step per batch)
+    full = spec is not None and peak_res + spec.context_bytes >= spec.total_bytes
+    step_res, growth = peak_res, _run_growth(resolved, pb, declared, decisions, skip=full)
     if growth is not None:  # fixed segments over varying lengths: the run's reserved climbs past one step
         peak_res = max(peak_res, growth.peak_reserved)
         decisions.append(growth.describe(step_res))
