@@ -7,10 +7,10 @@ and a Mistral decoder (24B: 40 layers, 5120 wide).
 How media become tokens: the template writes `[IMG]`; the processor resizes the image so its long edge is at
 most `size.longest_edge` (never up), rounds each side up to a multiple of patch_size x spatial_merge_size (28 px)
 and writes, for each row of merged patches, one `[IMG]` per column then `[IMG_BREAK]`, the last row ending in
-`[IMG_END]` instead: (cols + 1) x rows tokens, all three counted as image tokens (`processor.image_token_ids`).
-The count depends on the image's size only; the break and end tokens are special tokens, so the count is the
-same whatever text surrounds the image (no `expansion_adds_text`). Only the `[IMG]` positions receive image
-features.
+`[IMG_END]` instead: (cols + 1) x rows tokens. Only the `[IMG]` positions receive image features; the
+`[IMG_BREAK]` / `[IMG_END]` tokens are counted as text by the encoder (it counts the image token), while the
+processor's arithmetic counts all three, so a record's length is measured by a real encode
+(`expansion_adds_text`, as for InternVL's `<img>` / `</img>`), not by that arithmetic.
 
 The processor is transformers' own `PixtralProcessor` with the PIL image processor
 (`PixtralImageProcessorPil`), built through `mmtune.compat.pixtral`: in transformers 5.24 the processor's
@@ -42,6 +42,7 @@ FAMILY = register(Family(
     components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/mistral3",
     hub_pattern=r"mistral-small-3\.[12]|mistral3",
+    expansion_adds_text=True,  # [IMG_BREAK] after each row of [IMG], [IMG_END] last: text around the image tokens
     # Mistral's decoder names its linears like Llama's, so the default LoRA targets fit.
 ))
 
