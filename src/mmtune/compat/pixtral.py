@@ -39,7 +39,12 @@ def torchvision_missing() -> bool:
 
 @functools.cache
 def pixtral_processor_class():
-    """The `PixtralProcessor` class to instantiate (`cls(image_processor=PixtralImageProcessorPil(...), ...)`)."""
+    """The `PixtralProcessor` class to instantiate (`cls(image_processor=PixtralImageProcessorPil(...), ...)`);
+    one class per process (pickle checks that the class it finds by name is the object's own)."""
+    return _import_class()
+
+
+def _import_class():
     import importlib
     import sys
 
