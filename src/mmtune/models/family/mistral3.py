@@ -22,6 +22,13 @@ expansion, the token arithmetic (`_get_num_multimodal_tokens`) and a saved proce
 (`load_saved`), since `AutoProcessor` needs torchvision for this class.
 
 Packing is off: not verified exact on packed rows (tests/data/test_packing.py covers packable families).
+
+Pixtral-12B (`mistral-community/pixtral-12b`, the transformers port of Mistral's Pixtral) is registered here
+too, as family `pixtral`: its config is `model_type: llava` (LlavaForConditionalGeneration, the same module
+names as LLaVA) with a `pixtral` vision_config, 16 px patches, no patch merger (spatial_merge_size 1), long
+edge 1024, and the same PixtralProcessor. LLaVA's facts do not fit it (CLIP's fixed crop, packing verified
+only for CLIP towers, a count without [IMG_BREAK] / [IMG_END]), so `vision_model_types=("pixtral",)` makes the
+resolver pick this family for a llava config with a pixtral tower; every other llava config stays `llava`.
 """
 
 from __future__ import annotations
@@ -46,6 +53,20 @@ FAMILY = register(Family(
     # Mistral's decoder names its linears like Llama's, so the default LoRA targets fit.
 ))
 
+PIXTRAL = register(Family(
+    name="pixtral",
+    model_types=("llava",),
+    vision_model_types=("pixtral",),
+    model_class="LlavaForConditionalGeneration",
+    processor_class="PixtralProcessor",
+    modalities=("text", "image"),
+    components=dict(HF_VLM_COMPONENTS),
+    tiny="tiny/pixtral",
+    hub_pattern=r"pixtral",
+    expansion_adds_text=True,
+))
+PIXTRAL_EDGE, PIXTRAL_PATCH = 64, 16  # tiny twin: at most 4 x 4 patches of 16 px, no merge
+
 
 def _tokenizer():
     from ..local_tokenizer import chat_template, make_tokenizer
@@ -68,6 +89,21 @@ def _config(tok, **over):
     return Mistral3Config(**cfg)
 
 
+def _pixtral_config(tok, **over):
+    from transformers import LlavaConfig
+
+    from ..tiny import _text_common
+
+    text = _text_common(tok, head_dim=16, model_type="mistral", sliding_window=None)
+    vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+              "head_dim": 16, "image_size": PIXTRAL_EDGE, "patch_size": PIXTRAL_PATCH, "model_type": "pixtral"}
+    cfg = {"text_config": text, "vision_config": vision, "vision_feature_layer": -1,
+           "vision_feature_select_strategy": "full", "image_token_index": tok.convert_tokens_to_ids(TOKENS["image_token"]),
+           "tie_word_embeddings": False}
+    cfg.update(over)
+    return LlavaConfig(**cfg)
+
+
 def _image_processor(**kw):
     from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
 
@@ -82,4 +118,13 @@ def _processor(tok):
                                      chat_template=tok.chat_template, **TOKENS)
 
 
+def _pixtral_processor(tok):
+    from ...compat.pixtral import pixtral_processor_class
+
+    ip = _image_processor(size={"longest_edge": PIXTRAL_EDGE}, patch_size={"height": PIXTRAL_PATCH, "width": PIXTRAL_PATCH})
+    return pixtral_processor_class()(image_processor=ip, tokenizer=tok, patch_size=PIXTRAL_PATCH, spatial_merge_size=1,
+                                     chat_template=tok.chat_template, **TOKENS)
+
+
 register_tiny(TinySpec("tiny/mistral3", "mistral3", _config, _processor, make_tokenizer=_tokenizer))
+register_tiny(TinySpec("tiny/pixtral", "pixtral", _pixtral_config, _pixtral_processor, make_tokenizer=_tokenizer))
