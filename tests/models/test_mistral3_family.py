@@ -59,3 +59,23 @@ def test_a_killed_run_resumes_to_the_straight_runs_losses(twin, tmp_path):
     train(build_run(load_config(config("killed"), [])))
     want = _rows(tmp_path / "straight")
     assert len(want) == 4 and _rows(tmp_path / "killed") == want
+
+
+def test_a_processor_class_that_needs_missing_torchvision_is_a_clear_load_error():
+    """What transformers raises for a processor class whose backend is missing (its placeholder class) becomes a
+    ModelLoadError naming torchvision and the install; the doctor reports it as MM098 (a setup error)."""
+    import transformers
+
+    from mmtune.compat.pixtral import torchvision_missing
+    from mmtune.errors import ModelLoadError
+    from mmtune.models.processor_loading import _missing_backend
+
+    if not torchvision_missing():
+        pytest.skip("torchvision is installed: the library's PixtralProcessor is no placeholder")
+    with pytest.raises(ImportError) as raised:
+        transformers.PixtralProcessor()  # the placeholder AutoProcessor would reach for a folder naming it
+    err = _missing_backend(raised.value, "mistral-community/pixtral-12b", "PixtralProcessor")
+    assert isinstance(err, ModelLoadError)
+    assert "needs torchvision, which is not installed" in err.what and "pip install torchvision" in err.fix
+    other = _missing_backend(ImportError("\nFooProcessor requires the SentencePiece library but it was not found"), "m", None)
+    assert "SentencePiece" in other.what and other.fix == "pip install SentencePiece"

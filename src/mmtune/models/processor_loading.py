@@ -30,13 +30,23 @@ def load_processor_from(src: str, family: Family, cfg):
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
-    except ImportError as e:  # transformers' "requires the torchvision library" placeholder classes
-        if "torchvision" not in str(e):
-            raise
-        raise ModelLoadError(
-            f"the processor of {cfg.model.name} ({_saved_class(Path(src)) or 'its processor class'}) needs torchvision, "
-            "which is not installed, and mmtune has no torchvision-free route for it", where="model.name",
-            fix="pip install torchvision  (the build matching your torch: https://pytorch.org/get-started/locally/)") from None
+    except ImportError as e:  # transformers' placeholder classes: "X requires the torchvision library but it was not found"
+        raise _missing_backend(e, cfg.model.name, _saved_class(Path(src))) from None
+
+
+def _missing_backend(e: ImportError, name: str, cls: str | None) -> ModelLoadError:
+    import re
+
+    what = " ".join(str(e).split())
+    lib = re.search(r"requires the (\S+) library", what)
+    lib = lib.group(1) if lib else None
+    if lib and lib.lower() == "torchvision":
+        return ModelLoadError(
+            f"the processor of {name} ({cls or 'its processor class'}) needs torchvision, which is not installed, and "
+            "mmtune has no torchvision-free route for it", where="model.name",
+            fix="pip install torchvision  (the build matching your torch: https://pytorch.org/get-started/locally/)")
+    return ModelLoadError(f"the processor of {name} ({cls or 'its processor class'}) cannot be imported: {what[:300]}",
+                          where="model.name", fix=f"pip install {lib}" if lib else "install the library the message names")
 
 
 def _json(path: Path) -> dict:
