@@ -18,8 +18,9 @@ module imports one sizing helper from the torchvision image processor module, so
 project does not depend on it) the class cannot be imported; compat imports it with the PIL module's identical
 helper instead. A re-implementation of the expansion was not written: the real class keeps the real
 expansion, the token arithmetic (`_get_num_multimodal_tokens`) and a saved processor_config.json that
-`AutoProcessor` loads where torchvision is installed. A saved folder is rebuilt from its parts here
-(`load_saved`), since `AutoProcessor` needs torchvision for this class.
+`AutoProcessor` loads where torchvision is installed. Without torchvision a saved folder (an export, a hub
+download) is rebuilt from its parts (models/processor_loading.py `pixtral_without_torchvision`), since
+`AutoProcessor` reaches the placeholder class there.
 
 Packing is off: not verified exact on packed rows (tests/data/test_packing.py covers packable families).
 
