@@ -124,7 +124,7 @@ def stand_in_processor(family, facts: dict):
                               chat_template=proc.chat_template)
     if "spatial_merge_size" in facts and hasattr(proc, "spatial_merge_size"):
         # Pixtral processors: their own patch_size x spatial_merge_size is the grid an image is rounded up to
-        proc.patch_size, proc.spatial_merge_size = facts["patch_size"], facts["spatial_merge_size"]
+        proc.patch_size, proc.spatial_merge_size = facts.get("patch_size", proc.patch_size), facts["spatial_merge_size"]
     if "image_seq_len" in facts and hasattr(proc, "image_seq_len"):  # Idefics3 / SmolVLM: tokens per tile
         proc.image_seq_len = facts["image_seq_len"]
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
