@@ -22,6 +22,8 @@ Modules (each imports its library only when used; this file imports nothing heav
                   PYTORCH_CUDA_ALLOC_CONF decision, applied after CUDA has started).
 - `deepspeed_ops` whether DeepSpeed's CPU Adam op is prebuilt or can be compiled here (DeepSpeed's
                   `installed_ops` record and `CPUAdamBuilder`), for train.offload=optimizer under ZeRO.
+- `pixtral`       transformers' own PixtralProcessor (Mistral 3, Pixtral-12B) where torchvision is absent (its module
+                  imports a sizing helper from the torchvision image processor; the PIL module's identical one stands in).
 - `processors`    a processor's per-item media token count without pixels (`_get_num_multimodal_tokens`),
                   the data length engine's (`Encoder.measure`) source for image/video/audio tokens.
 

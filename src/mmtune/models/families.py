@@ -56,6 +56,9 @@ class Family:
     # Hub ids (lower-cased) matching this regex belong to the family when no config says so (`--smoke` on a
     # name with nothing on disk); the longest match over all families wins ("llava-onevision" over "llava").
     hub_pattern: str | None = None
+    # vision_config.model_type values that pick this family over the one model_type alone names: a config of a
+    # shared type whose tower changes the family's facts (Pixtral-12B: `llava` with a `pixtral` tower and processor)
+    vision_model_types: tuple[str, ...] = ()
     # --- what the data pipeline, planner and doctor need to know
     # Packed rows verified exact against unpacked ones (tests/data/test_packing.py: same loss and gradients on
     # the tiny twin): the attention reads record boundaries from position_ids, media towers see whole items.
@@ -285,10 +288,15 @@ def _discover() -> None:
         importlib.import_module(f"{pkg.__name__}.{info.name}")
 
 
-def family_for_model_type(model_type: str) -> Family:
-    """The one resolver from a config's model_type to a family (loading, smoke twins, the doctor, the planner)."""
-    for fam in FAMILIES.values():
-        if model_type in fam.model_types:
+def family_for_model_type(model_type: str, vision_type: str | None = None) -> Family:
+    """The one resolver from a config's model_type (and its vision_config's model_type, where a family names
+    one: `vision_model_types`) to a family (loading, smoke twins, the doctor, the planner, serving)."""
+    found = [fam for fam in FAMILIES.values() if model_type in fam.model_types]
+    for fam in found:
+        if vision_type is not None and vision_type in fam.vision_model_types:
+            return fam
+    for fam in found:
+        if not fam.vision_model_types:
             return fam
     from ..errors import ModelLoadError
 
@@ -305,7 +313,7 @@ def family_for_config(config) -> Family:
     from ..errors import ModelLoadError
 
     try:
-        return family_for_model_type(config.model_type)
+        return family_for_model_type(config.model_type, vision_model_type(config))
     except ModelLoadError:
         from .generic import infer_family
 
@@ -313,6 +321,14 @@ def family_for_config(config) -> Family:
         if fam is None:
             raise
         return fam
+
+
+def vision_model_type(config) -> str | None:
+    """The model_type of a config's vision_config (a config object or its dict), None where it has none."""
+    vision = config.get("vision_config") if isinstance(config, dict) else getattr(config, "vision_config", None)
+    if isinstance(vision, dict):
+        return vision.get("model_type")
+    return getattr(vision, "model_type", None)
 
 
 def family_for_hub_name(name: str) -> Family | None:

@@ -21,6 +21,8 @@ def load_processor_from(src: str, family: Family, cfg):
     if "video" in family.modalities and importlib.util.find_spec("torchvision") is None \
             and (Path(src) / "processor_config.json").is_file():
         return processor_without_torchvision(Path(src), family)
+    if importlib.util.find_spec("torchvision") is None and _saved_class(Path(src)) == "PixtralProcessor":
+        return pixtral_without_torchvision(Path(src))
     from transformers import AutoProcessor
 
     try:
@@ -28,6 +30,56 @@ def load_processor_from(src: str, family: Family, cfg):
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
+    except ImportError as e:  # transformers' placeholder classes: "X requires the torchvision library but it was not found"
+        raise _missing_backend(e, cfg.model.name, _saved_class(Path(src))) from None
+
+
+def _missing_backend(e: ImportError, name: str, cls: str | None) -> ModelLoadError:
+    import re
+
+    what = " ".join(str(e).split())
+    lib = re.search(r"requires the (\S+) library", what)
+    lib = lib.group(1) if lib else None
+    if lib and lib.lower() == "torchvision":
+        return ModelLoadError(
+            f"the processor of {name} ({cls or 'its processor class'}) needs torchvision, which is not installed, and "
+            "mmtune has no torchvision-free route for it", where="model.name",
+            fix="pip install torchvision  (the build matching your torch: https://pytorch.org/get-started/locally/)")
+    return ModelLoadError(f"the processor of {name} ({cls or 'its processor class'}) cannot be imported: {what[:300]}",
+                          where="model.name", fix=f"pip install {lib}" if lib else "install the library the message names")
+
+
+def _json(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _saved_class(folder: Path) -> str | None:
+    """The processor class a saved folder names (processor_config.json, else preprocessor_config.json)."""
+    return _json(folder / "processor_config.json").get("processor_class") \
+        or _json(folder / "preprocessor_config.json").get("processor_class")
+
+
+def pixtral_without_torchvision(folder: Path):
+    """A saved PixtralProcessor (Mistral 3, Pixtral-12B) rebuilt from its parts where torchvision is absent:
+    transformers' own class (compat/pixtral.py says why it cannot be imported as usual) with the PIL image
+    processor, both from the saved settings (a hub folder keeps the image processor's in
+    preprocessor_config.json, a folder saved by transformers 5 inside processor_config.json)."""
+    from transformers import AutoTokenizer
+    from transformers.models.pixtral.image_processing_pil_pixtral import PixtralImageProcessorPil
+
+    from ..compat.pixtral import pixtral_processor_class
+
+    spec = _json(folder / "processor_config.json")
+    ip = spec.get("image_processor") or _json(folder / "preprocessor_config.json")
+    ip = PixtralImageProcessorPil.from_dict({k: v for k, v in ip.items() if k not in ("image_processor_type",
+                                                                                       "processor_class")})
+    keys = ("patch_size", "spatial_merge_size", "image_token", "image_break_token", "image_end_token")
+    template = folder / "chat_template.jinja"
+    text = template.read_text() if template.is_file() else _json(folder / "chat_template.json").get("chat_template")
+    return pixtral_processor_class()(image_processor=ip, tokenizer=AutoTokenizer.from_pretrained(str(folder)),
+                                     chat_template=text, **{k: spec[k] for k in keys if k in spec})
 
 
 def processor_without_torchvision(folder: Path, family: Family):

@@ -14,33 +14,33 @@ import json
 from pathlib import Path
 
 from ..errors import ModelLoadError
-from .families import FAMILIES, family_for_hub_name, family_for_model_type, get_family
+from .families import FAMILIES, family_for_hub_name, family_for_model_type, get_family, vision_model_type
 from .tiny import is_tiny
 
 
-def _model_type_of(name: str) -> str | None:
+def _config_dict_of(name: str) -> dict | None:
     path = Path(name).expanduser()
     if (path / "config.json").is_file():
-        return json.loads((path / "config.json").read_text()).get("model_type")
+        return json.loads((path / "config.json").read_text())
     from .configs import embedded
 
     spec = embedded(name)
     if spec is not None:
-        return spec["config"].get("model_type")
+        return spec["config"]
     from .hub_files import cached_snapshot
 
     snap = cached_snapshot(name, None)
     if snap is not None and (snap / "config.json").is_file():
-        return json.loads((snap / "config.json").read_text()).get("model_type")
+        return json.loads((snap / "config.json").read_text())
     return None
 
 
 def family_of_name(name: str, family: str | None = None) -> str:
     if family:
         return get_family(family).name
-    model_type = _model_type_of(name)
-    if model_type is not None:
-        return family_for_model_type(model_type).name
+    config = _config_dict_of(name)
+    if config is not None and config.get("model_type") is not None:
+        return family_for_model_type(config["model_type"], vision_model_type(config)).name
     fam = family_for_hub_name(name)  # Family.hub_pattern, longest match
     if fam is not None:
         return fam.name

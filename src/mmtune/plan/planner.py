@@ -202,7 +202,9 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
         raise _untraceable(e, cfg) from None
     except DedupMismatch:
         raise
-    except (RuntimeError, NotImplementedError, TypeError) as e:
+    except (RuntimeError, NotImplementedError, TypeError, AttributeError) as e:
+        # TypeError / AttributeError: also a vision tower's hidden state selected by layer index (LLaVA's
+        # vision_feature_layer=-2, Mistral 3's -1) that the four-layer trace never reaches comes back None
         raise _untraceable(e, cfg) from None
     if ex.copied_layers:
         pm.decisions.append("plan: four layers of each stack of identical layers traced, the others' allocations "

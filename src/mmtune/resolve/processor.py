@@ -111,6 +111,9 @@ def stand_in_processor(family, facts: dict):
             # Tiled towers (Idefics3 / SmolVLM): the image's long edge, then square tiles of `tile_edge` px
             sub.size = type(sub.size)(longest_edge=facts["longest_edge"])
             sub.max_image_size = {"longest_edge": facts["tile_edge"]}
+        elif "longest_edge" in facts and _size_get(getattr(sub, "size", None), "longest_edge"):
+            # Pixtral (Mistral 3): any aspect ratio, the long edge capped, no tiles
+            sub.size = type(sub.size)(longest_edge=facts["longest_edge"])
     if "image_seq_length" in facts and hasattr(proc, "image_seq_length"):
         # Rebuilt, not patched: Gemma 3 builds its expanded image string at construction (InternVL reads the
         # attribute per call; a rebuild serves both).
@@ -119,6 +122,9 @@ def stand_in_processor(family, facts: dict):
         parts = {name: getattr(proc, name) for name in proc.get_attributes()}
         proc = make_processor(type(proc), **parts, image_seq_length=facts["image_seq_length"],
                               chat_template=proc.chat_template)
+    if "spatial_merge_size" in facts and hasattr(proc, "spatial_merge_size"):
+        # Pixtral processors: their own patch_size x spatial_merge_size is the grid an image is rounded up to
+        proc.patch_size, proc.spatial_merge_size = facts.get("patch_size", proc.patch_size), facts["spatial_merge_size"]
     if "image_seq_len" in facts and hasattr(proc, "image_seq_len"):  # Idefics3 / SmolVLM: tokens per tile
         proc.image_seq_len = facts["image_seq_len"]
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
@@ -139,6 +145,11 @@ _EDGE = {"min_pixels": "shortest_edge", "max_pixels": "longest_edge"}
 def _pixel_parts(processor):
     return [(n, getattr(processor, n)) for n in ("image_processor", "video_processor")
             if getattr(processor, n, None) is not None]
+
+
+def _size_get(size, key: str):
+    """`size[key]` of a dict or transformers' SizeDict (None where it has no such key)."""
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
 def _is_pixel_capped(sub) -> bool:

@@ -105,10 +105,10 @@ def _what_to_load(path: Path, target: str):
 
 
 def _family(model_config):
-    from ..models.families import family_for_model_type
+    from ..models.families import family_for_model_type, vision_model_type
 
     try:
-        return family_for_model_type(getattr(model_config, "model_type", ""))
+        return family_for_model_type(getattr(model_config, "model_type", ""), vision_model_type(model_config))
     except MMTuneError:
         return None  # a model mmtune has no family for: served as text, its LoRA not checked per component
 
