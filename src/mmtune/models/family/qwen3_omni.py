@@ -17,9 +17,10 @@ Mixture of experts, what it means here:
 - The experts of a layer are two fused 3-D parameters (`mlp.experts.gate_up_proj`: experts x 2*inter x
   hidden, `mlp.experts.down_proj`), not `nn.Linear` modules: peft's `target_modules` cannot wrap them, and
   peft's `target_parameters` would rebuild the full delta of all 128 experts at every access of the weight.
-  The default LoRA targets are therefore the attention projections (q/k/v/o, in all 48 layers) plus the
-  dense MLP's linears where `mlp_only_layers` keeps one (none in the 30B-A3B); the experts and the router
-  (`mlp.gate`) train only with `adapter.method=full`. The same reason keeps QLoRA's 4-bit to the attention
+  The default LoRA targets are therefore the attention projections (q/k/v/o, in all 48 layers; what
+  ms-swift's and LLaMA-Factory's `all-linear` reach on this class too); the experts and the router
+  (`mlp.gate`) train only with `adapter.method=full`. A frozen router also keeps the routing the checkpoint
+  was balanced for, which a LoRA run without the balancing loss (below) would otherwise drift from. The same reason keeps QLoRA's 4-bit to the attention
   linears: bitsandbytes quantizes `nn.Linear` only, so the experts (~95 % of the decoder) stay in the
   compute dtype -- the planner counts what is really resident, since it builds the same model.
 - The planner holds every expert's weights (all are resident, whatever the routing) and traces the
@@ -27,8 +28,6 @@ Mixture of experts, what it means here:
 - Router load-balancing loss: the published config has `output_router_logits: false`, and mmtune computes
   the loss from the logits without passing labels, so transformers' `aux_loss` is neither computed nor
   added; the router learns only from the language-model loss (fine for a LoRA run, where it is frozen).
-  The doctor names the case where a config switches it on (models/family/qwen3_omni_checks.py is not
-  needed: `moe_router_aux_loss` below is the one fact it reads).
 
 Packing is off: the audio encoder and the interleaved audio-in-video positions were not verified exact on
 packed rows (tests/data/test_packing.py covers packable families).
@@ -66,8 +65,9 @@ FAMILY = register(Family(
     hub_pattern=r"qwen3-omni",
     time_aware_video=True,
     default_fps=1.0,  # Qwen3OmniMoeProcessor's rate for a video given without one
-    # attention, plus the dense MLP's linears of any `mlp_only_layers`; the fused experts are not nn.Linear
-    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+    # attention only: the fused experts are not nn.Linear (module docstring), and peft 0.21 turns a dense MLP's
+    # `gate_proj` / `up_proj` / `down_proj` target on this MoE class into a LoRA on every expert's fused parameter
+    lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
 ))
 
 
