@@ -202,7 +202,7 @@ class FakeModeBase(FakeTensorMode):
 # but bf16, while the CPU kernel (and CUDA's fallback before sm80) computes fp32 / fp16 too: a plan of an fp32 or
 # fp16 step would fail where the step itself runs. For those dtypes the planner gives the output the CPU kernel
 # allocates: the meta kernel's shape rule, unpadded (`_create_grouped_mm_output_tensor` pads only for CUDA
-# builds). Checked on torch 2.13 (CPU); tests/plan/test_grouped_mm_plan.py compares it with the real kernel.
+# builds). Checked on torch 2.13 (CPU); tests/plan/test_moe_plan.py compares the plan with a real CPU step.
 _grouped = getattr(torch.ops.aten, "_grouped_mm", None)
 GROUPED_MM = _grouped.default if _grouped is not None else None
 

@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from ..compat.fake_tensor import GROUPED_MM, META_QUERIES, NOT_HANDLED, FakeModeBase, constant_of, grouped_mm_output
+from ..compat.fake_tensor import (
+    GROUPED_MM,
+    META_QUERIES,
+    NOT_HANDLED,
+    FakeModeBase,
+    constant_of,
+    grouped_mm_output,
+)
 from ..compat.torch_internals import (
     no_dispatch,
     private_aten,

@@ -17,12 +17,13 @@ Mixture of experts, what it means here:
 - The experts of a layer are two fused 3-D parameters (`mlp.experts.gate_up_proj`: experts x 2*inter x
   hidden, `mlp.experts.down_proj`), not `nn.Linear` modules: peft's `target_modules` cannot wrap them, and
   peft's `target_parameters` would rebuild the full delta of all 128 experts at every access of the weight.
-  The default LoRA targets are therefore the attention projections (q/k/v/o, in all 48 layers; what
-  ms-swift's and LLaMA-Factory's `all-linear` reach on this class too); the experts and the router
-  (`mlp.gate`) train only with `adapter.method=full`. A frozen router also keeps the routing the checkpoint
-  was balanced for, which a LoRA run without the balancing loss (below) would otherwise drift from. The same reason keeps QLoRA's 4-bit to the attention
-  linears: bitsandbytes quantizes `nn.Linear` only, so the experts (~95 % of the decoder) stay in the
-  compute dtype -- the planner counts what is really resident, since it builds the same model.
+  The default LoRA targets are therefore the attention projections (q/k/v/o, in all 48 layers), what
+  ms-swift's users fell back to when its default `all-linear` failed on this model (ms-swift#9321); the
+  experts and the router (`mlp.gate`) train only with `adapter.method=full`. A frozen router also keeps
+  the routing the checkpoint was balanced for, which a run without the balancing loss (below) could drift
+  from. QLoRA's 4-bit reaches the same attention linears only: bitsandbytes quantizes `nn.Linear`, so the
+  experts (~95 % of the decoder) stay in the compute dtype; the planner counts what is really resident,
+  since it builds the same model.
 - The planner holds every expert's weights (all are resident, whatever the routing) and traces the
   forward the model runs: each token's activations go through its top-k experts only.
 - Router load-balancing loss: the published config has `output_router_logits: false`, and mmtune computes
