@@ -10,8 +10,10 @@ How media become tokens: the template writes `<|vision_start|><|image_pad|><|vis
 `<|video_pad|>`, audio: `<|audio_start|><|audio_pad|><|audio_end|>`); the processor repeats the pad token
 once per merged patch (grid t*h*w / 4) or per audio frame after the encoder's downsampling, adding no text,
 so lengths come from the processor's arithmetic. A video part with `use_audio` gets its own audio track
-interleaved with the frames by time (the processor's `load_audio_from_video`, as for Qwen2.5-Omni). Video
-positions are time-aware (`video_second_per_grid` from the clip's rate, default 1 fps in this processor).
+interleaved with the frames by time (the processor's `load_audio_from_video`, as for Qwen2.5-Omni). Open, for
+both Omni families: the forward is not given `use_audio_in_video=True` for such records, so the model places
+the interleaved block's positions as for a plain audio clip, not on the shared time axis it was trained with.
+Video positions are time-aware (`video_second_per_grid` from the clip's rate, default 1 fps in this processor).
 
 Mixture of experts, what it means here:
 - The experts of a layer are two fused 3-D parameters (`mlp.experts.gate_up_proj`: experts x 2*inter x
@@ -25,10 +27,12 @@ Mixture of experts, what it means here:
   experts (~95 % of the decoder) stay in the compute dtype; the planner counts what is really resident,
   since it builds the same model.
 - The planner holds every expert's weights (all are resident, whatever the routing) and traces the
-  forward the model runs: each token's activations go through its top-k experts only.
+  forward the model runs (transformers' `grouped_mm` experts: tokens sorted by expert, one grouped matmul):
+  each token's activations go through its top-k experts only.
 - Router load-balancing loss: the published config has `output_router_logits: false`, and mmtune computes
   the loss from the logits without passing labels, so transformers' `aux_loss` is neither computed nor
   added; the router learns only from the language-model loss (fine for a LoRA run, where it is frozen).
+  Doctor MM124 names a config that switches `output_router_logits` on (the term would still not be trained).
 
 Packing is off: the audio encoder and the interleaved audio-in-video positions were not verified exact on
 packed rows (tests/data/test_packing.py covers packable families).
