@@ -40,6 +40,7 @@ CASES = {
     "qwen3-vl-video": ("tiny/qwen3-vl", "video_audio_qa.jsonl", video_only, "lora"),
     "qwen2-audio": ("tiny/qwen2-audio", "audio_qa.jsonl", None, "lora"),
     "qwen2.5-omni-video+audio": ("tiny/qwen2.5-omni", "video_audio_qa.jsonl", None, "lora"),
+    "qwen3-omni-video+audio": ("tiny/qwen3-omni", "video_audio_qa.jsonl", None, "lora"),  # MoE decoder: the recipe's data
     "llava-image": ("tiny/llava", "image_qa.jsonl", None, "lora"),
     "llava-next-image-qlora": ("tiny/llava-next", "image_qa.jsonl", None, "qlora"),
 }

@@ -280,8 +280,11 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
         lcfg = LoraConfig(
             r=adapter_cfg.r, lora_alpha=adapter_cfg.lora_alpha, lora_dropout=adapter_cfg.dropout,
             use_dora=adapter_cfg.use_dora, bias="none",
-            # exact names, anchored: the regex cannot reach a component by accident
-            target_modules="^(?:" + "|".join(re.escape(t) for t in targets) + ")$",
+            # exact module names, as a list: nothing outside them can be reached by accident. Not a regex: peft 0.21
+            # resolves a regex on transformers 5's MoE models (Qwen3-Omni) to bare leaf names ({"q_proj", ...};
+            # peft/utils/transformers_weight_conversion.py `_resolve_string_target_modules`), which then also match
+            # the audio encoder's q/k/v_proj. A list of full names passes through that conversion unchanged.
+            target_modules=list(targets),
             modules_to_save=to_save or None,
         )
         model = get_peft_model(model, lcfg)

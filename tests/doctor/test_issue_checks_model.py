@@ -1,4 +1,4 @@
-"""MM037, MM040, MM043, MM044, MM051: model checks built from public issue threads (docs/doctor.md lists them).
+"""MM037, MM040, MM043, MM044, MM051, MM124: model checks built from public issue threads (docs/doctor.md lists them).
 
 Each test builds the broken setup from the report (a model folder as the user had it: config.json,
 processor, a weights file) and a clean one next to it; both go through the real doctor.
@@ -279,3 +279,43 @@ def test_mm053_clean(doctor, tmp_path):
     assert doctor(TINY_VL, "MM053").findings == []  # M-RoPE is not a scaling
     qwen2_vl = {"model": {"name": "Qwen/Qwen2-VL-7B-Instruct"}, "data": {"train": "synthetic:counting"}}
     assert doctor(qwen2_vl, "MM053").findings == []
+
+
+# --------------------------------------------------------------------------- MM124 MoE router balancing loss
+
+def test_mm124_premise_the_balancing_loss_needs_labels():
+    """The report's mechanism on the real class: with output_router_logits on, the model's own loss (from labels)
+    carries the balancing term, while the logits mmtune computes its loss from are the same with or without it."""
+    import torch
+
+    from mmtune.models.examples import example_batch
+    from mmtune.models.families import get_family
+    from mmtune.models.tiny import build_tiny
+
+    fam = get_family("qwen3_omni")
+    on, processor = build_tiny("tiny/qwen3-omni")
+    batch = example_batch(processor, fam.modalities)
+    with torch.no_grad():
+        plain = on(**batch)
+        routed = on(**batch, output_router_logits=True)
+        inputs = {k: v for k, v in batch.items() if k != "labels"}
+        no_labels = on(**inputs, output_router_logits=True)
+    assert routed.aux_loss is not None and float(routed.aux_loss) > 0
+    assert float(routed.loss) > float(plain.loss)  # + router_aux_loss_coef * aux_loss, from labels only
+    torch.testing.assert_close(no_labels.logits, plain.logits)  # what mmtune's loss reads: no balancing term
+
+
+@pytest.mark.parametrize("adapter,severity", [({"method": "full"}, "warning"), ({}, "info")])
+def test_mm124_router_logits_on(doctor, tmp_path, adapter, severity):
+    folder = model_folder(tmp_path, tiny="tiny/qwen3-omni")
+    raw = json.loads((folder / "config.json").read_text())
+    raw["text_config"]["output_router_logits"] = True
+    (folder / "config.json").write_text(json.dumps(raw))
+    rep = doctor(tree(folder, adapter), "MM124")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM124", severity)], rep.findings
+
+
+def test_mm124_published_setting_is_silent(doctor, tmp_path):
+    folder = model_folder(tmp_path, tiny="tiny/qwen3-omni")
+    assert doctor(tree(folder, {"method": "full"}), "MM124").findings == []
+    assert doctor(tree(model_folder(tmp_path, name="dense")), "MM124").findings == []  # no experts at all

@@ -196,4 +196,30 @@ class FakeModeBase(FakeTensorMode):
             raise
 
 
-__all__ = ["FakeModeBase", "FakeTensor", "FakeTensorMode", "META_QUERIES", "NOT_HANDLED", "constant_of"]
+# ------------------------------------------------------------------ grouped matmul (MoE experts)
+# transformers' "grouped_mm" experts (Qwen3-Omni, Qwen3-MoE, ...) call `aten._grouped_mm`. torch's meta kernel
+# (torch/_meta_registrations.py `_meta_grouped_mm_common`) copies the CUDA kernel's checks and refuses anything
+# but bf16, while the CPU kernel (and CUDA's fallback before sm80) computes fp32 / fp16 too: a plan of an fp32 or
+# fp16 step would fail where the step itself runs. For those dtypes the planner gives the output the CPU kernel
+# allocates: the meta kernel's shape rule, unpadded (`_create_grouped_mm_output_tensor` pads only for CUDA
+# builds). Checked on torch 2.13 (CPU); tests/plan/test_moe_plan.py compares the plan with a real CPU step.
+_grouped = getattr(torch.ops.aten, "_grouped_mm", None)
+GROUPED_MM = _grouped.default if _grouped is not None else None
+
+
+def grouped_mm_output(args, kwargs):
+    """(size, dtype) of `_grouped_mm(mat_a, mat_b, offs, bias, out_dtype)` where mat_a is not bf16, else None."""
+    names = ("mat_a", "mat_b", "offs", "bias", "out_dtype")
+    a = dict(zip(names, args), **kwargs)
+    mat_a, mat_b, offs = a["mat_a"], a["mat_b"], a.get("offs")
+    if mat_a.dtype == torch.bfloat16 or offs is None:
+        return None
+    if mat_a.dim() == 2:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)] if mat_b.dim() == 2 else [mat_a.size(0), mat_b.size(-1)]
+    else:
+        size = [mat_a.size(1), mat_b.size(1)] if mat_b.dim() == 2 else [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    return size, a.get("out_dtype") or mat_a.dtype
+
+
+__all__ = ["FakeModeBase", "FakeTensor", "FakeTensorMode", "GROUPED_MM", "META_QUERIES", "NOT_HANDLED", "constant_of",
+           "grouped_mm_output"]

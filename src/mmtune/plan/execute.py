@@ -180,8 +180,11 @@ def _fake_inputs(batch: dict, mode, tracker, phase: str) -> tuple[dict, set]:
     """The batch as the trace feeds it -- integer inputs (ids, masks, grids) stay real, floating media become
     fake tensors that carry their (already computed) values, for the few ops that read pixels (fake.py
     `_VALUE_KEEPING`) -- with its tensors registered in `phase`; returns it and their serials."""
-    fake = {k: (mode.fake_of(v, constant=True) if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-            for k, v in batch.items()}
+    # A 1-D floating input is per-item timing (Omni's `video_second_per_grid`, Qwen2.5-VL's `second_per_grid_ts`), not
+    # media: it stays real like the grids, since the M-RoPE positions computed from it in float (Qwen3-Omni) are read
+    # back as Python values, which a fake float table without a value cannot give.
+    fake = {k: (mode.fake_of(v, constant=True) if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 1
+                else v) for k, v in batch.items()}
     serials = {tracker.register(v, phase) for v in fake.values() if isinstance(v, torch.Tensor)}
     return fake, serials - {None}
 

@@ -24,7 +24,14 @@ from __future__ import annotations
 
 import torch
 
-from ..compat.fake_tensor import META_QUERIES, NOT_HANDLED, FakeModeBase, constant_of
+from ..compat.fake_tensor import (
+    GROUPED_MM,
+    META_QUERIES,
+    NOT_HANDLED,
+    FakeModeBase,
+    constant_of,
+    grouped_mm_output,
+)
 from ..compat.torch_internals import (
     no_dispatch,
     private_aten,
@@ -164,6 +171,11 @@ class ValueFakeMode(FakeModeBase):
             with no_dispatch():
                 value = func(*tree_map(lambda a: constant_of(a) if self.is_our_fake(a) else a, args), **kwargs)
             return tree_map(lambda v: self.fake_of(v, constant=True) if isinstance(v, torch.Tensor) else v, value)
+        if func is GROUPED_MM and fakes:
+            out = grouped_mm_output(args, kwargs)  # MoE experts in fp32/fp16: torch's meta kernel takes bf16 only
+            if out is not None:
+                return super().dispatch(_aten.empty.memory_format, types, (out[0],),
+                                        {"dtype": out[1], "device": fakes[0].device})
         if func in _INDEX_OPS:
             args = self._static_indices(args)
         if fakes and len(fakes) != len(tensors):

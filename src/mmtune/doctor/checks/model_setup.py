@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..findings import error, warning
+from ..findings import error, info, warning
 from ..registry import check
 from .training_setup import trains_in_full
 
@@ -415,3 +415,35 @@ def day0_family(ctx):
     yield info(f"{family.name} is a day-0 family: {inferred}. Checks that cannot apply: {cannot}{twin}",
                where="model.name",
                fix="register the family (docs/internals.md, 'Adding a model family') to have these checks and a tiny twin")
+
+
+_ROUTER_SOURCES = ("transformers#44242 / #44586 (the balancing loss rides on output_router_logits), transformers#48885 (MoE "
+                   "VLM wrappers), LlamaFactory#8090 (the aux loss does not fall under LoRA: the router is frozen)")
+
+
+@check("MM124", "a mixture-of-experts decoder's router load-balancing loss is what the config asks for", fast=True)
+def moe_router_aux_loss(ctx):
+    """A MoE decoder (Qwen3-Omni's thinker: 128 experts, 8 routed per token) with `output_router_logits: true`.
+    transformers adds `router_aux_loss_coef * aux_loss` only to the loss it computes itself from `labels`
+    (Qwen3OmniMoeThinkerForConditionalGeneration.forward); mmtune computes the loss from the logits and passes no
+    labels (mmtune/loss.py), so the balancing term never reaches the gradient, while every layer's router logits
+    are still collected each step. Under full fine-tuning the router then trains on the language-model loss alone
+    (a warning: routing can drift from the balance the checkpoint was trained for); under LoRA the router is
+    frozen and only the memory is spent (an info). The published Qwen3-Omni config has it off: silent."""
+    cfg, config = _config_or_skip(ctx)
+    family = ctx.need("resolved").family if ctx.has("resolved") else family_of(cfg, config)
+    text = text_part(config, family)
+    experts = getattr(text, "num_experts", None) or getattr(text, "num_local_experts", None) or 0
+    if not experts or not getattr(text, "output_router_logits", False):
+        return
+    coef = getattr(text, "router_aux_loss_coef", None)
+    what = (f"{cfg.model.name} is a mixture of experts ({experts} experts) with output_router_logits=true (router_aux_loss_coef "
+            f"{coef}): transformers adds the load-balancing loss only to the loss it computes from labels, and mmtune "
+            "computes the loss from the logits, so the balancing term is not trained; the router logits of every layer "
+            "are still collected")
+    fix = f"set output_router_logits to false in the model's text config (nothing then changes in training) ({_ROUTER_SOURCES})"
+    if cfg.adapter.method == "full":
+        yield warning(what + "; under adapter.method=full the router trains on the language-model loss alone",
+                      where="model.name", fix=fix)
+    else:
+        yield info(what + "; under LoRA the router is frozen, so only that memory is spent", where="model.name", fix=fix)
