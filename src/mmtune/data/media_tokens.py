@@ -24,6 +24,13 @@ def media_token_ids(processor) -> dict[str, int]:
     return out
 
 
+def audio_extractor(processor):
+    """The processor's audio feature extractor, whatever attribute holds it: `feature_extractor` (Qwen2-Audio,
+    Qwen2.5-Omni, Whisper towers) or `audio_processor` (Phi-4-multimodal), as transformers' own processors
+    look it up; None for a processor without audio."""
+    return getattr(processor, "feature_extractor", None) or getattr(processor, "audio_processor", None)
+
+
 def whisper_audio_tokens(samples: int, feature_extractor) -> int:
     """Qwen2-Audio's audio tokens for a clip of `samples`: mel frames (hop_length) -> conv stride 2 ->
     pool 2, as its processor expands `<|AUDIO|>` from the feature attention mask."""

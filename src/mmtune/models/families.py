@@ -73,6 +73,12 @@ class Family:
     # own count (Qwen2-Audio's processor has none that matches its expansion).
     audio_tokens_by_whisper: bool = False
     lora_targets: tuple[str, ...] = DECODER_LINEARS  # adapter.target_modules=auto: these leaves in the decoder
+    # "module:function" (folder) -> processor: a saved processor rebuilt from its parts where transformers' own
+    # cannot load on this machine (its image processor imports torchvision: Phi-4-multimodal)
+    rebuild_processor: str | None = None
+    # (package, why) the model class needs beyond mmtune's dependencies (Gemma 3n's vision tower is a timm model):
+    # checked before any build, named with its install line by the error and doctor MM096
+    requires: tuple[tuple[str, str], ...] = ()
     liger: LigerPatch | None = None  # Liger-Kernel's patch for this family, None where it has none
     # Reported fp16 overflow of the vision tower (inf/NaN features, "!!!!" output): (severity, sources) for
     # doctor MM041. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,

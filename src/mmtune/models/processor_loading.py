@@ -18,6 +18,11 @@ def load_processor_from(src: str, family: Family, cfg):
         return AutoTokenizer.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
     import importlib.util
 
+    if family.rebuild_processor and importlib.util.find_spec("torchvision") is None \
+            and (Path(src) / "processor_config.json").is_file():
+        from .custom import import_object
+
+        return import_object(family.rebuild_processor, "family.rebuild_processor")(Path(src))
     if "video" in family.modalities and importlib.util.find_spec("torchvision") is None \
             and (Path(src) / "processor_config.json").is_file():
         return processor_without_torchvision(Path(src), family)

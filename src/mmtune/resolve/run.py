@@ -412,7 +412,9 @@ def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
     crop = fixed_crop(processor)
     if crop:
         decisions.append(Decision("image size", f"{crop[1]}x{crop[0]}", "fixed by the processor (every image resized)"))
-    fe = getattr(processor, "feature_extractor", None)
+    from ..data.media_tokens import audio_extractor
+
+    fe = audio_extractor(processor)
     rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
     if getattr(processor, "video_processor", None) is not None:
         how = f"{model_cfg.video_fps:g} fps" if model_cfg.video_fps else f"{model_cfg.video_frames} frames uniformly"
