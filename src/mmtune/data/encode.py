@@ -330,7 +330,13 @@ class Encoder:
             except (ValueError, TypeError, RuntimeError) as e:
                 raise BadRecord("processor error", f"the processor rejected the record: {e}", record.where(),
                                 "check the record's media (sizes, frame counts) against the model's processor") from None
-        return dict(out)
+        out = dict(out)
+        fm = self.family.audio_frames_mask if self.family is not None else None
+        if fm and fm[0] in out and fm[1] not in out:  # a lone clip: every frame is real (Family.audio_frames_mask)
+            import torch
+
+            out[fm[1]] = torch.ones(out[fm[0]].shape[:2], dtype=torch.bool)
+        return out
 
     def _text_tokens(self, text: str) -> dict:
         """The tokenizer's encoding of `text` with each token's character offsets (what the label mask is

@@ -51,6 +51,8 @@ FAMILY = register(Family(
     tiny="tiny/phi4-multimodal",
     hub_pattern=r"phi-4-multimodal|phi4_multimodal|phi4mm",
     lora_targets=LORA_TARGETS,
+    media_keys={"image": "image_pixel_values", "audio": "audio_input_features"},
+    audio_frames_mask=("audio_input_features", "audio_attention_mask"),
     rebuild_processor="mmtune.models.family.phi4_multimodal:processor_from_folder",
 ))
 
