@@ -41,8 +41,11 @@ FAMILY = register(Family(
     processor_class="Phi4MultimodalProcessor",
     modalities=("text", "audio", "image"),  # audio first: the contract tests' medium (the twin's images run too)
     components={
-        "projector": ("model.embed_tokens_extend.image_embed.img_projection",
-                      "model.embed_tokens_extend.audio_embed.up_proj_for_", "model.embed_tokens_extend.audio_embed.down_proj_for_"),
+        # whole module names (peft's modules_to_save takes modules): the image MLP, the speech and vision-speech MLPs
+        "projector": tuple(f"model.embed_tokens_extend.{m}." for m in (
+            "image_embed.img_projection_up", "image_embed.img_projection_down",
+            "audio_embed.up_proj_for_speech", "audio_embed.down_proj_for_speech",
+            "audio_embed.up_proj_for_vision_speech", "audio_embed.down_proj_for_vision_speech")),
         "audio": ("model.embed_tokens_extend.audio_embed.",),
         "vision": ("model.embed_tokens_extend.image_embed.",),
         "decoder": ("model.layers.", "model.embed_tokens.", "model.norm."),
