@@ -26,7 +26,7 @@ import re
 from ..errors import DataError
 from .formats import BadRecord, isolated_method
 from .media_caps import MediaCaps
-from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens
+from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
 from .records import answer_text as _answer_text
 
@@ -330,13 +330,7 @@ class Encoder:
             except (ValueError, TypeError, RuntimeError) as e:
                 raise BadRecord("processor error", f"the processor rejected the record: {e}", record.where(),
                                 "check the record's media (sizes, frame counts) against the model's processor") from None
-        out = dict(out)
-        fm = self.family.audio_frames_mask if self.family is not None else None
-        if fm and fm[0] in out and fm[1] not in out:  # a lone clip: every frame is real (Family.audio_frames_mask)
-            import torch
-
-            out[fm[1]] = torch.ones(out[fm[0]].shape[:2], dtype=torch.bool)
-        return out
+        return with_frames_mask(dict(out), self.family)
 
     def _text_tokens(self, text: str) -> dict:
         """The tokenizer's encoding of `text` with each token's character offsets (what the label mask is
@@ -591,13 +585,7 @@ class Encoder:
                     self._count_memo[key] = got
             out.update({k: list(v) for k, v in got.items() if v})
         if sizes["audio"] and not out["audio"]:
-            fe = audio_extractor(self.processor)
-            if getattr(fe, "n_samples", None) is None:  # not Whisper's fixed window: its arithmetic does not apply
-                from ..compat import CompatError
-
-                raise CompatError(f"{type(fe).__name__} has no pixel-free audio token count here",
-                                  fix="nothing to do: mmtune encodes such records in full")
-            out["audio"] = [whisper_audio_tokens(n, fe) for n in sizes["audio"]]
+            out["audio"] = [whisper_audio_tokens(n, audio_extractor(self.processor)) for n in sizes["audio"]]
         return out
 
     def rendered(self, record: Record) -> str:

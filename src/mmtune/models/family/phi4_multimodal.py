@@ -86,7 +86,9 @@ def _config(tok, **over):
 
 def _parts(tok, image: dict | None = None, audio: dict | None = None):
     from transformers import Phi4MultimodalProcessor
-    from transformers.models.phi4_multimodal.feature_extraction_phi4_multimodal import Phi4MultimodalFeatureExtractor
+    from transformers.models.phi4_multimodal.feature_extraction_phi4_multimodal import (
+        Phi4MultimodalFeatureExtractor,
+    )
 
     from ..phi4mm_images import Phi4MMImageProcessorTorch
 
