@@ -83,6 +83,9 @@ def stand_in_processor(family, facts: dict):
     from ..models.tiny import tiny_config_and_processor
 
     if not family.tiny:
+        from ..models.requirements import check_requirements
+
+        check_requirements(family)  # a family without a twin because its model cannot build here: say why first
         raise ModelLoadError(f"no stand-in processor for family {family.name!r} (it has no tiny twin)",
                              where="model.name", fix="point model.name at a local model folder that has its processor files")
     _, proc = tiny_config_and_processor(family.tiny)
