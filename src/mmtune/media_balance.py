@@ -19,8 +19,8 @@ from __future__ import annotations
 from .errors import MMTuneError
 from .loss import IGNORE_INDEX
 
-# The media keys each kind brings to a batch (Family.media_keys over the registry: Phi-4-multimodal names its
-# own), and the part type naming it in a record.
+# The media keys each kind brings to a batch: transformers' common names, and Phi-4-multimodal's own (its
+# Family.media_keys), and the part type naming it in a record.
 KIND_KEYS = {"image": ("pixel_values", "image_pixel_values"), "video": ("pixel_values_videos",),
              "audio": ("input_features", "audio_input_features")}
 KINDS = tuple(KIND_KEYS)
