@@ -18,8 +18,8 @@ def load_processor_from(src: str, family: Family, cfg):
         return AutoTokenizer.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
     import importlib.util
 
-    if family.rebuild_processor and importlib.util.find_spec("torchvision") is None \
-            and (Path(src) / "processor_config.json").is_file():
+    if family.rebuild_processor and (Path(src) / "processor_config.json").is_file() \
+            and (importlib.util.find_spec("torchvision") is None or _saved_by_mmtune(Path(src))):
         from .custom import import_object
 
         return import_object(family.rebuild_processor, "family.rebuild_processor")(Path(src))
@@ -33,6 +33,17 @@ def load_processor_from(src: str, family: Family, cfg):
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
+
+
+def _saved_by_mmtune(folder: Path) -> bool:
+    """The folder's image processor is one of mmtune's (a twin's, saved by a run here): transformers cannot
+    name it, with or without torchvision."""
+    import json
+
+    import transformers
+
+    kind = json.loads((folder / "processor_config.json").read_text()).get("image_processor", {}).get("image_processor_type")
+    return bool(kind) and kind not in dir(transformers)  # the lazy module lists every class without importing it
 
 
 def processor_without_torchvision(folder: Path, family: Family):
