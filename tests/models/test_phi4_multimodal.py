@@ -5,6 +5,7 @@ without torchvision, LoRA lands on the fused decoder linears, and a run with aud
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -150,3 +151,25 @@ def test_a_run_with_audio_and_images_resumes_bit_identically(tmp_path):
     train(build_run(load_config(_run_config(tmp_path, stopped, rows), [])))
     final = "checkpoint-4/trainable.safetensors"
     assert (stopped / final).read_bytes() == (straight / final).read_bytes()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed here")
+def test_a_processor_part_that_cannot_import_is_a_clear_error(tmp_path):
+    """A folder naming transformers' own Phi-4 image processor (it imports torchvision), loaded by transformers'
+    AutoProcessor (a family without the rebuild) where torchvision is missing: the package and the install line,
+    not an ImportError traceback."""
+    import dataclasses
+
+    from mmtune.config.schema import RunConfig
+    from mmtune.models.processor_loading import load_processor_from
+    from mmtune.models.requirements import MissingPackageError
+
+    _, proc = build_tiny("tiny/phi4-multimodal")
+    proc.save_pretrained(str(tmp_path))
+    spec = json.loads((tmp_path / "processor_config.json").read_text())
+    spec["image_processor"]["image_processor_type"] = "Phi4MultimodalImageProcessor"  # as the hub's folder names it
+    (tmp_path / "processor_config.json").write_text(json.dumps(spec))
+    plain = dataclasses.replace(FAMILY, rebuild_processor=None)
+    with pytest.raises(MissingPackageError) as e:
+        load_processor_from(str(tmp_path), plain, RunConfig.model_validate({"model": {"name": str(tmp_path)}}))
+    assert "torchvision" in e.value.what and e.value.fix.startswith("pip install torchvision")

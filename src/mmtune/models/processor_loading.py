@@ -33,6 +33,16 @@ def load_processor_from(src: str, family: Family, cfg):
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
+    except (ImportError, ValueError) as e:  # a processor part needing an optional package (torchvision) not here
+        from ..compat.transformers_internals import missing_dependencies
+        from .requirements import MissingPackageError, install_line
+
+        pkgs = missing_dependencies(e)
+        if not pkgs:
+            raise
+        raise MissingPackageError(f"the processor of {cfg.model.name} needs {', '.join(pkgs)}, not installed here "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0][:300]})", where="model.name",
+                                  fix=install_line(pkgs)) from None
 
 
 def _saved_by_mmtune(folder: Path) -> bool:
