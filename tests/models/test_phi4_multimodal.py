@@ -173,3 +173,16 @@ def test_a_processor_part_that_cannot_import_is_a_clear_error(tmp_path):
     with pytest.raises(MissingPackageError) as e:
         load_processor_from(str(tmp_path), plain, RunConfig.model_validate({"model": {"name": str(tmp_path)}}))
     assert "torchvision" in e.value.what and e.value.fix.startswith("pip install torchvision")
+
+
+def test_the_twins_audio_reaches_the_logits():
+    """Two different clips give different predictions: the clip itself reaches the decoder, not only the speech
+    projector's biases (transformers' std-0.02 init shrinks the convs' activations, and each Conformer block's
+    closing LayerNorm rescales them)."""
+    model, proc = build_tiny("tiny/phi4-multimodal")
+    model.eval()
+    text = proc.apply_chat_template([{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "q"}]}],
+                                    tokenize=False)
+    with torch.no_grad():
+        a, b = (model(**proc(text=[text], audio=[_wave(1.0, seed)], return_tensors="pt")).logits[0, -1] for seed in (0, 7))
+    assert (a - b).abs().max() > 1e-3
