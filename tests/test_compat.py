@@ -378,3 +378,20 @@ def test_omni_layout_of_the_installed_transformers_is_in_the_family_table():
     regex = re.compile(fam.decoder_lora_regex())
     hits = [n for n, _ in model.named_modules() if regex.match(n)]
     assert hits and all(fam.component_of(n + ".") == "decoder" for n in hits)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is installed here")
+def test_missing_dependencies_reads_the_installed_transformers(tmp_path):
+    """transformers' failure to load a torchvision-only image processor names the package (models/processor_loading.py
+    turns it into the install line): Phi-4-multimodal's, as a hub folder names it."""
+    import json
+
+    import transformers
+
+    from mmtune.compat.transformers_internals import missing_dependencies
+
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"image_processor_type": "Phi4MultimodalImageProcessor"}))
+    with pytest.raises((ImportError, ValueError)) as e:
+        transformers.AutoImageProcessor.from_pretrained(str(tmp_path))
+    assert missing_dependencies(e.value) == ["torchvision"], str(e.value)
+    assert missing_dependencies(ValueError("unrelated")) == []

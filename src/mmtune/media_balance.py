@@ -19,13 +19,15 @@ from __future__ import annotations
 from .errors import MMTuneError
 from .loss import IGNORE_INDEX
 
-# The media key each kind brings to a batch, and the part type naming it in a record.
-KIND_KEYS = {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
+# The media keys each kind brings to a batch: transformers' common names, and Phi-4-multimodal's own (its
+# Family.media_keys), and the part type naming it in a record.
+KIND_KEYS = {"image": ("pixel_values", "image_pixel_values"), "video": ("pixel_values_videos",),
+             "audio": ("input_features", "audio_input_features")}
 KINDS = tuple(KIND_KEYS)
 
 
 def kinds_in_batch(batch: dict) -> set[str]:
-    return {k for k, key in KIND_KEYS.items() if key in batch and batch[key].numel() > 0}
+    return {k for k, keys in KIND_KEYS.items() for key in keys if key in batch and batch[key].numel() > 0}
 
 
 def kinds_of_record(record) -> set[str]:

@@ -19,7 +19,15 @@ CLASSES = {t: ("Qwen2ForCausalLM" if family_of_twin(t).model_class == "AutoModel
 NO_GRAD_OK = ("model.vision_tower.encoder.layers.1.", "model.vision_tower.post_layernorm.",
               "model.audio_tower.embed_positions.", "model.audio_tower.audio_bos_eos_token.",
               # the same Omni parts under transformers 5.17's module names (mmtune.compat.layouts)
-              "audio_tower.embed_positions.", "audio_tower.audio_bos_eos_token.")
+              "audio_tower.embed_positions.", "audio_tower.audio_bos_eos_token.",
+              # Phi-4-multimodal reads its SigLIP tower's penultimate layer (feature_layer=-2: the last layer,
+              # post_layernorm and pooling head unused), and projects audio with the speech or the vision-speech
+              # MLP by whether the batch holds an image (this batch does: the speech MLP is unused)
+              "model.embed_tokens_extend.image_embed.img_processor.encoder.layers.1.",
+              "model.embed_tokens_extend.image_embed.img_processor.post_layernorm.",
+              "model.embed_tokens_extend.image_embed.img_processor.head.",
+              "model.embed_tokens_extend.audio_embed.up_proj_for_speech.",
+              "model.embed_tokens_extend.audio_embed.down_proj_for_speech.")
 
 
 def test_every_tiny_twin_belongs_to_a_registered_family():
@@ -33,7 +41,7 @@ def test_tiny_twin_forward_backward_with_processor_output(name):
     model, processor = build_tiny(name)
     assert type(model).__name__ == CLASSES[name]
     batch = example_batch(processor, fam.modalities)
-    for media_key in {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}.items():
+    for media_key in fam.media_keys.items():  # the family's own batch key per medium
         if media_key[0] in fam.modalities and not (name.startswith("tiny/llava") and media_key[0] == "video"):
             assert media_key[1] in batch, f"{name}: processor gave no {media_key[1]}"
     out = model(**batch)

@@ -72,6 +72,27 @@ def test_sdpa_cpu_kernel_scratch_matches_the_profiler():
     del grads
 
 
+@pytest.mark.parametrize("shape,groups,stride", [((1, 32, 74, 16), 32, 2), ((1, 24, 37, 8), 24, 2), ((1, 40, 37, 8), 40, 2),
+                                                   ((2, 32, 74, 16), 32, 2), ((1, 1, 148, 32), 1, 2)])
+def test_cpu_conv2d_scratch_matches_the_profiler(shape, groups, stride):
+    """The step's peak over a 2-D convolution on the CPU (oneDNN's blocked buffers of a depthwise conv, the native
+    path's im2col columns for a small single-channel input) is the output plus the modelled scratch, to the byte."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from mmtune.plan.kernel_workspace import _CONV, cpu_kernel_workspaces
+
+    x, w = torch.randn(*shape), torch.randn(32 if groups == 1 else shape[1], shape[1] // groups, 3, 3)
+    args = (x, w, None, [stride, stride], [1, 1], [1, 1], False, [0, 0], groups)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        out = torch.ops.aten.convolution(*args)
+    cur = peak = 0
+    for e in sorted((e for e in p.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()):
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    scratch = cpu_kernel_workspaces(_CONV, args, torch.get_num_threads())
+    assert len(scratch) == 1 and peak == out.numel() * out.element_size() + scratch[0]
+
+
 def test_audio_encoder_under_checkpointing_within_2_percent_on_cpu():
     from mmtune.plan.batch import worst_case_batch
     from mmtune.plan.measure import measure_step

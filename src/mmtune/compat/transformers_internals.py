@@ -163,6 +163,21 @@ def drop_input_require_grads_hooks(model) -> int:
     return n
 
 
+# ------------------------------------------------------------------ optional packages a processor part needs
+def missing_dependencies(exc: BaseException) -> list[str]:
+    """The packages a failed `AutoProcessor.from_pretrained` says it lacks, or [] when it is not that failure.
+
+    An ImportError names its module (`exc.name`); transformers 5.24 reports an image processor whose only class
+    needs an absent backend as a ValueError ending "Missing optional dependencies: torchvision. Please install
+    ..." (image_processing_auto.py), text only, so the names are read from it. Checked on transformers 5.24."""
+    import re
+
+    if isinstance(exc, ImportError):
+        return [exc.name.split(".")[0]] if exc.name else []
+    m = re.search(r"Missing optional dependencies: ([\w\-, ]+?)\.", str(exc))
+    return [p.strip() for p in m.group(1).split(",") if p.strip()] if m else []
+
+
 # ------------------------------------------------------------------ activation checkpointing
 def checkpointing_function(module):
     """The checkpoint function a transformers module runs its layers through, or None.
@@ -175,4 +190,4 @@ def checkpointing_function(module):
 
 
 __all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
-           "auto_image_processor", "checkpointing_function"]
+           "auto_image_processor", "checkpointing_function", "missing_dependencies"]

@@ -26,7 +26,7 @@ import re
 from ..errors import DataError
 from .formats import BadRecord, isolated_method
 from .media_caps import MediaCaps
-from .media_tokens import media_token_ids, whisper_audio_tokens
+from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
 from .records import answer_text as _answer_text
 
@@ -59,7 +59,7 @@ class Encoder:
             self.modalities.add("image")
         if getattr(processor, "video_processor", None) is not None:
             self.modalities.add("video")
-        if getattr(processor, "feature_extractor", None) is not None:
+        if audio_extractor(processor) is not None:
             self.modalities.add("audio")
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
@@ -68,7 +68,7 @@ class Encoder:
                                 if t and self.tokenizer.convert_tokens_to_ids(t) != self.tokenizer.unk_token_id}
         self.batch_ok = True  # encode_batch.encode_many may merge records into one processor call
         self._count_memo: dict = {}  # media sizes -> tokens per item (measure's processor arithmetic)
-        fe = getattr(processor, "feature_extractor", None)
+        fe = audio_extractor(processor)
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
         self.media = media if media is not None else MediaCaps.asked(cfg.model, self.sampling_rate)
         self.special_ids = set(self.tokenizer.all_special_ids) | {
@@ -330,7 +330,7 @@ class Encoder:
             except (ValueError, TypeError, RuntimeError) as e:
                 raise BadRecord("processor error", f"the processor rejected the record: {e}", record.where(),
                                 "check the record's media (sizes, frame counts) against the model's processor") from None
-        return dict(out)
+        return with_frames_mask(dict(out), self.family)
 
     def _text_tokens(self, text: str) -> dict:
         """The tokenizer's encoding of `text` with each token's character offsets (what the label mask is
@@ -585,7 +585,7 @@ class Encoder:
                     self._count_memo[key] = got
             out.update({k: list(v) for k, v in got.items() if v})
         if sizes["audio"] and not out["audio"]:
-            out["audio"] = [whisper_audio_tokens(n, self.processor.feature_extractor) for n in sizes["audio"]]
+            out["audio"] = [whisper_audio_tokens(n, audio_extractor(self.processor)) for n in sizes["audio"]]
         return out
 
     def rendered(self, record: Record) -> str:

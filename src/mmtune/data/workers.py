@@ -50,7 +50,7 @@ def preload_modules(processor) -> list[str]:
     tokenizer, feature extractor): what unpickling it in a worker would import."""
     mods = list(BASE_PRELOAD)
     parts = [processor] + [getattr(processor, a, None) for a in
-                           ("image_processor", "video_processor", "tokenizer", "feature_extractor")]
+                           ("image_processor", "video_processor", "tokenizer", "feature_extractor", "audio_processor")]
     for p in parts:
         if p is not None and type(p).__module__ not in mods:
             mods.append(type(p).__module__)

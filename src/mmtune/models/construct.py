@@ -7,8 +7,12 @@ from .families import Family
 
 
 def model_class(family: Family):
+    """The family's transformers class, once the packages it needs are known to be here (models/requirements.py)."""
     import transformers
 
+    from .requirements import check_requirements
+
+    check_requirements(family)
     return getattr(transformers, family.model_class)
 
 

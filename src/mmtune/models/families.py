@@ -23,6 +23,7 @@ from ..compat.layouts import QWEN2_5_OMNI_THINKER_5_17, with_layouts
 
 # Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
 DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MEDIA_KEYS = {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,18 @@ class Family:
     # own count (Qwen2-Audio's processor has none that matches its expansion).
     audio_tokens_by_whisper: bool = False
     lora_targets: tuple[str, ...] = DECODER_LINEARS  # adapter.target_modules=auto: these leaves in the decoder
+    # (features key, mask key): variable-length audio features whose frame mask the processor writes only for a batch
+    # of clips of unequal length (Phi-4-multimodal: none for one clip). The encoder writes it for every record (all
+    # frames real), so the collator's zero padding of shorter clips marks their padded frames in a batch.
+    audio_frames_mask: tuple[str, str] | None = None
+    # media kind -> the batch key of its media tensor (transformers' common names unless the model has its own)
+    media_keys: dict[str, str] = field(default_factory=lambda: dict(MEDIA_KEYS))
+    # "module:function" (folder) -> processor: a saved processor rebuilt from its parts where transformers' own
+    # cannot load on this machine (its image processor imports torchvision: Phi-4-multimodal)
+    rebuild_processor: str | None = None
+    # (package, why) the model class needs beyond mmtune's dependencies (Gemma 3n's vision tower is a timm model):
+    # checked before any build, named with its install line by the error and doctor MM096
+    requires: tuple[tuple[str, str], ...] = ()
     liger: LigerPatch | None = None  # Liger-Kernel's patch for this family, None where it has none
     # Reported fp16 overflow of the vision tower (inf/NaN features, "!!!!" output): (severity, sources) for
     # doctor MM041. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,

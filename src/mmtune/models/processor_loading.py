@@ -18,6 +18,11 @@ def load_processor_from(src: str, family: Family, cfg):
         return AutoTokenizer.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
     import importlib.util
 
+    if family.rebuild_processor and (Path(src) / "processor_config.json").is_file() \
+            and (importlib.util.find_spec("torchvision") is None or _saved_by_mmtune(Path(src))):
+        from .custom import import_object
+
+        return import_object(family.rebuild_processor, "family.rebuild_processor")(Path(src))
     if "video" in family.modalities and importlib.util.find_spec("torchvision") is None \
             and (Path(src) / "processor_config.json").is_file():
         return processor_without_torchvision(Path(src), family)
@@ -30,23 +35,45 @@ def load_processor_from(src: str, family: Family, cfg):
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
-    except ImportError as e:  # transformers' placeholder classes: "X requires the torchvision library but it was not found"
-        raise _missing_backend(e, cfg.model.name, _saved_class(Path(src))) from None
+    except (ImportError, ValueError) as e:  # a processor part needing an optional package (torchvision) not here
+        err = _missing_backend(e, cfg.model.name, _saved_class(Path(src)))
+        if err is None:
+            raise
+        raise err from None
 
 
-def _missing_backend(e: ImportError, name: str, cls: str | None) -> ModelLoadError:
+def _missing_backend(e: Exception, name: str, cls: str | None):
+    """The clear error for a processor whose class or part needs a package that is not installed, or None when
+    `e` is not that failure. Two shapes reach here: transformers' placeholder classes raise an ImportError
+    "X requires the torchvision library but it was not found"; an image processor whose only class needs an
+    absent backend is a ValueError "Missing optional dependencies: ..." (compat.missing_dependencies)."""
     import re
 
+    from ..compat.transformers_internals import missing_dependencies
+    from .requirements import MissingPackageError, install_line
+
     what = " ".join(str(e).split())
-    lib = re.search(r"requires the (\S+) library", what)
-    lib = lib.group(1) if lib else None
-    if lib and lib.lower() == "torchvision":
-        return ModelLoadError(
-            f"the processor of {name} ({cls or 'its processor class'}) needs torchvision, which is not installed, and "
-            "mmtune has no torchvision-free route for it", where="model.name",
-            fix="pip install torchvision  (the build matching your torch: https://pytorch.org/get-started/locally/)")
-    return ModelLoadError(f"the processor of {name} ({cls or 'its processor class'}) cannot be imported: {what[:300]}",
-                          where="model.name", fix=f"pip install {lib}" if lib else "install the library the message names")
+    named = re.search(r"requires the (\S+) library", what)
+    pkgs = [named.group(1)] if named else missing_dependencies(e)
+    if not pkgs:
+        return None
+    label = f"{name} ({cls or 'its processor class'})"
+    if [p.lower() for p in pkgs] == ["torchvision"]:
+        return MissingPackageError(f"the processor of {label} needs torchvision, which is not installed, and mmtune "
+                                   "has no torchvision-free route for it", where="model.name", fix=install_line(pkgs))
+    return MissingPackageError(f"the processor of {label} needs {', '.join(pkgs)}, not installed here "
+                               f"({type(e).__name__}: {what[:300]})", where="model.name", fix=install_line(pkgs))
+
+
+def _saved_by_mmtune(folder: Path) -> bool:
+    """The folder's image processor is one of mmtune's (a twin's, saved by a run here): transformers cannot
+    name it, with or without torchvision."""
+    import json
+
+    import transformers
+
+    kind = json.loads((folder / "processor_config.json").read_text()).get("image_processor", {}).get("image_processor_type")
+    return bool(kind) and kind not in dir(transformers)  # the lazy module lists every class without importing it
 
 
 def _json(path: Path) -> dict:

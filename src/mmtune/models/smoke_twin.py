@@ -55,6 +55,9 @@ def smoke_twin(model_name: str, family: str | None = None) -> str:
         return model_name
     fam = get_family(family_of_name(model_name, family))
     if fam.tiny is None:
+        from .requirements import check_requirements
+
+        check_requirements(fam)  # no twin because the model cannot build on this machine: that is the reason
         raise ModelLoadError(f"family {fam.name} has no tiny twin", where="model.name")
     return fam.tiny
 

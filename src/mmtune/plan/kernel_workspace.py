@@ -14,6 +14,17 @@ The rule follows the kernel's own sizing, from the op's shapes and the number of
   backward: T x 2*q_split*kv_split accumulate-type elements (+ the same in the input dtype for
             bf16/fp16), one q_split row-sum per thread, and a contiguous copy of grad_out when its
             (B, L, H, E) transpose is not contiguous.
+The other is the im2col column buffer of a 2-D convolution ATen runs on its native CPU path
+(`slow_conv2d`, aten/src/ATen/native/ConvolutionMM2d.cpp) rather than oneDNN: per batch
+(C_in * kh * kw, out_h * out_w) elements, in forward and (for the weight gradient, and the input's) in backward;
+a 1x1, stride-1, unpadded kernel needs none. ATen picks oneDNN (no such buffer here) by `use_mkldnn` in
+aten/src/ATen/native/Convolution.cpp: fp32, and strided/dilated/batch >= 16/non-1x1/threads > 1, and (grouped,
+or a kernel over 3x3, or batch > 1, or an input over 20,480 elements). Small single-channel inputs (a tiny audio
+encoder's first conv: Phi-4-multimodal's NeMo subsampling) take the native path. A grouped (depthwise) conv on
+oneDNN works in channel-blocked layouts (channels padded to the block: 16 on AVX-512, 8 below): it reorders the
+input and the weight, writes a blocked output and reorders that into the returned tensor; the buffers come before
+the output, so the step sees max(input' + weight' + output' - output, output') bytes more than the output
+(forward only: a frozen tower's case; its backward is not modelled).
 Checked byte for byte against torch.profiler's allocator events for fp32 (tests/plan). For bf16/fp16
 the kernel's cpublas gemm also converts blocks internally; those are not modelled. GPU targets do
 not use this rule: CUDA attention kernels have their own workspaces (not modelled).
@@ -46,6 +57,8 @@ def _contiguous(shape, stride) -> bool:
 
 def cpu_kernel_workspaces(func, args, threads: int) -> list[int]:
     """Byte sizes of the scratch buffers `func`'s CPU kernel allocates (and frees) inside the call."""
+    if func is _CONV or func is _CONV_BWD:
+        return _conv_columns(func, args, threads)
     if func is _FWD:
         q, k = args[0], args[1]  # (B, H, L, E)
     elif func is _BWD:
@@ -73,6 +86,63 @@ def cpu_kernel_workspaces(func, args, threads: int) -> list[int]:
         out.append(threads * 2 * qs * kvs * el)
     out.append(min(threads, q.shape[0] * q.shape[1]) * qs * acc)  # per-thread row sums
     return out
+
+
+_CONV = torch.ops.aten.convolution.default
+_CONV_BWD = torch.ops.aten.convolution_backward.default
+
+
+def _uses_onednn(x, w, stride, dilation, groups, threads: int) -> bool:
+    """ATen's `ConvParams::use_mkldnn` for a CPU fp32 (N, C, H, W) input (Convolution.cpp, torch 2.13)."""
+    if not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
+        return False
+    kh, kw = int(w.shape[-2]), int(w.shape[-1])
+    strided, dilated = any(int(s) != 1 for s in stride), any(int(d) != 1 for d in dilation)
+    n = int(x.shape[0])
+    return ((strided or dilated or n >= 16 or kh != 1 or kw != 1 or threads > 1)
+            and (groups > 1 or (kw > 3 and kh > 3) or n > 1 or x.numel() > 20480))
+
+
+def _conv_columns(func, args, threads: int) -> list[int]:
+    """slow_conv2d's im2col buffers (module docstring), or [] where ATen runs oneDNN or the conv is not 2-D fp32."""
+    if func is _CONV:
+        x, w, _, stride, padding, dilation, transposed, _, groups = args[:9]
+    else:  # convolution_backward(grad_out, input, weight, bias_sizes, stride, padding, dilation, transposed, ..., mask)
+        _, x, w, _, stride, padding, dilation, transposed, _, groups, mask = args[:11]
+    if transposed or x.dim() != 4 or x.dtype != torch.float32:
+        return []
+    if _uses_onednn(x, w, stride, dilation, int(groups), threads):
+        return _onednn_grouped(x, w, stride, padding, dilation, int(groups)) if func is _CONV else []
+    if int(groups) != 1:
+        return []
+    kh, kw = int(w.shape[-2]), int(w.shape[-1])
+    if kh == 1 and kw == 1 and all(int(s) == 1 for s in stride) and all(int(p) == 0 for p in padding):
+        return []  # the input itself serves as the columns
+    (sh, sw), (ph, pw), (dh, dw) = ([int(v) for v in t] for t in (stride, padding, dilation))
+    out_h = (int(x.shape[2]) + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (int(x.shape[3]) + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    cols = int(x.shape[0]) * int(x.shape[1]) * kh * kw * out_h * out_w * x.element_size()
+    if func is _CONV:
+        return [cols]
+    # backward: the columns recomputed for the weight's gradient, and the input gradient's own columns
+    return [cols] * (int(bool(mask[0])) + int(bool(mask[1])))
+
+
+def _onednn_grouped(x, w, stride, padding, dilation, groups: int) -> list[int]:
+    """oneDNN's blocked-layout buffers of a grouped conv's forward, as one scratch of the peak they add (docstring)."""
+    if groups == 1:
+        return []
+    block = 16 if "AVX512" in torch.backends.cpu.get_cpu_capability() else 8
+    pad = lambda c: -(-int(c) // block) * block  # noqa: E731
+    kh, kw = int(w.shape[-2]), int(w.shape[-1])
+    out_h = (int(x.shape[2]) + 2 * int(padding[0]) - int(dilation[0]) * (kh - 1) - 1) // int(stride[0]) + 1
+    out_w = (int(x.shape[3]) + 2 * int(padding[1]) - int(dilation[1]) * (kw - 1) - 1) // int(stride[1]) + 1
+    el, n = x.element_size(), int(x.shape[0])
+    x_b = n * pad(x.shape[1]) * int(x.shape[2]) * int(x.shape[3]) * el
+    w_b = pad(w.shape[0]) * int(w[0].numel()) * el
+    out = n * int(w.shape[0]) * out_h * out_w * el
+    out_b = n * pad(w.shape[0]) * out_h * out_w * el
+    return [max(x_b + w_b + out_b - out, out_b)]
 
 
 _FLASH_CPU_BWD = _BWD

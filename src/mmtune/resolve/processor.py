@@ -83,6 +83,9 @@ def stand_in_processor(family, facts: dict):
     from ..models.tiny import tiny_config_and_processor
 
     if not family.tiny:
+        from ..models.requirements import check_requirements
+
+        check_requirements(family)  # a family without a twin because its model cannot build here: say why first
         raise ModelLoadError(f"no stand-in processor for family {family.name!r} (it has no tiny twin)",
                              where="model.name", fix="point model.name at a local model folder that has its processor files")
     _, proc = tiny_config_and_processor(family.tiny)
@@ -90,7 +93,8 @@ def stand_in_processor(family, facts: dict):
         sub = getattr(proc, part, None)
         if sub is None:
             continue
-        for key in ("patch_size", "merge_size", "temporal_patch_size", "max_patches"):  # max_patches: tiles (InternVL)
+        # max_patches: tiles (InternVL); dynamic_hd: the most HD crops (Phi-4-multimodal)
+        for key in ("patch_size", "merge_size", "temporal_patch_size", "max_patches", "dynamic_hd"):
             if key in facts and hasattr(sub, key):
                 setattr(sub, key, facts[key])
     set_pixel_caps(proc, facts.get("min_pixels"), facts.get("max_pixels"))
@@ -129,11 +133,14 @@ def stand_in_processor(family, facts: dict):
         proc.image_seq_len = facts["image_seq_len"]
     if "num_image_tokens" in facts and hasattr(proc, "num_image_tokens"):
         proc.num_image_tokens = facts["num_image_tokens"]
-    fe = getattr(proc, "feature_extractor", None)
-    keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft")
+    from ..data.media_tokens import audio_extractor
+
+    fe = audio_extractor(proc)
+    keys = ("feature_size", "sampling_rate", "hop_length", "chunk_length", "n_fft", "win_length")
     if fe is not None and any(k in facts for k in keys):
         # Rebuilt, not patched: the mel filter bank is computed from feature_size at construction.
-        proc.feature_extractor = type(fe)(**{k: facts.get(k, getattr(fe, k)) for k in keys if hasattr(fe, k)})
+        part = "feature_extractor" if getattr(proc, "feature_extractor", None) is fe else "audio_processor"
+        setattr(proc, part, type(fe)(**{k: facts.get(k, getattr(fe, k)) for k in keys if hasattr(fe, k)}))
     return proc
 
 
@@ -203,12 +210,27 @@ def fixed_crop(processor) -> tuple[int, int] | None:
     return (int(h), int(w)) if h and w else None
 
 
+def most_tiles(processor) -> int | None:
+    """The most tiles a fixed-size processor cuts one image into (its `fixed_crop` is then a tile's size, not the
+    image's): Phi-4-multimodal's `dynamic_hd` crops, InternVL's `max_patches` with `crop_to_patches`; else None."""
+    sub = getattr(processor, "image_processor", None)
+    if sub is None:
+        return None
+    if getattr(sub, "dynamic_hd", None):
+        return int(sub.dynamic_hd)
+    if getattr(sub, "crop_to_patches", False) and getattr(sub, "max_patches", None):
+        return int(sub.max_patches)
+    return None
+
+
 def audio_window_seconds(processor) -> float | None:
     """The longest clip the processor hands the audio encoder whole, in seconds: a Whisper-style feature
     extractor (Qwen2-Audio, Qwen2.5-Omni, composed Whisper towers) pads or cuts every clip to `n_samples`
     (30 s at 16 kHz, the encoder's 1500 positions); the rest of a longer clip never reaches the model.
     None when the processor has no such fixed window."""
-    fe = getattr(processor, "feature_extractor", None)
+    from ..data.media_tokens import audio_extractor
+
+    fe = audio_extractor(processor)
     n, rate = getattr(fe, "n_samples", None), getattr(fe, "sampling_rate", None)
     if not n or not rate:
         return None

@@ -390,7 +390,7 @@ def resolve_here(run_or_cfg) -> ResolvedRun:
 
 def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
     """Apply the config's pixel caps to the processor (once), then read back what it will do."""
-    from .processor import fixed_crop, read_pixel_caps, set_pixel_caps
+    from .processor import fixed_crop, most_tiles, read_pixel_caps, set_pixel_caps
 
     set_pixel_caps(processor, model_cfg.min_pixels, model_cfg.max_pixels)
     caps = read_pixel_caps(processor)
@@ -410,9 +410,15 @@ def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
         src = "model.min_pixels" if model_cfg.min_pixels else "the processor's default"
         decisions.append(Decision("model.min_pixels", f"{lo} ({_side(lo)})", src, changed=not model_cfg.min_pixels))
     crop = fixed_crop(processor)
-    if crop:
+    tiles = most_tiles(processor)
+    if crop and tiles:
+        decisions.append(Decision("image tiles", f"{crop[1]}x{crop[0]}, up to {tiles} a picture",
+                                  "the processor's (each image cut into tiles of this size, by its aspect ratio)"))
+    elif crop:
         decisions.append(Decision("image size", f"{crop[1]}x{crop[0]}", "fixed by the processor (every image resized)"))
-    fe = getattr(processor, "feature_extractor", None)
+    from ..data.media_tokens import audio_extractor
+
+    fe = audio_extractor(processor)
     rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
     if getattr(processor, "video_processor", None) is not None:
         how = f"{model_cfg.video_fps:g} fps" if model_cfg.video_fps else f"{model_cfg.video_frames} frames uniformly"

@@ -67,6 +67,24 @@ def _local_folder(cfg):
     yield from _weight_files(folder, cfg.model.name)
 
 
+@check("MM127", "the packages the model family needs beyond mmtune's are installed (Gemma 3n: timm, torchvision)",
+       needs=("cfg",), fast=True, claims=tuple(f"{p}:MissingPackageError" for p in
+                                                ("resolved", "loaded", "adapted", "processor_info", "plan")))
+def family_packages(ctx):
+    """A family whose transformers class needs an optional package (`Family.requires`: Gemma 3n's vision tower is
+    a timm model, and timm imports torchvision) cannot be built without it, not even on meta for a plan: an error
+    naming the packages and the install line, before anything is built (models/requirements.py)."""
+    from ...models.requirements import install_line, missing_packages
+
+    family = _family(ctx.need("cfg"))
+    missing = missing_packages(family) if family is not None else []
+    if missing:
+        names = [p for p, _ in missing]
+        yield error(f"{family.name} ({family.model_class}) needs {', '.join(names)}, not installed here: "
+                    + "; ".join(f"{p}: {why}" for p, why in missing) + ". Nothing of it can be built, planned or "
+                    "trained until they are", "model.name", install_line(names))
+
+
 def _family(cfg):
     """The model's family from its config.json (a folder's, the cache's) or the embedded config; None when
     none can be read here (then the files every model needs are checked, not the processor's)."""
