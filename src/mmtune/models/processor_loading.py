@@ -55,10 +55,11 @@ def _missing_backend(e: Exception, name: str, cls: str | None):
     what = " ".join(str(e).split())
     named = re.search(r"requires the (\S+) library", what)
     pkgs = [named.group(1)] if named else missing_dependencies(e)
+    pkgs = ["torchvision" if p.lower() == "torchvision" else p for p in pkgs]  # transformers writes "Torchvision"
     if not pkgs:
         return None
     label = f"{name} ({cls or 'its processor class'})"
-    if [p.lower() for p in pkgs] == ["torchvision"]:
+    if pkgs == ["torchvision"]:
         return MissingPackageError(f"the processor of {label} needs torchvision, which is not installed, and mmtune "
                                    "has no torchvision-free route for it", where="model.name", fix=install_line(pkgs))
     return MissingPackageError(f"the processor of {label} needs {', '.join(pkgs)}, not installed here "
