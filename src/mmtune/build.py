@@ -211,10 +211,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     """A RunConfig is resolved for this machine first (tests, benchmarks); commands pass a ResolvedRun."""
     import torch
 
+    from .data.audio_in_video import check_records
     from .data.collate import Collator
     from .data.encode import Encoder
     from .data.inspect import scan_records
-    from .data.audio_in_video import check_records
     from .data.sources import load_records
     from .optim import make_optimizer
     from .resolve import resolve_here
@@ -359,10 +359,10 @@ def attach_eval_data(run: Run) -> None:
     """The eval split, checked as training's is (bad records raised, or skipped and counted in
     run.eval_set.skipped under data.on_bad_record=skip), with the encoder and collator it needs. `mmtune eval`
     calls only this: evaluating a checkpoint never reads the training set."""
+    from .data.audio_in_video import check_records
     from .data.collate import Collator
     from .data.encode import Encoder
     from .data.inspect import scan_records
-    from .data.audio_in_video import check_records
     from .data.sources import load_records
 
     cfg = run.cfg

@@ -103,7 +103,6 @@ def test_records_without_video_are_exact_in_a_flagged_batch(twin, files):
 
 
 def test_a_plain_video_needs_the_flag_off(twin, files):
-    import torch
 
     model, enc, collate = twin
     batch = collate([enc.encode(_rec("v", _plain(files)))])
