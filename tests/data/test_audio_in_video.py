@@ -134,3 +134,49 @@ def test_data_that_could_mix_the_kinds_is_refused_before_training(files):
         check_records(recs, 2, "train.micro_batch_size", "train")
     assert "2 record(s) feed a video's audio track" in e.value.what and "1 have a plain video" in e.value.what
     assert "f:a1" in e.value.what and "f:v1" in e.value.what and e.value.where == "train.micro_batch_size"
+
+
+def test_generation_gets_the_flag(twin, files):
+    """evaluate / chat / serve generate through `generate_batch` on a left-padded collated batch: the flag is a
+    bool there, kept as it is (not moved like a tensor), and the tokens are those of the model's own generate
+    called with use_audio_in_video=True."""
+    import contextlib
+
+    import torch
+
+    from mmtune.evaluate.run_eval import generate_batch
+
+    model, enc, _ = twin
+    left = Collator(enc.tokenizer.pad_token_id, torch.float32, padding_side="left")
+    batch = left([enc.encode_prompt(_rec("av", _av(files))), enc.encode_prompt(_rec("txt"))])
+    assert batch[FLAG] is True
+    pad = enc.tokenizer.pad_token_id
+    got = generate_batch(model, batch, device="cpu", autocast=contextlib.nullcontext, pad_id=pad,
+                         eos_token_id=None, max_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        want = model.generate(**{k: v for k, v in batch.items() if k != FLAG}, use_audio_in_video=True,
+                              pad_token_id=pad, eos_token_id=None, max_new_tokens=4, do_sample=False)
+    assert torch.equal(got, want[:, batch["input_ids"].shape[1]:])
+
+
+def test_the_planner_traces_the_flagged_step(tmp_path, files):
+    """`mmtune plan` builds its worst-case micro-batch with the run's encoder and collator: the flag is in it, so
+    the traced step and the real step it is checked against both run the forward with use_audio_in_video."""
+    import json
+
+    import yaml
+
+    from mmtune.config import load_config
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.planner import predict, resolve_for_plan
+
+    row = _rec("av", _av(files))
+    (tmp_path / "d.jsonl").write_text(json.dumps({"id": "av", "messages": row.messages}) + "\n")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"), "model": {"name": "tiny/qwen2.5-omni", "video_frames": 4},
+        "data": {"train": str(tmp_path / "d.jsonl"), "max_length": 4096},
+        "train": {"max_steps": 1, "micro_batch_size": 1, "precision": "fp32", "device": "cpu"},
+        "logging": {"tensorboard": False}}))
+    cfg = load_config(tmp_path / "cfg.yaml", [])
+    assert worst_case_batch(resolve_for_plan(cfg)).micro_batch[FLAG] is True
+    assert predict(cfg, plan_eval=False).tensor_peak_bytes > 0
