@@ -180,3 +180,27 @@ def test_the_planner_traces_the_flagged_step(tmp_path, files):
     cfg = load_config(tmp_path / "cfg.yaml", [])
     assert worst_case_batch(resolve_for_plan(cfg)).micro_batch[FLAG] is True
     assert predict(cfg, plan_eval=False).tensor_peak_bytes > 0
+
+
+def test_the_doctor_reports_the_mix_as_training_would_refuse_it(tmp_path, files):
+    import json
+
+    import yaml
+
+    from mmtune.doctor.runner import run_doctor
+
+    rows = [_rec("a1", _av(files)), _rec("v1", _plain(files)), _rec("v2", _plain(files))]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps({"id": r.id, "messages": r.messages}) + "\n" for r in rows))
+
+    def mm033(mbs):
+        cfg = tmp_path / f"c{mbs}.yaml"
+        cfg.write_text(yaml.safe_dump({"model": {"name": "tiny/qwen2.5-omni", "video_frames": 4},
+                                       "output_dir": str(tmp_path / "run"), "data": {"train": str(tmp_path / "d.jsonl")},
+                                       "train": {"micro_batch_size": mbs}}))
+        return [f for f in run_doctor(cfg, [], None, only=["MM033"]).findings if f.code == "MM033"]
+
+    found = mm033(2)
+    assert [f.severity for f in found] == ["error"], found
+    assert "1 record(s) feed a video's audio track" in found[0].message and "2 have a plain video" in found[0].message
+    assert found[0].where == "train.micro_batch_size"
+    assert not [f for f in mm033(1) if f.severity == "error"]

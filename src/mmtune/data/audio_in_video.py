@@ -68,26 +68,39 @@ def batch_flag(items: list[dict]) -> bool:
     return True
 
 
-def check_records(records, batch_size: int, where: str, split: str) -> None:
-    """Refuse, before any step, data whose records could share a micro-batch of `batch_size` across the two
-    kinds of video (see the module docstring); counted, with the first record of each kind."""
-    if batch_size <= 1:
-        return
-    first_av = first_plain = None
-    n_av = n_plain = 0
+def count_kinds(records) -> dict[str, tuple[int, str]]:
+    """Records by the one kind of video they hold ("audio": fed with its track, "plain"): (count, first record).
+    Records without video, and records with both kinds (refused one by one by `check_record`), are not counted."""
+    out: dict[str, tuple[int, str]] = {}
     for r in records:
-        av, plain = video_kinds(r.media_parts())
-        if av and not plain:
-            n_av += 1
-            first_av = first_av or r.where()
-        elif plain and not av:
-            n_plain += 1
-            first_plain = first_plain or r.where()
-    if n_av and n_plain:
-        from ..errors import DataError
+        add_kind(out, r)
+    return out
 
-        raise DataError(f"data.{split}: {n_av} record(s) feed a video's audio track (use_audio, first {first_av}) and "
-                        f"{n_plain} have a plain video (first {first_plain}); with {where}={batch_size} both can share "
-                        "a micro-batch, whose one use_audio_in_video flag positions only one kind right",
-                        where=where, fix=f"{where}=1, or give all videos use_audio or none, or train the two kinds in "
-                                         "separate stages")
+
+def add_kind(counts: dict, record) -> None:
+    av, plain = video_kinds(record.media_parts())
+    if bool(av) != bool(plain):
+        kind = "audio" if av else "plain"
+        n, first = counts.get(kind, (0, record.where()))
+        counts[kind] = (n + 1, first)
+
+
+def mixed_kinds_error(counts: dict, batch_size: int, where: str, split: str):
+    """The DataError for data whose records could share a micro-batch of `batch_size` across the two kinds of
+    video (the module docstring), counted, with the first record of each kind; None when it cannot happen."""
+    if batch_size <= 1 or not ("audio" in counts and "plain" in counts):
+        return None
+    from ..errors import DataError
+
+    (n_av, first_av), (n_plain, first_plain) = counts["audio"], counts["plain"]
+    return DataError(f"data.{split}: {n_av} record(s) feed a video's audio track (use_audio, first {first_av}) and "
+                     f"{n_plain} have a plain video (first {first_plain}); with {where}={batch_size} both can share "
+                     "a micro-batch, whose one use_audio_in_video flag positions only one kind right",
+                     where=where, fix=f"{where}=1, or give all videos use_audio or none, or train the two kinds in "
+                                      "separate stages")
+
+
+def check_records(records, batch_size: int, where: str, split: str) -> None:
+    """Refuse, before any step, data whose records could mix the two kinds of video in one micro-batch."""
+    if batch_size > 1 and (e := mixed_kinds_error(count_kinds(records), batch_size, where, split)) is not None:
+        raise e
