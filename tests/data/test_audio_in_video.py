@@ -204,3 +204,23 @@ def test_the_doctor_reports_the_mix_as_training_would_refuse_it(tmp_path, files)
     assert "1 record(s) feed a video's audio track" in found[0].message and "2 have a plain video" in found[0].message
     assert found[0].where == "train.micro_batch_size"
     assert not [f for f in mm033(1) if f.severity == "error"]
+
+
+def test_a_dpo_pair_batch_keeps_the_flag_for_both_sides(twin, files):
+    """DPO collates [chosen..., rejected...] with the media once; the flag is one bool for the 2N rows, not a
+    media tensor to repeat per side, and the pair's forward is the model's own with the flag."""
+    import torch
+
+    from mmtune.data.preference import PairCollator, PairEncoder
+    from mmtune.objectives.dpo import pair_inputs
+
+    model, enc, collate = twin
+    rec = _rec("av", _av(files))
+    rec = Record(rec.id, rec.source, rec.messages, rejected=[{"type": "text", "text": "blue"}])
+    batch = PairCollator(collate)([PairEncoder(enc).encode(rec)])
+    assert batch[FLAG] is True and FLAG not in batch["pair_media"]
+    inputs = pair_inputs(batch)
+    with torch.no_grad():
+        got = model(**inputs, use_cache=False).logits
+        want = model(**{k: v for k, v in inputs.items() if k != FLAG}, use_audio_in_video=True, use_cache=False).logits
+    assert inputs[FLAG] is True and torch.allclose(got, want, atol=1e-5)
