@@ -224,3 +224,19 @@ def test_a_dpo_pair_batch_keeps_the_flag_for_both_sides(twin, files):
         got = model(**inputs, use_cache=False).logits
         want = model(**{k: v for k, v in inputs.items() if k != FLAG}, use_audio_in_video=True, use_cache=False).logits
     assert inputs[FLAG] is True and torch.allclose(got, want, atol=1e-5)
+
+
+def test_serve_never_batches_the_two_kinds_of_video(twin, files):
+    """`mmtune serve` batches waiting requests by key: a video with its track and a plain video never share one
+    (the collator would refuse the batch); requests of one kind still do."""
+    from mmtune.serve.batcher import Job
+    from mmtune.serve.protocol import Sampling
+
+    _, enc, _ = twin
+    greedy = Sampling(max_tokens=4, temperature=0.0, top_p=1.0)
+
+    def key(*parts):
+        return Job(inputs=enc.encode_prompt(_rec("r", *parts)), sampling=greedy, emit=None).key
+
+    av, plain = key(_av(files)), key(_plain(files))
+    assert av != plain and av == key(_av(files)) and plain == key(_plain(files))

@@ -50,10 +50,15 @@ def mark(encoding: dict, record) -> dict:
     return encoding
 
 
+def video_kind(encoding: dict) -> str:
+    """An encoding's kind for batching: "audio" (flagged), "plain" (a video without its track), "" (no video)."""
+    return "audio" if FLAG in encoding else "plain" if "video_grid_thw" in encoding else ""
+
+
 def batch_flag(items: list[dict]) -> bool:
     """Whether the micro-batch of encodings `items` needs `use_audio_in_video=True` (pops the per-record key).
     A batch mixing audio-carrying videos and plain videos has no right flag: a DataError, never a silent guess."""
-    plain = sum(1 for it in items if FLAG not in it and "video_grid_thw" in it)
+    plain = sum(1 for it in items if video_kind(it) == "plain")
     on = sum(bool(it.pop(FLAG)) for it in items if FLAG in it)
     if not on:
         return False
