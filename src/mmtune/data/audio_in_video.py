@@ -14,7 +14,8 @@ vision_start + audio_start instead of vision_start + video_pad, and the number o
 - a record with both kinds of video cannot be positioned right by either flag: the encoder refuses it.
 A micro-batch is therefore exact with the flag on when none of its records holds a plain video, and with
 it off when none holds an audio-carrying one; one holding both kinds is refused by the collator, and a run
-whose data could draw both into one micro-batch is refused before training (`check_records`).
+whose data could draw both into one micro-batch is refused before training (`check_records`; the doctor's
+MM033 says the same), while `mmtune serve` batches waiting requests of one kind only (`video_kind`).
 tests/data/test_audio_in_video.py proves each case against the model called directly.
 """
 
