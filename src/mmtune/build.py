@@ -211,6 +211,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     """A RunConfig is resolved for this machine first (tests, benchmarks); commands pass a ResolvedRun."""
     import torch
 
+    from .data.audio_in_video import check_records
     from .data.collate import Collator
     from .data.encode import Encoder
     from .data.inspect import scan_records
@@ -264,6 +265,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
+        check_records(records.records, cfg.train.micro_batch_size, "train.micro_batch_size", "train")
         decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
         from .resolve.decisions import decide_startup_scan
@@ -357,6 +359,7 @@ def attach_eval_data(run: Run) -> None:
     """The eval split, checked as training's is (bad records raised, or skipped and counted in
     run.eval_set.skipped under data.on_bad_record=skip), with the encoder and collator it needs. `mmtune eval`
     calls only this: evaluating a checkpoint never reads the training set."""
+    from .data.audio_in_video import check_records
     from .data.collate import Collator
     from .data.encode import Encoder
     from .data.inspect import scan_records
@@ -370,6 +373,7 @@ def attach_eval_data(run: Run) -> None:
     t_scan = time.perf_counter()
     run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
                                 cfg.data.on_bad_record, progress="check eval data").records
+    check_records(run.eval_set.records, cfg.eval.batch_size, "eval.batch_size", "eval")
     run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
     run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
 

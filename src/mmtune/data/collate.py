@@ -21,6 +21,10 @@ PAD_VALUES = {"labels": -100}
 # Per-image tile masks whose first tile is on for every image slot, a padded one too (MllamaProcessor's
 # build_aspect_ratio_mask): the vision encoder then never masks a whole attention row (a NaN in its softmax).
 FIRST_TILE_ON = {"aspect_ratio_mask"}
+# Audio features whose frame axis (the last) is each clip's own length (Qwen3-Omni's processor pads to the longest
+# clip of its call, not to 30 s as Whisper's): zeros up to the batch's longest, as that processor pads a batch of
+# clips itself; the model reads each clip's real frames by `feature_attention_mask`.
+FRAME_PADDED = {"input_features", "feature_attention_mask"}
 
 
 class Collator:
@@ -41,6 +45,10 @@ class Collator:
 
         if not items:
             raise ValueError("cannot collate an empty batch")
+        from .audio_in_video import FLAG, batch_flag
+
+        items = [dict(it) for it in items]  # batch_flag pops the per-record flag: the caller's encodings stay whole
+        av = batch_flag(items)
         keys = list(items[0])
         for it in items[1:]:
             if set(it) != set(keys):
@@ -70,12 +78,15 @@ class Collator:
                         out[row, ..., longest - v.shape[-1]:] = v
                 batch[key] = out.movedim(0, 1).contiguous() if out.dim() == 3 else out
             else:
+                vals = _pad_frames(vals) if key in FRAME_PADDED else vals
                 cat = torch.cat(_pad_views([v if v.dim() else v.reshape(1) for v in vals]), dim=0)
                 if key in FIRST_TILE_ON and cat.dim() == 3:
                     cat[..., 0] = 1
                 if cat.is_floating_point() and self.compute_dtype is not None:
                     cat = cat.to(self.compute_dtype)
                 batch[key] = cat
+        if av:  # a video's own audio track: the model's M-RoPE puts its interleaved block on one time axis
+            batch[FLAG] = True
         return batch
 
     def _pad_token_axis_1(self, vals: list, longest: int):
@@ -95,6 +106,13 @@ class Collator:
 def _token_axis_1(v, item) -> bool:
     """(1, tokens, ...) per-record tensors: Mllama's `cross_attention_mask` (1, tokens, images, tiles)."""
     return v.dim() >= 3 and v.shape[0] == 1 and v.shape[1] == item["input_ids"].shape[-1]
+
+
+def _pad_frames(vals: list) -> list:
+    import torch.nn.functional as F
+
+    most = max(v.shape[-1] for v in vals)
+    return [v if v.shape[-1] == most else F.pad(v, [0, most - v.shape[-1]]) for v in vals]
 
 
 def _pad_views(vals: list) -> list:

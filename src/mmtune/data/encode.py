@@ -237,6 +237,9 @@ class Encoder:
 
         where = record.where()
         mc = self.media
+        from .audio_in_video import check_record
+
+        check_record(record)  # both kinds of video in one record: no forward flag positions both
         images, videos, clips, audio, audio_from_video = [], [], [], [], []
         for p in record.media_parts():
             if p["type"] == "image":
@@ -418,7 +421,9 @@ class Encoder:
                 res[k] = v.reshape(-1)
             else:
                 res[k] = v
-        return res
+        from .audio_in_video import mark
+
+        return mark(res, record)  # a video's own audio track: the collator gives the forward use_audio_in_video
 
     def _check_length(self, n: int, record: Record) -> None:
         if n > self.max_length:

@@ -217,7 +217,8 @@ class PairCollator(Forwarding):
             rejected.append({k[len(REJECTED):]: v for k, v in it.items() if k.startswith(REJECTED)})
         batch = self.collator(chosen + rejected)
         per_row = {k for r in rejected for k in r}
-        batch[PAIR_MEDIA] = tuple(k for k in batch if k not in per_row)
+        # media are the tensors; a flag (use_audio_in_video, a bool) holds for both sides as it is
+        batch[PAIR_MEDIA] = tuple(k for k in batch if k not in per_row and hasattr(batch[k], "shape"))
         return batch
 
 

@@ -67,6 +67,7 @@ class SplitScan:
     untimed_videos: int = 0  # video items with no frame rate (frames folders, in-memory frames): MM066
     untimed_first: str = ""  # where the first one is
     signatures: Counter = field(default_factory=Counter)  # records by media kinds: text, image, image+video
+    video_audio: dict = field(default_factory=dict)  # "audio" / "plain" video records -> (count, first): MM033
     clean_path: str | None = None
     clean_written: int = 0
     clean_unwritable: int = 0
@@ -426,6 +427,9 @@ def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
         if part["type"] == "video" and _untimed_video(part):
             scan.untimed_videos += 1
             scan.untimed_first = scan.untimed_first or rec.where()
+    from ..data.audio_in_video import add_kind
+
+    add_kind(scan.video_audio, rec)  # videos with and without their audio track: one forward flag (MM033)
     where = rec.where()
     try:
         counts = encoder.measure(rec)

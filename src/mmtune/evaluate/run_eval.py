@@ -47,7 +47,7 @@ def generate_batch(model, batch: dict, *, device, autocast, pad_id: int, eos_tok
     from ..sharding import is_sharded
 
     sharded = is_sharded(model)
-    batch = {k: v.to(device) for k, v in batch.items()}
+    batch = {k: v.to(device) if hasattr(v, "to") else v for k, v in batch.items()}  # use_audio_in_video: a bool
     with torch.no_grad(), autocast(), _root_gathered(model) if sharded else nullcontext():
         out = model.generate(**batch, pad_token_id=pad_id, eos_token_id=eos_token_id,
                              **({"synced_gpus": True} if sharded else {}), **generate_kwargs)

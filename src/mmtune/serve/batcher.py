@@ -44,7 +44,10 @@ class Job:
 
     @property
     def key(self) -> tuple:
-        return self.sampling.batch_key(self.id)
+        from ..data.audio_in_video import video_kind
+
+        # a video with its audio track and a plain video need opposite forward flags: never one batch
+        return (*self.sampling.batch_key(self.id), video_kind(self.inputs))
 
     def cancel(self) -> None:
         self.cancelled.set()

@@ -56,6 +56,15 @@ def media_files(ctx):
 @check("MM033", "records only use modalities the model takes", needs=("cfg", "scan"))
 def modalities(ctx):
     yield from _bad_findings(ctx, "MM033")
+    from ...data.audio_in_video import mixed_kinds_error
+
+    cfg = ctx.need("cfg")
+    for s in ctx.need("scan").splits:
+        where = "eval.batch_size" if s.split == "eval" else "train.micro_batch_size"
+        size = cfg.eval.batch_size if s.split == "eval" else cfg.train.micro_batch_size
+        e = mixed_kinds_error(s.video_audio, size, where, s.split)  # what training would refuse before step 1
+        if e is not None:
+            yield error(e.what, where=e.where, fix=e.fix)
 
 
 @check("MM017", "no record exceeds data.max_length with its media tokens", needs=("cfg", "scan"),

@@ -10,9 +10,9 @@ How media become tokens: the template writes `<|vision_start|><|image_pad|><|vis
 `<|video_pad|>`, audio: `<|audio_start|><|audio_pad|><|audio_end|>`); the processor repeats the pad token
 once per merged patch (grid t*h*w / 4) or per audio frame after the encoder's downsampling, adding no text,
 so lengths come from the processor's arithmetic. A video part with `use_audio` gets its own audio track
-interleaved with the frames by time (the processor's `load_audio_from_video`, as for Qwen2.5-Omni). Open, for
-both Omni families: the forward is not given `use_audio_in_video=True` for such records, so the model places
-the interleaved block's positions as for a plain audio clip, not on the shared time axis it was trained with.
+interleaved with the frames by time (the processor's `load_audio_from_video`, as for Qwen2.5-Omni); the collator
+gives such a micro-batch's forward `use_audio_in_video=True`, which puts that block on one time axis
+(data/audio_in_video.py: which records the flag changes, and the mixes refused).
 Video positions are time-aware (`video_second_per_grid` from the clip's rate, default 1 fps in this processor).
 
 Mixture of experts, what it means here:
