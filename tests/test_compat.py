@@ -295,6 +295,21 @@ def test_bare_optimizer_only_where_accelerate_adds_nothing():
     reset_accelerate_state()
 
 
+def test_unwrapped_asks_accelerate_only_where_it_wrapped_something():
+    import torch
+    from accelerate import Accelerator
+
+    from mmtune.compat.accelerate_state import reset_accelerate_state, unwrapped
+
+    reset_accelerate_state()
+    acc = Accelerator(cpu=True)
+    model = acc.prepare(torch.nn.Linear(4, 4))
+    assert unwrapped(acc, model) is model  # one process: accelerate wrapped nothing
+    compiled = torch.compile(model)  # a wrapper holding `_orig_mod` (nothing compiles until it is called)
+    assert unwrapped(acc, compiled) is acc.unwrap_model(compiled)  # accelerate's own answer
+    reset_accelerate_state()
+
+
 def test_offline_scope_is_local_and_mutates_nothing(monkeypatch):
     import os
 

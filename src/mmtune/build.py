@@ -46,11 +46,9 @@ class Run:
     train_collator: Any = None
 
     def unwrapped_model(self):
-        # One process and no torch.compile: accelerate wrapped nothing. Its unwrap_model would import DeepSpeed
-        # (when installed) to test for its engine: ~24 MB of peak RSS on a CPU run that never uses it.
-        if getattr(self.accelerator, "distributed_type", None) == "NO" and not hasattr(self.model, "_orig_mod"):
-            return self.model
-        return self.accelerator.unwrap_model(self.model)
+        from .compat.accelerate_state import unwrapped
+
+        return unwrapped(self.accelerator, self.model)
 
     def scaler_state(self):
         scaler = getattr(self.accelerator, "scaler", None)

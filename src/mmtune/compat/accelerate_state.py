@@ -119,3 +119,13 @@ def bare_optimizer(accelerator, optimizer):
             or getattr(optimizer, "scaler", None) is not None:
         return optimizer
     return need_attr(optimizer, "optimizer", "accelerate", "the optimizer step")
+
+
+def unwrapped(accelerator, model):
+    """`accelerator.unwrap_model(model)`, without asking accelerate where it wrapped nothing: one process
+    (no DDP / FSDP / DeepSpeed engine) and no torch.compile wrapper (`_orig_mod`). accelerate 1.15's
+    unwrap_model imports DeepSpeed (when installed) to test for its engine: ~24 MB of peak RSS, at the last
+    step's checkpoint, on a run that never uses it. Checked on accelerate 1.15."""
+    if accelerator.distributed_type == "NO" and not hasattr(model, "_orig_mod"):
+        return model
+    return accelerator.unwrap_model(model)
