@@ -271,6 +271,45 @@ def test_reset_accelerate_state_forgets_the_first_run():
     reset_accelerate_state()
 
 
+def test_bare_optimizer_only_where_accelerate_adds_nothing():
+    """One process without a scaler: torch's optimizer itself (its step skips accelerate's per-call checks);
+    fp16 with loss scaling keeps accelerate's wrapper, whose step goes through the GradScaler."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    from mmtune.compat.accelerate_state import bare_optimizer, enable_cpu_fp16, reset_accelerate_state
+
+    for precision, kept in (("no", False), ("fp16", True)):
+        reset_accelerate_state()
+        acc = Accelerator(cpu=True, mixed_precision=precision)
+        enable_cpu_fp16(acc)
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        _, prepared = acc.prepare(model, opt)
+        assert isinstance(prepared, AcceleratedOptimizer)
+        bare = bare_optimizer(acc, prepared)
+        assert (bare is prepared) == kept and (bare is opt) == (not kept)
+        assert bare.state_dict()["param_groups"] == prepared.state_dict()["param_groups"]
+    assert bare_optimizer(acc, opt) is opt  # not wrapped: as it is
+    reset_accelerate_state()
+
+
+def test_unwrapped_asks_accelerate_only_where_it_wrapped_something():
+    import torch
+    from accelerate import Accelerator
+
+    from mmtune.compat.accelerate_state import reset_accelerate_state, unwrapped
+
+    reset_accelerate_state()
+    acc = Accelerator(cpu=True)
+    model = acc.prepare(torch.nn.Linear(4, 4))
+    assert unwrapped(acc, model) is model  # one process: accelerate wrapped nothing
+    compiled = torch.compile(model)  # a wrapper holding `_orig_mod` (nothing compiles until it is called)
+    assert unwrapped(acc, compiled) is acc.unwrap_model(compiled)  # accelerate's own answer
+    reset_accelerate_state()
+
+
 def test_offline_scope_is_local_and_mutates_nothing(monkeypatch):
     import os
 

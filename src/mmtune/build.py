@@ -46,7 +46,9 @@ class Run:
     train_collator: Any = None
 
     def unwrapped_model(self):
-        return self.accelerator.unwrap_model(self.model)
+        from .compat.accelerate_state import unwrapped
+
+        return unwrapped(self.accelerator, self.model)
 
     def scaler_state(self):
         scaler = getattr(self.accelerator, "scaler", None)
@@ -322,6 +324,9 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
             _configure_ddp(run)
             run.optimizer = make_optimizer(adapters.param_groups, cfg.train, cpu_adam=resolved.offload == "zero-cpuadam")
             run.model, run.optimizer = accelerator.prepare(run.model, run.optimizer)
+            from .compat.accelerate_state import bare_optimizer
+
+            run.optimizer = bare_optimizer(accelerator, run.optimizer)  # one process, no scaler: torch's own
             if accelerator.distributed_type == "DEEPSPEED":  # what ran, for the summary (not what was asked)
                 import torch.distributed as dist
 

@@ -118,10 +118,13 @@ def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs
     if impl != "full":
         return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs)
     output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
-    logits = extract_logits(output)
-    shift_logits = logits[:, :-1, :].float()
-    shift_labels = labels[:, 1:].to(shift_logits.device)
-    total = F.cross_entropy(shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1),
+    logits = extract_logits(output).float()
+    # Position t predicts label t + 1: the labels are shifted left (the last position gets -100), not the logits,
+    # as transformers' own loss does. Slicing the logits made a copy of them (they are not contiguous after the
+    # slice), and its gradient another: 2x the cross entropy's CPU time on 1,000-token rows. The same terms;
+    # the gradient is bit-identical, the sum can differ in its last bit (the reduction's order).
+    shift_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX).to(logits.device)
+    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)), shift_labels.reshape(-1),
                             ignore_index=IGNORE_INDEX, reduction="sum")
     return total, (shift_labels != IGNORE_INDEX).sum(), output
 

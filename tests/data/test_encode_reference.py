@@ -231,13 +231,16 @@ def test_label_alignment_failures_are_the_same(media):
 
 
 @pytest.mark.parametrize("name", ["tiny/qwen2", "tiny/qwen2-vl", "tiny/llava"])
-def test_a_one_answer_record_renders_the_template_twice(name, media):
+def test_a_one_answer_record_renders_the_template_once(name, media):
     from mmtune.models.tiny import tiny_config_and_processor
 
     enc = CountingEncoder(tiny_config_and_processor(name)[1], None, _cfg(name))
     one, multi = _records(() if name == "tiny/qwen2" else ("image",), media)[:2]
     enc.encode(one)
-    assert enc.renders == 2  # the conversation, and the answer's prompt
+    assert enc.renders == 1 + 2  # the conversation; once per encoder, the template's tail (answer_tail.py)
+    enc.renders = 0
+    enc.encode(one)
+    assert enc.renders == 1  # the answer is the text before the tail: no render of its prompt
     enc.renders = 0
     enc.encode(multi)
-    assert enc.renders == 1 + 2 * 2 + 1  # + each earlier answer's prefix and prompt, the last one's prompt
+    assert enc.renders == 1 + 2 * 2  # + each earlier answer's prefix and prompt; the last one needs none

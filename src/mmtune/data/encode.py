@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 
 from ..errors import DataError
+from .answer_tail import last_answer_start
 from .formats import BadRecord, isolated_method
 from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
@@ -79,6 +80,7 @@ class Encoder:
             key=len, reverse=True)
         self._special_re = re.compile("|".join(map(re.escape, self.special_strings))) if self.special_strings else None
         self._turn_re: re.Pattern | None | bool = False  # turn_tokens(): computed on first use
+        self._answer_tail: str | None | bool = False  # answer_tail.learn_tail: on first use
 
     def turn_tokens(self) -> re.Pattern | None:
         """The special strings that give a conversation its turns: those the chat template writes around a
@@ -163,8 +165,9 @@ class Encoder:
     def _answer_spans(self, tmessages: list[dict], full: str, record: Record) -> list[tuple[int, int, bool]]:
         """Character spans [start, end) in `full` of every assistant answer + its end-of-turn token, and
         whether the template wrote such a token. Renders per answer: its prompt, and the conversation up to
-        it unless that is `full` (the last turn: a one-answer record costs 2 renders in all, with `full`);
-        the prefix without the generation prompt only where the generation prompt does not lead to it."""
+        it unless that is `full`; the last answer mostly with no render of its own (answer_tail.py: a one-answer
+        record costs 1 render); the prefix without the generation prompt only where the generation prompt does
+        not lead to it."""
         spans = []
         last = len(tmessages) - 1
         self._too_many_turns(tmessages, full, record)
@@ -174,13 +177,15 @@ class Encoder:
             answer = m["content"] if isinstance(m["content"], str) else part_text(m["content"])
             answer = answer.strip()
             upto = full if i == last else self.render(tmessages[: i + 1])
-            prompt = self.render(tmessages[:i], add_generation_prompt=True)
             if not full.startswith(upto):
                 raise DataError("the chat template renders a conversation differently from its own prefix",
                                 where=record.where(),
                                 fix="use a chat template whose rendering of a conversation starts with the rendering "
                                     "of its first turns (report this model to mmtune)")
-            start = upto.find(answer, len(prompt)) if upto.startswith(prompt) else -1
+            start = last_answer_start(self, full, answer) if i == last else -1  # no prompt render (answer_tail.py)
+            if start < 0:
+                prompt = self.render(tmessages[:i], add_generation_prompt=True)
+                start = upto.find(answer, len(prompt)) if upto.startswith(prompt) else -1
             if start < 0:  # templates whose generation prompt differs from an assistant turn's header
                 before = self.render(tmessages[:i]) if i else ""
                 start = upto.rfind(answer, len(before))
