@@ -53,20 +53,6 @@ def image_steps(resolved, n: int, sizes: list[tuple[int, int]], text: tuple[int,
     return [(wh, media[wh] + rng.randint(*text)) for wh in (rng.choice(sizes) for _ in range(n))]
 
 
-def step_ends(events) -> list[int]:
-    """Index after each step's last event: where the next step's forward starts, and the trace's end
-    (what follows the last optimizer phase -- frees at the trace's end -- belongs to the last step)."""
-    ends, in_opt = [], False
-    for i, ev in enumerate(events):
-        if ev.phase == "optimizer":
-            in_opt = True
-        elif in_opt and ev.phase == "forward":
-            ends.append(i)
-            in_opt = False
-    ends.append(len(events))
-    return ends
-
-
 def replay_curve(events, expandable: bool, capacity: int, ends: list[int]) -> list[int]:
     """Peak reserved after each step."""
     from mmtune.plan.allocator import CachingAllocatorModel, ExpandableAllocatorModel
@@ -125,6 +111,8 @@ def main(argv=None) -> int:
     _, _, one, _ = trace_config(resolved, declared=worst_decl)
     one_events = one.tracker.trace.events
     traced_s = time.perf_counter() - t0
+    from mmtune.plan.run_growth import step_ends
+
     ends = step_ends(run_events)
     rows = {}
     for name, expandable in (("fixed segments (torch default)", False), ("expandable segments (mmtune default)", True)):

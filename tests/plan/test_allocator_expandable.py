@@ -143,13 +143,9 @@ def test_a_run_of_varying_lengths_is_traced_step_by_step(tmp_path):
 
     from mmtune.plan.batch import Declared, worst_case_batch
     from mmtune.plan.planner import resolve_for_plan, trace_config
+    from mmtune.plan.run_growth import step_ends
 
     root = Path(__file__).resolve().parents[2]
-    sys.path.insert(0, str(root / "benchmarks"))
-    try:
-        from allocator_varying_lengths import step_ends
-    finally:
-        sys.path.pop(0)
     cfg = load_config(None, ["model.name=tiny/qwen2", "data.max_length=2048", "train.micro_batch_size=2",
                              "train.grad_accum=1", "train.precision=bf16"])
     r = resolve_for_plan(cfg, "a100-80gb")

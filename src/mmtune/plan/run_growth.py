@@ -90,14 +90,14 @@ def replay_run(resolved, record_lengths: list[int], declared=None, steps: int = 
     events = ex.tracker.trace.events
     m = CachingAllocatorModel(resolved.target.gpu.total_bytes)
     curve, j = [], 0
-    for end in _step_ends(events):
+    for end in step_ends(events):
         m.apply(events[j:end])
         j = end
         curve.append(m.peak_reserved)
     return RunGrowth(m.peak_reserved, m.peak_allocated, len(lengths), lengths, curve)
 
 
-def _step_ends(events) -> list[int]:
+def step_ends(events) -> list[int]:
     """Index after each traced step: where the next step's forward starts (after an optimizer phase)."""
     ends, in_opt = [], False
     for i, ev in enumerate(events):
