@@ -134,12 +134,18 @@ def _qwen3_vl_config(tok, **over):
     return Qwen3VLConfig(**cfg)
 
 
+def qwen3_media_kwargs() -> dict:
+    """The Qwen3 towers' twin image / video settings (16 px patches merged 2 x 2: 2 x 2 to 4 x 4 merged tokens),
+    shared by the Qwen3-VL and Qwen3-Omni twins."""
+    side = 16 * 2  # patch * merge
+    return dict(patch_size=16, image_mean=QWEN3_MEAN, image_std=QWEN3_MEAN,
+                min_pixels=2 * side * 2 * side, max_pixels=4 * side * 4 * side)
+
+
 def _qwen3_vl_processor(tok):
     from transformers import Qwen3VLProcessor
 
-    side = 16 * 2  # patch * merge
-    kw = dict(patch_size=16, image_mean=QWEN3_MEAN, image_std=QWEN3_MEAN,
-              min_pixels=2 * side * 2 * side, max_pixels=4 * side * 4 * side)
+    kw = qwen3_media_kwargs()
     return make_processor(Qwen3VLProcessor, image_processor=_qwen_image_processor(**kw), tokenizer=tok,
                             video_processor=_qwen_video_processor(**kw), chat_template=tok.chat_template)
 

@@ -115,11 +115,9 @@ def _processor(tok):
     from transformers import Qwen3OmniMoeProcessor
 
     from ...compat.transformers_internals import make_processor
-    from ..tiny import QWEN3_MEAN, _qwen_image_processor, _qwen_video_processor, _whisper_features
+    from ..tiny import _qwen_image_processor, _qwen_video_processor, _whisper_features, qwen3_media_kwargs
 
-    side = 16 * 2  # patch * merge
-    kw = dict(patch_size=16, image_mean=QWEN3_MEAN, image_std=QWEN3_MEAN,
-              min_pixels=2 * side * 2 * side, max_pixels=4 * side * 4 * side)
+    kw = qwen3_media_kwargs()
     return make_processor(Qwen3OmniMoeProcessor, image_processor=_qwen_image_processor(**kw),
                           video_processor=_qwen_video_processor(**kw), feature_extractor=_whisper_features(),
                           tokenizer=tok, chat_template=tok.chat_template)
