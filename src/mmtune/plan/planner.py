@@ -386,9 +386,9 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
                units=_gathered_units(pm.model, pm.family, strategy, gather_elem), grad_accum=cfg.train.grad_accum)
     rounding = max(0, peak_alloc - tr.peak_bytes)  # the allocator's rounding of the traced (single-GPU) peak
     if gpus > 1:
-        ratio = peak_res / max(1, peak_alloc)
+        ratio, step_ratio = peak_res / max(1, peak_alloc), step_res / max(1, peak_alloc)
         peak_alloc = sh.peak_allocated
-        peak_res = int(peak_alloc * ratio)
+        peak_res, step_res = int(peak_alloc * ratio), int(peak_alloc * step_ratio)  # the step's too: growth stays growth
         breakdown = sh.breakdown  # per GPU: sharded classes at 1/N, the strategy's buffers added
         decisions.append(f"distributed: {strategy} on {gpus} GPUs; sharded classes scaled 1/{gpus} from the "
                          "single-GPU trace (plan/distributed.py); the breakdown is per GPU")
@@ -397,14 +397,14 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         from ..gpus import host_link_gbs
         from .offload import describe, plan_offload, state_bytes
 
-        ratio = peak_res / max(1, peak_alloc)
+        ratio, step_ratio = peak_res / max(1, peak_alloc), step_res / max(1, peak_alloc)
         breakdown, offload = plan_offload(
             resolved.offload, breakdown, strategy=strategy, n=gpus, gpus_per_node=gpus // nodes, trainable_numel=trainable_numel,
             param_bytes=sum(p.numel() * p.element_size() for p in pm.model.parameters()),
             state_bytes=state_bytes(full_ex), grad_accum=cfg.train.grad_accum, precision=prec,
             host_link_gbs=host_link_gbs(spec) if spec is not None else 0.0)  # a CPU run: nothing crosses PCIe
         peak_alloc = max(0, peak_alloc - offload.gpu_saved_bytes)
-        peak_res = int(peak_alloc * ratio)
+        peak_res, step_res = int(peak_alloc * ratio), int(peak_alloc * step_ratio)
         decisions.append(describe(offload))
     overhead = (spec.context_bytes + spec.workspace_bytes + sh.nccl_bytes) if spec is not None else 0
     paged = ex.paged_bytes
