@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+RESULT_KEYS = ("args", "lengths", "rows")  # what write_results puts beside the provenance
 GIB = 2**30
 
 
