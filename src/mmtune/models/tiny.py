@@ -186,14 +186,16 @@ OMNI_TOKENS = {"image_token": "<|IMAGE|>", "video_token": "<|VIDEO|>", "audio_to
                "audio_bos_token": "<|audio_bos|>", "audio_eos_token": "<|audio_eos|>"}
 
 
-def _omni_tokenizer():
+def _omni_tokenizer(tokens: dict | None = None):
+    """An Omni twin's tokenizer: each medium's placeholder between its start / end markers (`tokens`: the
+    family's names for them, Qwen2.5-Omni's by default; Qwen3-Omni renamed them)."""
     from .local_tokenizer import chat_template
 
-    t = OMNI_TOKENS
+    t = tokens or OMNI_TOKENS
     return make_tokenizer(template=chat_template(image=t["vision_bos_token"] + t["image_token"] + t["vision_eos_token"],
                                                  video=t["vision_bos_token"] + t["video_token"] + t["vision_eos_token"],
                                                  audio=t["audio_bos_token"] + t["audio_token"] + t["audio_eos_token"]),
-                          extra_special_tokens=OMNI_TOKENS)
+                          extra_special_tokens=t)
 
 
 def _qwen2_5_omni_config(tok, **over):

@@ -77,13 +77,9 @@ FAMILY = register(Family(
 
 
 def _tokenizer():
-    from ..local_tokenizer import chat_template, make_tokenizer
+    from ..tiny import _omni_tokenizer
 
-    t = TOKENS
-    return make_tokenizer(template=chat_template(image=t["vision_bos_token"] + t["image_token"] + t["vision_eos_token"],
-                                                 video=t["vision_bos_token"] + t["video_token"] + t["vision_eos_token"],
-                                                 audio=t["audio_bos_token"] + t["audio_token"] + t["audio_eos_token"]),
-                          extra_special_tokens=TOKENS)
+    return _omni_tokenizer(TOKENS)
 
 
 def _config(tok, **over):
