@@ -2,6 +2,7 @@
 `SFTTrainer` + peft: same model, records, micro-batch, accumulation and steps.
 
     python benchmarks/throughput.py [--steps 30] [--model tiny/qwen2-vl] [--repeats 5] [--json] [--save FILE]
+        [--epochs N]   # records = 1/N of those drawn: each drawn N times (default 1: each once)
         [--data counting|short-text|long-text]   # the image twin's counting records (default), or text
                                                  # records (tiny/qwen2): "What is 3 + 4?" or ~1,000 tokens
         [--src OTHER/src]   # run "ours" from another checkout's code (a before/after comparison)
@@ -31,7 +32,9 @@ machine is shared: CPU time says how much work a token cost, wall time also coun
 mmtune's with train.num_workers > 0 would leave out its workers' CPU, so --workers > 0 reports none.
 Every side's data preparation (chat template, processor, labels, collation) is inside its timed window:
 mmtune encodes a record when the loop first draws it (nothing is encoded at start-up), the plain loop and
-the Trainers call the processor per micro-batch in their collators. TRL is compared on the image records
+the Trainers call the processor per micro-batch in their collators. With --epochs N > 1 every record is drawn N
+times: what a side keeps between epochs (mmtune's encode cache, data.cache_mb) is then real saved work, where
+with one epoch it would only move work; the peers encode each draw. TRL is compared on the image records
 only: on text records its SFTTrainer tokenizes the whole data set before training (outside any step).
 `--save FILE` writes the report with its provenance (benchmarks/_provenance.py: commit, command, versions,
 machine, threads, load average).
@@ -54,7 +57,8 @@ from _provenance import dumps, provenance, write_results  # noqa: E402
 
 DATA = {"counting": ("tiny/qwen2-vl", "synthetic:counting"), "short-text": ("tiny/qwen2", "synthetic:arithmetic"),
         "long-text": ("tiny/qwen2", None)}
-# The top-level keys of a results file (tests/test_benchmark_results.py), beside the provenance keys.
+# The top-level keys of a results file (tests/test_benchmark_results.py), beside the provenance keys. Files
+# written since --epochs existed also carry "epochs" (older ones: one pass, each record drawn once).
 RESULT_KEYS = ("model", "data", "steps", "repeats", "workers", "micro_batch_size", "grad_accum", "device",
                "precision", "results", "ratio_ours_over")
 LONG_WORDS = 1000  # words in a long-text record's question: ~1,030 tokens with the template
@@ -80,7 +84,16 @@ def long_text_records(out: str, n: int) -> Path:
 
 def data_of(args) -> str:
     data = getattr(args, "data", "counting")  # scripts that borrow _config (step_cpu.py) name theirs by --set
-    return DATA[data][1] or str(long_text_records(args.out, args.steps * args.mbs * args.accum + 8))
+    return DATA[data][1] or str(long_text_records(args.out, n_records(args)))
+
+
+def n_records(args) -> int:
+    """Records in the data set: one epoch's worth of the run's micro-batches (+ 8: no record is drawn twice), or
+    with --epochs N, 1/N of the records the run draws, so every record is drawn N times (the last pass may
+    be partial)."""
+    drawn = args.steps * args.mbs * args.accum
+    epochs = getattr(args, "epochs", 1)
+    return drawn + 8 if epochs == 1 else -(-drawn // epochs)
 
 
 def _config(args):
@@ -88,7 +101,7 @@ def _config(args):
     from mmtune.models.tiny import is_tiny
 
     ov = [f"model.name={args.model}", "model.gradient_checkpointing=false", f"data.train={data_of(args)}",
-          "data.eval=null", f"data.synthetic_train_size={args.steps * args.mbs * args.accum + 8}",
+          "data.eval=null", f"data.synthetic_train_size={n_records(args)}",
           "adapter.method=lora", "adapter.r=8", "adapter.dropout=0.0", f"train.max_steps={args.steps}",
           f"train.device={device_of(args)}", f"train.precision={args.precision}", "train.gpu=null",
           f"train.micro_batch_size={args.mbs}", f"train.grad_accum={args.accum}",
@@ -351,6 +364,8 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--mbs", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=1, help="passes over the data: each record is drawn this many times "
+                    "(1: each once, nothing any side caches can be reused)")
     ap.add_argument("--accum", type=int, default=2)
     ap.add_argument("--model", default=None, help="default: the --data set's tiny twin (tiny/qwen2-vl, tiny/qwen2)")
     ap.add_argument("--data", default="counting", choices=sorted(DATA))
@@ -376,7 +391,7 @@ def variant_command(args, variant: str) -> tuple[list[str], dict]:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     src = args.src if variant == "ours" and args.src else here
     cmd = [python, os.path.abspath(__file__), "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-           "--accum", str(args.accum), "--model", args.model, "--data", args.data, "--out", args.out,
+           "--accum", str(args.accum), "--epochs", str(args.epochs), "--model", args.model, "--data", args.data, "--out", args.out,
            "--workers", str(args.workers), "--device", args.device, "--precision", args.precision] \
         + [a for kv in args.set or [] for a in ("--set", kv)]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
@@ -431,7 +446,8 @@ def main() -> None:
                 sys.exit(f"{variant} failed:\n{out.stderr[-3000:]}")
             runs[variant].append(json.loads(line[0][7:]))
     results, ratios = summarize(runs, peers)
-    report = {"model": args.model, "data": args.data, "steps": args.steps, "repeats": args.repeats, "workers": args.workers,
+    report = {"model": args.model, "data": args.data, "steps": args.steps, "epochs": args.epochs, "repeats": args.repeats,
+              "workers": args.workers,
               "micro_batch_size": args.mbs, "grad_accum": args.accum, "src": args.src or "this checkout",
               "device": device_of(args), "precision": args.precision,
               "overrides": args.set or [], "results": results, "ratio_ours_over": ratios}
