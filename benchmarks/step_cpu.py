@@ -3,9 +3,10 @@
     python benchmarks/step_cpu.py [--models tiny/qwen2-vl,tiny/qwen2] [--steps 12] [--repeats 5] [--json OUT]
 
 Phases of one optimizer step (micro-batch --mbs, accumulation --accum), each timed on its own:
-- encode: ours `Encoder.encode` per record (chat template, answer spans, processor, label mask: what the
-  loop's dataset does for a record the start-up check did not keep, data.cache_mb); plain: the seeds'
-  chat template + one processor call on the raw records (which pads as well);
+- encode: ours `encode_many` on a micro-batch's records, as the loop's dataset calls it for records not in its
+  cache (data.cache_mb): per record the chat template, answer spans and checks, one processor call for the
+  micro-batch split back per record, each record's label mask; plain: the seeds' chat template + one processor
+  call on the raw records (which pads as well);
 - collate: ours `Collator` (padding, media concatenation); plain: its label mask (every non-pad token);
 - fwd+bwd: ours `mmtune.loss.loss_sum_and_output` + `accelerator.backward` of the token-normalised sum
   (train/step.py's arithmetic, fp32 logits copy included); plain: the model's own loss / accum, backward;
@@ -40,6 +41,9 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 PHASES = ("encode", "collate", "fwd_bwd", "optimizer")
+# The top-level keys of a results file (tests/test_benchmark_results.py), beside the provenance keys
+# (--before-src files also carry "rounds").
+RESULT_KEYS = ("header", "results")
 DATA = {"tiny/qwen2": "synthetic:arithmetic"}  # text twins; the others take the counting images
 
 
@@ -63,12 +67,13 @@ class Ours:
         self.args = args
 
     def step(self, recs_per_mb, t: dict) -> None:
+        from mmtune.data.encode_batch import encode_many
         from mmtune.loss import loss_sum_and_output
         from mmtune.train.step import count_answer_tokens, optimizer_step
 
         run, acc = self.run, self.run.accelerator
         t0 = time.perf_counter()
-        items = [[run.encoder.encode(r) for r in recs] for recs in recs_per_mb]
+        items = [encode_many(run.encoder, recs) for recs in recs_per_mb]  # the loop's path (train/feed.py)
         t1 = time.perf_counter()
         mbs = [run.collator(it) for it in items]
         t2 = time.perf_counter()

@@ -391,8 +391,8 @@ def variant_command(args, variant: str) -> tuple[list[str], dict]:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
     src = args.src if variant == "ours" and args.src else here
     cmd = [python, os.path.abspath(__file__), "--variant", variant, "--steps", str(args.steps), "--mbs", str(args.mbs),
-           "--accum", str(args.accum), "--epochs", str(args.epochs), "--model", args.model, "--data", args.data, "--out", args.out,
-           "--workers", str(args.workers), "--device", args.device, "--precision", args.precision] \
+           "--accum", str(args.accum), "--epochs", str(args.epochs), "--model", args.model, "--data", args.data,
+           "--out", args.out, "--workers", str(args.workers), "--device", args.device, "--precision", args.precision] \
         + [a for kv in args.set or [] for a in ("--set", kv)]
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.path.abspath(src)}
