@@ -44,3 +44,39 @@ def test_start_up_pace_and_back():
         assert gc.get_threshold() == before
     finally:
         gc.set_threshold(*before)
+
+
+def test_the_installed_command_runs_main_not_the_bare_app():
+    """The console script is what a user runs: it must go through main() (start-up pace, OpenMP waits, exit
+    freeze), which the typer app alone skips."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    scripts = text.split("[project.scripts]", 1)[1].split("\n[", 1)[0]  # (tomllib is 3.11+; mmtune supports 3.10)
+    assert re.search(r'^mmtune = "mmtune\.cli:main"', scripts, re.M), scripts
+
+
+_ENV_PROG = """
+import atexit, os, sys
+out = sys.argv[1]
+atexit.register(lambda: open(out, "w").write(os.environ.get("OMP_WAIT_POLICY", "unset")))
+sys.argv = ["mmtune", "--help"]
+from mmtune.cli import main
+main()
+"""
+
+
+def test_openmp_threads_sleep_between_regions_unless_the_user_says(tmp_path):
+    import os
+
+    marker = tmp_path / "env.txt"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    proc = subprocess.run([sys.executable, "-c", _ENV_PROG, str(marker)], capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert marker.read_text() == "PASSIVE"
+    proc = subprocess.run([sys.executable, "-c", _ENV_PROG, str(marker)], capture_output=True, text=True, timeout=300,
+                          env={**env, "OMP_WAIT_POLICY": "ACTIVE"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert marker.read_text() == "ACTIVE"  # the user's own value is left alone

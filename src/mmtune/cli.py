@@ -6,8 +6,6 @@ so this file stays a table of contents.
 
 from __future__ import annotations
 
-import sys
-
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -64,9 +62,24 @@ def _freeze_before_exit() -> None:
     gc.freeze()
 
 
-def main() -> None:  # pragma: no cover - console entry point
+def _passive_openmp_waits() -> None:
+    """torch's CPU kernels run on OpenMP threads (one per core by default), and between parallel regions each
+    thread spins for a while instead of sleeping. On a machine where anything else runs, a spinning thread holds
+    a core that the thread a region waits for needs: measured on this 2-core machine at load 3-4, the demo
+    (`mmtune train recipes/demo_counting.yaml`) took 65.8 s (1,900 tokens/s, 42.9 s of CPU) with spinning
+    waits, 14.4 s (12,100 tokens/s, 11.5 s of CPU) with OMP_WAIT_POLICY=PASSIVE, 18.9 s with one thread
+    (docs/startup.md). The policy is read once, when torch loads its OpenMP runtime, so it is set here, before
+    any command imports torch; the processes a run starts (DataLoader workers, ranks) inherit it. A user's
+    own OMP_WAIT_POLICY wins."""
+    import os
+
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def main() -> None:  # pragma: no cover - console entry point (pyproject's [project.scripts])
     from .commands.startup_gc import relax_for_startup
 
+    _passive_openmp_waits()
     relax_for_startup()
     try:
         app()
@@ -75,10 +88,4 @@ def main() -> None:  # pragma: no cover - console entry point
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from .commands.startup_gc import relax_for_startup
-
-    relax_for_startup()
-    try:
-        sys.exit(app())
-    finally:
-        _freeze_before_exit()
+    main()
