@@ -392,18 +392,19 @@ class Env:
     resolved: object
 
 
-def make_env(folder: Path) -> Env:
+def make_env(folder: Path, model: str = "tiny/qwen2-vl") -> Env:
     from mmtune.config import load_config
     from mmtune.resolve import resolve_run, target_for
 
     from .malformed import tiny_processor
 
+    folder.mkdir(parents=True, exist_ok=True)
     cfg_path = folder / "fuzz.yaml"
-    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: tiny/qwen2-vl}}\n"
+    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: {model}}}\n"
                         f"data: {{train: x, max_length: 2048}}\ntrain: {{device: cpu}}\n")
     cfg = load_config(cfg_path, [])
     resolved = resolve_run(cfg, target_for(cfg, local=False), require_processor=True)
-    return Env(folder, cfg_path, tiny_processor("tiny/qwen2-vl"), resolved)
+    return Env(folder, cfg_path, tiny_processor(model), resolved)
 
 
 def _raw(e: BaseException) -> bool:
