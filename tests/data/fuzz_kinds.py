@@ -397,6 +397,13 @@ def make_envs(folder: Path) -> dict:
     return {m: make_env(folder / m.replace("/", "_"), m) for m in ("tiny/qwen2-vl", "tiny/qwen2.5-omni")}
 
 
+def check_kinds(folder: Path) -> tuple[int, list[str]]:
+    """(kinds tried, 'kind NAME: what differs' for each that did not end as it must)."""
+    envs = make_envs(folder / "envs")
+    ks = kinds(folder / "kinds")
+    return len(ks), [f"kind {k.name}: {v[:300]}" for k in ks if (v := verdict(k, outcome(envs, k, folder / "kinds")))]
+
+
 def main() -> None:
     import tempfile
 
