@@ -312,6 +312,7 @@ def kinds(folder: Path) -> list[Kind]:
         out.append(Kind(name, fmt, name, data, n, expect, kept, says))
 
     raw("bom.jsonl", b"\xef\xbb\xbf" + jl(*two), 2, OK)
+    raw("upper_suffix.JSONL", jl(*two), 2, OK)
     raw("crlf.jsonl", jl(*two).replace(b"\n", b"\r\n"), 2, OK)
     raw("utf16.jsonl", jl(*two).decode().encode("utf-16"), 2, FILE, says="UTF-16")
     raw("utf16.json", j(two).decode().encode("utf-16"), 2, FILE, says="UTF-16")

@@ -220,8 +220,9 @@ FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parqu
 
 
 def reader_for(path: Path):
-    if path.suffix not in FILE_READERS:
+    suffix = path.suffix.lower()  # DATA.JSONL, as Windows tools and shouting colleagues name it
+    if suffix not in FILE_READERS:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
                         fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow, a "
                             "save_to_disk folder, a dataset repository folder or a Hub id ORG/NAME")
-    return FILE_READERS[path.suffix]
+    return FILE_READERS[suffix]
