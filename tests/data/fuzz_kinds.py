@@ -323,9 +323,10 @@ def kinds(folder: Path) -> list[Kind]:
     raw("pretty_array_in.jsonl", json.dumps(two, indent=2).encode() + b"\n", 2, FILE, says="one JSON array of 2")
     raw("jsonl_in.json", jl(*two), 2, FILE, says="rename it to jsonl_in.jsonl")
     raw("json_trailing_comma.json", j(two)[:-1] + b",]", 2, FILE)
-    raw("wrong_columns.csv", b"picture,prompt,reply\nok.png,How many?,3\nok.png,What?,red\n", 2, FILE, says="missing field",
-        fmt="vqa")
-    raw("csv_semicolons.csv", b"image;question;answer\nok.png;How many?;3\n", 1, FILE, fmt="vqa")
+    raw("wrong_columns.csv", b"picture,prompt,reply\nok.png,How many?,3\nok.png,What?,red\n", 2, FILE,
+        says="fields are: picture, prompt, reply", fmt="vqa")
+    raw("csv_semicolons.csv", b"image;question;answer\nok.png;How many?;3\n", 1, FILE, fmt="vqa",
+        says="fields are: image;question;answer")
     out += _parquet_kinds(folder)
     for k in out:
         if k.file.endswith(".parquet"):
@@ -341,7 +342,8 @@ def _parquet_kinds(folder: Path) -> list[Kind]:
     out = []
     t = pa.table({"picture": ["ok.png", "ok.png"], "prompt": ["How many?", "What?"], "reply": ["3", "red"]})
     pq.write_table(t, folder / "wrong_columns.parquet")
-    out.append(Kind("wrong_columns.parquet", "vqa", "wrong_columns.parquet", b"", 2, FILE))
+    out.append(Kind("wrong_columns.parquet", "vqa", "wrong_columns.parquet", b"", 2, FILE,
+                    says="fields are: picture, prompt, reply"))
     t = pa.table({"image": [b"garbage", (folder / "ok.png").read_bytes()], "question": ["q", "q"],
                   "answer": [3, 4]})  # answers as int64, an image column of bytes
     pq.write_table(t, folder / "bytes_and_int_answers.parquet")
