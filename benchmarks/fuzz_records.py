@@ -72,6 +72,10 @@ def main() -> None:
         tried += len(fz.CONFIGS) + 2
         found.update(e.split(":")[0] for e in extra)
         examples += extra
+        if hasattr(fz, "check_kinds"):  # the named kinds' outcomes (tests/data/fuzz_kinds.py), in stats
+            n_kinds, off = fz.check_kinds(Path(d) / "named")
+            fz.STATS["named kinds"], fz.STATS["named kinds not as expected"] = n_kinds, len(off)
+            examples += off
     wall = time.perf_counter() - t
     print(f"mmtune {measured['commit']} ({measured['path']}), seed {a.seed}: {tried} malformed records/files in "
           f"{len(cases)} cases, {sum(found.values())} raw exceptions or hangs ({wall:.0f} s); {dict(fz.STATS)}")

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .fuzz_kinds import check_kinds, write_kind_media
+from .fuzz_kinds import kinds as named_kinds
 from .malformed import cases as known_cases
 from .malformed import write_media
 
@@ -76,7 +78,13 @@ def values(rng: random.Random) -> list:
             "ok.png", "missing.png", "pipe.png", "bomb.png", "warnbomb.png", "text.png", "empty.png",
             "truncated.png", "adir.png", "/dev/zero", "/dev/null", "../../../../etc/passwd", "http://x/y.png",
             "noise.mp4", "noise.wav", ["ok.png", "ok.png"], ["pipe.png"], [7], [{"nothing": 1}],
-            {"bytes": None, "path": "ok.png"}]
+            {"bytes": None, "path": "ok.png"},
+            # media and text of the named kinds (fuzz_kinds.py): image modes, broken audio / video, wrapper tokens
+            "cmyk.jpg", "i16.png", "anim.gif", "1x1.png", "sliver.png", "huge_header.png", "notes.jpg", "dir.jpg",
+            "nan.wav", "one_sample.wav", "zero.wav", "text.wav", "stereo.wav", "one_frame.mp4", "cut.mp4",
+            "frames_empty", "file://ok.png", "data:image/png;base64,iVBORw0KG!!", " \n\t ", "<|vision_start|>",
+            {"type": "image_url", "image_url": None}, {"type": "audio", "path": "nan.wav"},
+            {"type": "video", "path": "one_frame.mp4"}, [1, 2, 3], [[{"type": "text", "text": "q"}]]]
 
 
 def mutate(obj, rng: random.Random, pool: list, depth: int = 0):
@@ -157,6 +165,7 @@ def _media(folder: Path) -> None:
     from PIL import Image
 
     write_media(folder)
+    write_kind_media(folder)
     # Past PIL's MAX_IMAGE_PIXELS (89.5 M) but under twice that: PIL only warns when opening it.
     if not (folder / "warnbomb.png").exists():
         Image.new("1", (10000, 10000)).save(folder / "warnbomb.png")
@@ -254,6 +263,10 @@ def build(folder: Path, seed: int, n_records: int = 1100) -> list[Case]:
     out.append(Case("split", f"{split}::nonsense", "vqa"))
     out.append(Case("media", str(folder / "pipe.png"), "messages"))
     out.append(Case("media", "/dev/zero", "messages"))
+    # The named kinds (fuzz_kinds.py), through every stage here too; their outcomes: fuzz_kinds.check_kinds.
+    for k in named_kinds(folder / "kinds"):
+        lines = [ln for ln in k.raw.split(b"\n") if ln.strip()] if k.file.endswith(".jsonl") else None
+        out.append(Case("kind", str(folder / "kinds" / k.file), k.fmt, lines=lines, n_records=k.n))
     return out
 
 
@@ -392,18 +405,19 @@ class Env:
     resolved: object
 
 
-def make_env(folder: Path) -> Env:
+def make_env(folder: Path, model: str = "tiny/qwen2-vl") -> Env:
     from mmtune.config import load_config
     from mmtune.resolve import resolve_run, target_for
 
     from .malformed import tiny_processor
 
+    folder.mkdir(parents=True, exist_ok=True)
     cfg_path = folder / "fuzz.yaml"
-    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: tiny/qwen2-vl}}\n"
+    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: {model}}}\n"
                         f"data: {{train: x, max_length: 2048}}\ntrain: {{device: cpu}}\n")
     cfg = load_config(cfg_path, [])
     resolved = resolve_run(cfg, target_for(cfg, local=False), require_processor=True)
-    return Env(folder, cfg_path, tiny_processor("tiny/qwen2-vl"), resolved)
+    return Env(folder, cfg_path, tiny_processor(model), resolved)
 
 
 def _raw(e: BaseException) -> bool:
@@ -658,6 +672,9 @@ def main() -> None:
         tried += len(CONFIGS) + 2
         found.update(e.split(":")[0] for e in extra)
         examples += extra
+        n_kinds, off = check_kinds(Path(d) / "named")
+        STATS["named kinds"], STATS["named kinds not as expected"] = n_kinds, len(off)
+        examples += off
     print(f"seed {a.seed}: {tried} malformed records/files in {len(cases)} cases, "
           f"{sum(found.values())} raw exceptions or hangs ({time.perf_counter() - t:.0f} s); {dict(STATS)}")
     for k, n in found.most_common():

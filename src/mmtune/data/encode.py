@@ -89,14 +89,17 @@ class Encoder:
         tokens (Qwen2-VL's <|box_start|> grounding marks) are data some sets write on purpose."""
         if self._turn_re is False:
             words = {t for t in (self.tokenizer.bos_token, self.tokenizer.eos_token, self.tokenizer.pad_token) if t}
-            try:
-                # once per encoder, straight through the processor (not per record, not counted as one)
-                sample = self.processor.apply_chat_template(
-                    self._template_messages([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]),
-                    tokenize=False)
-                words |= {t for t in self.special_strings if t in sample}
-            except Exception:  # noqa: BLE001 - a template that cannot render this is reported by the encode itself
-                pass
+            # Once per encoder, straight through the processor (not per record, not counted as one): a plain
+            # exchange, then one with a media item of each kind the model takes, whose wrapper marks
+            # (Qwen's <|vision_start|>) in a user's text would open a media span with no media in it.
+            media = [{"type": k} for k in sorted(self.modalities - {"text"})]
+            for user in ("q", [*media, {"type": "text", "text": "q"}] if media else None):
+                try:
+                    sample = self.processor.apply_chat_template(self._template_messages(
+                        [{"role": "user", "content": user}, {"role": "assistant", "content": "a"}]), tokenize=False)
+                    words |= {t for t in self.special_strings if t in sample}
+                except Exception:  # noqa: BLE001 - a template that cannot render this is reported by the encode itself
+                    pass
             words -= {v for v in self.placeholder.values() if v}  # placeholders: checked as media (failure mode 16)
             words = sorted(words, key=len, reverse=True)
             self._turn_re = re.compile("|".join(map(re.escape, words))) if words else None
@@ -283,6 +286,13 @@ class Encoder:
 
     def _checked_audio(self, wave, part, record):
         seconds = len(wave) / self.sampling_rate
+        # Under 4 mel frames the audio tower's two stride-2 steps leave no token: the processor drops the
+        # placeholder and the record's text no longer lines up (measured and encoded alike: one reason).
+        shortest = 4 * int(getattr(audio_extractor(self.processor), "hop_length", 160) or 160)
+        if len(wave) < shortest:
+            raise BadRecord("audio too short", f"audio {part.get('path', '<in-memory>')} holds {len(wave)} samples "
+                            f"({seconds * 1000:.1f} ms), under the {shortest} this model's audio encoder needs for "
+                            "one token", record.where(), "give a longer clip, or set data.on_bad_record=skip")
         cap = self.media.audio_max_seconds
         if seconds > cap:
             raise BadRecord("too long", f"audio {part.get('path', '<in-memory>')} lasts {seconds:.1f} s, over "
@@ -535,8 +545,8 @@ class Encoder:
                     sizes["video"].append((n, h, w))
                 elif p["type"] == "audio":
                     seconds = media_probe.audio_seconds(p)
-                    if seconds > mc.audio_max_seconds:
-                        self._checked_audio([0] * int(seconds * self.sampling_rate), p, record)
+                    if seconds > mc.audio_max_seconds or seconds * self.sampling_rate < 4000:  # (the short end)
+                        self._checked_audio(range(int(round(seconds * self.sampling_rate))), p, record)
                     sizes["audio"].append(int(round(seconds * self.sampling_rate)))
             except BadRecord:
                 raise

@@ -213,13 +213,16 @@ def _in_memory(kind: str, value, resolve, where: str) -> dict:
     if isinstance(value, str):
         return {"type": kind, "path": resolve(value, where)}
     ok = {"image": lambda v: hasattr(v, "convert") and hasattr(v, "mode"),
-          "video": lambda v: isinstance(v, (list, tuple)) and len(v) > 0 or getattr(v, "ndim", 0) == 4,
+          # every frame an image or an HxW(xC) array: a list of file names is no clip (it failed per frame)
+          "video": lambda v: (isinstance(v, (list, tuple)) and len(v) > 0 and all(
+              hasattr(f, "convert") or getattr(f, "ndim", 0) in (2, 3) for f in v)) or getattr(v, "ndim", 0) == 4,
           "audio": lambda v: (isinstance(v, tuple) and len(v) == 2) or getattr(v, "ndim", 0) in (1, 2)
           or (isinstance(v, list) and len(v) > 0 and all(isinstance(x, (int, float)) for x in v[:16]))}[kind]
     if not ok(value):
         raise bad_type(f"the {kind!r} value", value, where,
                        {"image": "give a PIL image, or a path string",
-                        "video": "give a list of frames (PIL images or HxWx3 arrays), or a path string",
+                        "video": "give a list of frames (PIL images or HxWx3 arrays), or a path string (a video "
+                                 "file, or a folder of frame images for a list of frame files)",
                         "audio": "give a 1-D sample array (with sampling_rate), or a path string"}[kind])
     return {"type": kind, kind: value}
 

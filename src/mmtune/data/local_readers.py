@@ -36,24 +36,59 @@ def parse_json_line(raw: bytes, where: str):
 UTF8_BOM = b"\xef\xbb\xbf"  # Windows tools (Notepad, Excel, PowerShell) start UTF-8 files with it
 
 
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")  # Windows' "Unicode" (PowerShell's `>`, Notepad's old default)
+
+
+def _not_utf16(path: Path, head: bytes) -> None:
+    """A UTF-16 file is a whole-file problem: read as UTF-8 its lines split inside characters, and a count of
+    bad lines would count neither the records nor the lines the user sees."""
+    if head.startswith(UTF16_BOMS):
+        raise DataError(f"{path} is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8", where=str(path),
+                        fix=f"re-save it as UTF-8: iconv -f utf-16 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}")
+
+
+def _not_an_array(path: Path, first: bytes) -> None:
+    """A JSON array saved as .jsonl (one line, or pretty-printed over many): its records are not lines, so
+    counting its lines as bad records would misstate how many records it holds."""
+    if not first.lstrip(UTF8_BOM).lstrip().startswith(b"["):
+        return
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (ValueError, RecursionError):  # not one JSON document: its lines are read as JSONL records
+        return
+    if isinstance(data, list):
+        raise DataError(f"{path} holds one JSON array of {len(data)} item(s), not one record per line (JSONL)",
+                        where=str(path), fix=f"rename it to {path.stem}.json (read as a list of records), or write "
+                        "one JSON object per line")
+
+
 def rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
     # Read bytes, decode per line: one line in another encoding is one bad record, not a dead file.
+    started = False  # past the first non-blank line
     with open(path, "rb") as f:
         for n, line in enumerate(f, start=1):
-            if n == 1 and line.startswith(UTF8_BOM):
-                line = line[len(UTF8_BOM):]
+            if n == 1:
+                _not_utf16(path, line)
+                line = line[len(UTF8_BOM):] if line.startswith(UTF8_BOM) else line
             if not line.strip():
                 continue
+            if not started:
+                _not_an_array(path, line)
+                started = True
             where = f"{path}:{n}"
             yield where, parse_json_line(line, where)
 
 
 def rows_json(path: Path) -> Iterator[tuple[str, object]]:
+    with open(path, "rb") as f:
+        _not_utf16(path, f.read(2))
     try:
         data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is dropped
     except json.JSONDecodeError as e:
+        jsonl = e.msg == "Extra data" and e.lineno > 1 and e.colno == 1  # a second document on the next line
         raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
-                        fix="fix the syntax, or use JSONL (one record per line)") from None
+                        fix=f"it holds one JSON value per line: rename it to {path.stem}.jsonl" if jsonl else
+                        "fix the syntax, or use JSONL (one record per line)") from None
     except UnicodeDecodeError as e:
         raise DataError(f"{path} is not valid UTF-8 (byte {e.start})", where=str(path),
                         fix="re-save the file as UTF-8") from None
@@ -122,6 +157,8 @@ def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
 
     # utf-8-sig drops a byte-order mark (else it sticks to the first column's name); surrogateescape keeps a
     # byte that is not UTF-8 (a latin-1 'é' from Excel) as a marker, so that row alone is a bad record.
+    with open(path, "rb") as raw:
+        _not_utf16(path, raw.read(2))  # Excel's "Unicode Text" export
     with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
         bad_header = _undecodable(reader.fieldnames or [])
@@ -183,8 +220,9 @@ FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parqu
 
 
 def reader_for(path: Path):
-    if path.suffix not in FILE_READERS:
+    suffix = path.suffix.lower()  # DATA.JSONL, as Windows tools and shouting colleagues name it
+    if suffix not in FILE_READERS:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
                         fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow, a "
                             "save_to_disk folder, a dataset repository folder or a Hub id ORG/NAME")
-    return FILE_READERS[path.suffix]
+    return FILE_READERS[suffix]

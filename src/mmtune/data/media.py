@@ -413,7 +413,7 @@ def _decode_audio_av(path: str, part, where: str, target_sr: int, from_video: bo
                            "replace the file, or set data.on_bad_record=skip") from None
     if not chunks:
         raise _bad("audio has no decodable samples", part, where, "replace the file, or set data.on_bad_record=skip")
-    return np.concatenate(chunks).astype(np.float32)
+    return _not_empty(np.concatenate(chunks).astype(np.float32), part, where)
 
 
 MIN_AUDIO_RATE, MAX_AUDIO_RATE = 1000, 384000
@@ -430,8 +430,14 @@ def _check_rate(sr, part: dict, where: str) -> int:
 
 
 def _not_empty(wave, part: dict, where: str):
+    import numpy as np
+
     if wave.size == 0:  # zero samples give zero audio tokens: the processor's text no longer lines up
         raise _bad("audio holds no samples", part, where, "replace or remove the file, or set data.on_bad_record=skip")
+    bad = int(wave.size - np.isfinite(wave).sum())
+    if bad:  # a float WAV with NaN / inf samples: its features are NaN, and so is the loss of every step it is in
+        raise _bad(f"audio holds {bad} NaN or infinite sample(s) of {wave.size}", part, where,
+                   "re-export the clip (a float WAV written from a failed computation), or set data.on_bad_record=skip")
     return wave
 
 

@@ -104,7 +104,7 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
     src = open_source(spec, data_cfg, split, parts)
     rs = RecordSet()
     n_rows = other_split = empty_media = 0
-    first_empty = ""
+    first_empty = first_fix = ""
     for index, (where, row) in enumerate(src.rows):
         if not in_split(row, src.fmt, src.wanted):
             other_split += 1
@@ -114,6 +114,7 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
             got = src.records(where, row, index)
         except BadRecord as e:
             rs.bad(e, where, data_cfg.on_bad_record)
+            first_fix = first_fix or e.fix or ""  # (it names the fields a row has: a file of wrong columns)
             continue
         rs.records.extend(got)
         if isinstance(row, dict) and not any(r.media_parts() for r in got) and lists_no_media(row):
@@ -132,7 +133,8 @@ def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
         rs.notes.append(note(spec, n_rows, len(rs.records)))
     if not rs.records:
         raise DataError(f"no usable records in {spec} ({rs.summary()})", where=spec,
-                        fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else ""))
+                        fix="check the file and data.format" + (f"; first problem: {rs.problems[0]}" if rs.problems else "")
+                        + (f"; its fix: {first_fix}" if first_fix else ""))
     return rs
 
 

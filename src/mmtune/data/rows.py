@@ -76,8 +76,8 @@ def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object
             return path, rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
         return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
     readers = {".jsonl": rows_jsonl, ".csv": rows_csv, ".parquet": rows_parquet}
-    if path.suffix not in readers:
+    if path.suffix.lower() not in readers:
         raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
                         where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
                                         "or set data.streaming=false")
-    return path.parent, readers[path.suffix](path)
+    return path.parent, readers[path.suffix.lower()](path)

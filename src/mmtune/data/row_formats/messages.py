@@ -92,6 +92,14 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
     if not any(m["role"] == "assistant" for m in messages):
         raise BadRecord("no answer", "record has no assistant turn (nothing to learn or score)", where,
                         "end the conversation with an assistant message holding the answer, or set data.on_bad_record=skip")
+    held = next((p["type"] for m in messages if m["role"] == "assistant" for p in m["content"] if p["type"] in MEDIA_TYPES), None)
+    if held:  # trained as input beside the answer, dropped from eval's prompt: no model here writes media
+        raise BadRecord("bad conversation", f"an assistant turn holds a {held}: the models read media, they do not "
+                        "write it", where, f"move the {held} (or its <{held}> tag) into the user turn it answers")
+    if messages[-1]["role"] == "user":  # a half-written conversation: eval's prompt would drop the question unseen
+        raise BadRecord("bad conversation", f"the conversation ends with a user turn ({len(messages)} turns) that no "
+                        "assistant turn answers", where, "end the conversation with the assistant's answer, or remove "
+                        "the unanswered user turn (evaluation prompts with everything before the last answer)")
     return [Record(id=rid, source=where, messages=messages)]
 
 
