@@ -202,6 +202,15 @@ def flash_attention_support(cls) -> bool | None:
     return None
 
 
+def bitsandbytes_min_version() -> str | None:
+    """The oldest bitsandbytes the installed transformers' quantizers accept (`is_bitsandbytes_available()`
+    compares against it; "4 bit quantization requires bitsandbytes>=..." otherwise): 0.46.1 in transformers 5
+    (huggingface/transformers#41283). None when this transformers does not declare one. Checked on 5.17-5.24."""
+    from transformers.utils import import_utils
+
+    return getattr(import_utils, "BITSANDBYTES_MIN_VERSION", None)
+
+
 __all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
            "auto_image_processor", "checkpointing_function", "missing_dependencies",
-           "flash_attention_support"]
+           "flash_attention_support", "bitsandbytes_min_version"]
