@@ -189,5 +189,28 @@ def checkpointing_function(module):
     return getattr(module, "_gradient_checkpointing_func", None)
 
 
+def flash_attention_support(cls) -> bool | None:
+    """Whether a transformers model class runs FlashAttention-2: its private `_supports_flash_attn` flag
+    (`_supports_flash_attn_2` before 4.53), which `from_pretrained` checks first, before flash_attn is even
+    imported ("X does not support Flash Attention 2.0 yet"). None for a class without the flag (an Auto class,
+    a model brought by import path): unknown, so nothing is decided from it. In 5.24 Gemma 3 and Mllama lack it.
+    Checked on transformers 5.17, 5.23, 5.24."""
+    for flag in ("_supports_flash_attn", "_supports_flash_attn_2"):
+        value = getattr(cls, flag, None)
+        if isinstance(value, bool):
+            return value
+    return None
+
+
+def bitsandbytes_min_version() -> str | None:
+    """The oldest bitsandbytes the installed transformers' quantizers accept (`is_bitsandbytes_available()`
+    compares against it; "4 bit quantization requires bitsandbytes>=..." otherwise): 0.46.1 in transformers 5
+    (huggingface/transformers#41283). None when this transformers does not declare one. Checked on 5.17-5.24."""
+    from transformers.utils import import_utils
+
+    return getattr(import_utils, "BITSANDBYTES_MIN_VERSION", None)
+
+
 __all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
-           "auto_image_processor", "checkpointing_function", "missing_dependencies"]
+           "auto_image_processor", "checkpointing_function", "missing_dependencies",
+           "flash_attention_support", "bitsandbytes_min_version"]

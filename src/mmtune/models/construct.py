@@ -16,6 +16,26 @@ def model_class(family: Family):
     return getattr(transformers, family.model_class)
 
 
+def model_lacks_fa2(family: Family) -> str | None:
+    """Why the family's model class cannot run FlashAttention-2 in the installed transformers (None: it can,
+    or it is not known: an Auto class, a model brought by import path). One rule for the resolved run's
+    attention decision and the doctor's MM071."""
+    if family.custom or not family.model_class or family.model_class.startswith("Auto"):
+        return None
+    import transformers
+
+    from ..compat.transformers_internals import flash_attention_support
+
+    try:  # transformers' lazy module imports the modeling file here (no weights, no optional package)
+        cls = getattr(transformers, family.model_class, None)
+    except (ImportError, RuntimeError):
+        return None
+    if cls is None or flash_attention_support(cls) is not False:
+        return None
+    return (f"{family.model_class} does not support FlashAttention-2 in transformers {transformers.__version__} "
+            "(from_pretrained: \"does not support Flash Attention 2.0 yet\")")
+
+
 def build_from_config(family: Family, config, dtype, attn: str):
     """The family's model class built from a config (random init; on whatever device is current)."""
     cls = model_class(family)

@@ -93,8 +93,9 @@ def decide_precision(requested: str, target) -> tuple[str, bool, Decision]:
 
 # --------------------------------------------------------------------------- attention
 
-def decide_attention(requested: str, target, precision: str) -> tuple[str, Decision]:
-    """'sdpa' unless FlashAttention-2 is asked for, or 'auto' and usable (flash_attn here, sm80+, 16-bit)."""
+def decide_attention(requested: str, target, precision: str, model_lacks_fa2: str | None = None) -> tuple[str, Decision]:
+    """'sdpa' unless FlashAttention-2 is asked for, or 'auto' and usable (flash_attn here, sm80+, 16-bit, and
+    a model class that has it: `model_lacks_fa2` says why not, e.g. Gemma 3 / Mllama in transformers 5.24)."""
     from .target import package_problem
 
     # flash_attn where the run executes: this machine's for a run here, the target's assumed packages for a
@@ -113,8 +114,13 @@ def decide_attention(requested: str, target, precision: str) -> tuple[str, Decis
                               where=key, fix="model.attn_implementation=sdpa (or auto)")
         if why_not:  # planned for another machine: the doctor's MM025 says whether that machine can
             return "flash_attention_2", Decision(key, "flash_attention_2", f"requested; here: {why_not}")
-        return "flash_attention_2", Decision(key, "flash_attention_2", "requested")
+        # the model's own lack is the same on every machine: kept as asked and reported by the doctor (MM071),
+        # which `mmtune train`'s pre-start check runs, so the load never meets transformers' ValueError
+        return "flash_attention_2", Decision(key, "flash_attention_2", "requested" + (f"; {model_lacks_fa2}"
+                                                                                      if model_lacks_fa2 else ""))
     if requested == "auto":
+        if why_not is None and model_lacks_fa2:
+            return "sdpa", Decision(key, "sdpa", f"auto: {model_lacks_fa2}", changed=True)
         if why_not is None:
             where = "installed" if target.local or target.assume_installed == "here" else \
                 f"assumed on the target (--assume-installed {target.assume_installed})"

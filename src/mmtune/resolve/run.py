@@ -173,7 +173,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(decide_random_weights(cfg))
     precision, scaled, d = decide_precision(cfg.train.precision, target)
     decisions.append(d)
-    attn, d = decide_attention(cfg.model.attn_implementation, target, precision)
+    from ..models.construct import model_lacks_fa2
+
+    attn, d = decide_attention(cfg.model.attn_implementation, target, precision, model_lacks_fa2(family))
     decisions.append(d)
     decisions.append(decide_attention_kernels(attn, target, precision))
     strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,

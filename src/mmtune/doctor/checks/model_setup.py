@@ -194,6 +194,11 @@ def _version(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
 
 
+# original-LLaVA-repository model types -> an example of the llava-hf conversion users are pointed to
+_LLAVA_HF = {"llava_llama": "llava-hf/llava-1.5-7b-hf", "llava_mistral": "llava-hf/llava-v1.6-mistral-7b-hf",
+             "llava_qwen": "llava-hf/llava-onevision-qwen2-7b-ov-hf"}
+
+
 @check("MM044", "this transformers knows the checkpoint's model type and is not older than the one that saved it",
        fast=True)
 def transformers_version(ctx):
@@ -214,6 +219,16 @@ def transformers_version(ctx):
                     "transformers runs only with trust_remote_code (\"contains custom code which must be executed "
                     "to correctly load the model\")", where="model.trust_remote_code",
                     fix="model.trust_remote_code=true   (after reading the repository's code)")
+        return
+    if mt and mt not in CONFIG_MAPPING and mt.startswith("llava_"):
+        # haotian-liu/LLaVA and LLaVA-NeXT save their own class (model_type llava_llama / llava_mistral /
+        # llava_qwen, mm_vision_tower in config.json): no transformers release loads it, so an upgrade is the
+        # wrong fix (LLaVA#1622, LLaVA-NeXT#350, vllm#2153): the llava-hf conversion of the same weights is.
+        yield error(f"{path}: model_type {mt!r} is the original LLaVA repository's format, which no transformers "
+                    "version loads (\"You are using a model of type llava to instantiate a model of type "
+                    f"{mt}\")", where="model.name",
+                    fix=f"model.name={_LLAVA_HF.get(mt, 'llava-hf/<the same model>-hf')}   (the transformers-format "
+                        "conversion of these weights; or convert them with transformers' convert_llava_weights_to_hf)")
         return
     if mt and mt not in CONFIG_MAPPING and not cfg.model.trust_remote_code:
         yield error(f"{path}: model_type {mt!r} is unknown to transformers {here} (\"Transformers does not recognize "

@@ -19,7 +19,10 @@ def kbit_needs_bitsandbytes(ctx):
     """Without it, the build stops at the first 4-bit / int8 layer (transformers: "Using `bitsandbytes` 8-bit
     quantization requires the latest version of bitsandbytes")."""
     cfg = ctx.need("cfg")
-    if cfg.adapter.method not in KBIT or importlib.util.find_spec("bitsandbytes") is not None:
+    if cfg.adapter.method not in KBIT:
+        return
+    if importlib.util.find_spec("bitsandbytes") is not None:
+        yield from _bitsandbytes_too_old(ctx, cfg)
         return
     bits = "4-bit" if cfg.adapter.method == "qlora" else "int8"
     what = f"adapter.method={cfg.adapter.method} needs bitsandbytes (its {bits} layers)"
@@ -29,6 +32,31 @@ def kbit_needs_bitsandbytes(ctx):
     else:
         yield error(f"{what}, which is not installed here: the model build stops at the first quantized layer",
                     where="adapter.method", fix="pip install 'mmtune[qlora]', or adapter.method=lora")
+
+
+def _bitsandbytes_too_old(ctx, cfg):
+    """Installed, but older than transformers' minimum: from_pretrained refuses at the quantizer ("4 bit
+    quantization requires bitsandbytes>=0.39.0": bitsandbytes-foundation/bitsandbytes#815, artidoro/qlora#26;
+    transformers 5 raised it to 0.46.1, huggingface/transformers#41283). Only where the run executes: a plan for
+    another GPU says nothing of this machine's packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ...compat.transformers_internals import bitsandbytes_min_version
+    from .model_setup import _version  # release numbers as int tuples (a .devN / rc suffix is not compared)
+
+    if ctx.has("gpu"):
+        return
+    need = bitsandbytes_min_version()
+    try:
+        have = version("bitsandbytes")
+    except PackageNotFoundError:  # a source tree on the path without metadata: its version is unknown
+        return
+    if need and _version(have) < _version(need):
+        import transformers
+
+        yield error(f"adapter.method={cfg.adapter.method}: bitsandbytes {have} is installed, and transformers "
+                    f"{transformers.__version__} quantizes only with bitsandbytes>={need}: the model build stops at "
+                    "the quantizer", where="adapter.method", fix=f"pip install -U 'bitsandbytes>={need}'")
 
 
 @check("MM091", "8-bit LoRA's int8 matmul runs well on the target GPU", needs=("cfg", "gpu"), fast=True)
