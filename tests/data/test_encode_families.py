@@ -81,3 +81,23 @@ def test_use_audio_on_a_non_omni_model_is_reported(files):
     with pytest.raises(DataError) as e:
         enc.encode(r)
     assert e.value.reason == "unsupported modality" and "omni" in e.value.fix
+
+
+@pytest.mark.parametrize("name", ["tiny/smolvlm", "tiny/internvl", "tiny/glm4v", "tiny/llava-onevision"])
+def test_a_modality_the_family_does_not_wire_is_a_counted_bad_record(name, files):
+    """These processors take videos, but mmtune feeds these families images only (their Family's modalities):
+    a video record is the record's problem ("unsupported modality", counted), not a crash in the model."""
+    from mmtune.models.families import get_family
+    from mmtune.models.tiny import tiny_config_and_processor, tiny_spec
+
+    family = get_family(tiny_spec(name).family)
+    proc = tiny_config_and_processor(name)[1]
+    assert getattr(proc, "video_processor", None) is not None  # the processor alone would say yes
+    enc = Encoder(proc, family, RunConfig.model_validate({"model": {"name": name, "video_frames": 4}}))
+    assert enc.modalities == set(family.modalities) == {"text", "image"}
+    r = Record("v", "f:3", [{"role": "user", "content": [{"type": "video", "path": str(files / "frames")},
+                                                         {"type": "text", "text": "What is it?"}]},
+                            {"role": "assistant", "content": "red"}])
+    with pytest.raises(DataError) as e:
+        enc.encode(r)
+    assert e.value.reason == "unsupported modality" and "video" in e.value.what

@@ -62,6 +62,10 @@ class Encoder:
             self.modalities.add("video")
         if audio_extractor(processor) is not None:
             self.modalities.add("audio")
+        if family is not None:  # what mmtune wires and tests for the family, whatever else its processor has
+            # (SmolVLM's, InternVL's, GLM-4V's and LLaVA-OneVision's processors take videos that mmtune does not
+            # feed their models: such a record is a counted "modality not supported", not a crash in the model)
+            self.modalities &= set(family.modalities) | {"text"}
         # Placeholder strings (what the template writes per media item) and token ids (what they expand to).
         self.placeholder = {k: getattr(processor, f"{k}_token", None) for k in MEDIA_TYPES}
         self.media_token_id = media_token_ids(processor)
