@@ -189,9 +189,11 @@ def kinds(folder: Path) -> list[Kind]:
     add("image_url_data_uri", [msg([{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png64}"}},
                                     {"type": "text", "text": "q"}], "a")], OK)
     add("image_data_uri_broken", [msg([{"type": "image", "url": "data:image/png;base64,iVBORw0KG!!"},
-                                       {"type": "text", "text": "q"}], "a")], ("missing media",))  # a url key is a path
+                                       {"type": "text", "text": "q"}], "a")], ("bad media",))  # a data URL where a path goes: invalid base64
     add("image_base64_as_path", [msg(img(png64[:120]), "a")], ("missing media", "bad media"))
-    add("image_file_url", [msg(img(f"file://{folder / 'ok.png'}"), "a")], ("missing media",))  # paths are paths
+    add("image_file_url", [msg(img(f"file://{folder / 'ok.png'}"), "a")], OK)  # a file:// URL is its local path
+    add("image_data_uri_in_url", [msg([{"type": "image", "url": f"data:image/png;base64,{png64}"},
+                                       {"type": "text", "text": "q"}], "a")], OK)  # decoded, as in an image_url part
     add("image_http_url", [msg(img("https://example.com/cat.png"), "a")], ("missing media", "bad media"))
     add("image_bytes_base64_string", [msg(img(png64, key="bytes"), "a")], ("bad type", "corrupt media"))
     for name, why in (("cut.jpg", ("corrupt media",)), ("zero.jpg", ("corrupt media",)),

@@ -246,14 +246,38 @@ def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str
                     f"give the {kind} as a file path, relative to data.media_root or the data file's folder")
 
 
+def data_url_bytes(url: str, kind: str, where: str) -> bytes:
+    """The bytes of a base64 `data:` URL (an OpenAI-style image_url, or a data URL where a path goes)."""
+    import base64
+    import binascii
+
+    head, _, payload = url.partition(",")
+    if ";base64" not in head:
+        raise BadRecord("bad media", f"a {kind} data: URL that is not base64", where, "encode the data as base64")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRecord("bad media", f"the {kind} data: URL holds invalid base64", where,
+                        "re-encode the file, or give a path") from None
+
+
+
 def _checked_part(p: dict, resolve, where: str) -> dict:
     """A media part as written in a record, with its value's type checked and its path resolved."""
     kind = p.get("type")
     if kind not in MEDIA_TYPES:
         raise BadRecord("missing field", f"a media part has type {kind!r}", where, "type is image, video or audio")
     q = {k: v for k, v in p.items() if k not in ("url", "path", "bytes", kind)}
-    if p.get("path") is not None or p.get("url") is not None:
-        q["path"] = resolve(p["url"] if p.get("url") is not None else p["path"], where)
+    ref = p["url"] if p.get("url") is not None else p.get("path")
+    if ref is not None:
+        if isinstance(ref, str) and ref.startswith("data:"):  # a data URL where a path goes, as OpenAI parts hold one
+            if kind == "video":
+                raise BadRecord("bad media", "a video given as a data: URL", where,
+                                "save the video to a file and give its path (videos are decoded from files)")
+            return {**q, **_bytes_part(kind, data_url_bytes(ref, kind, where), f"<{kind} data URL>", where)}
+        if isinstance(ref, str) and ref.startswith("file://"):  # a local file as a URL: its path
+            ref = ref[len("file://"):]
+        q["path"] = resolve(ref, where)
         return q
     if p.get("bytes") is not None:
         return {**q, **_bytes_part(kind, p["bytes"], p.get("name"), where)}

@@ -23,7 +23,15 @@ import base64
 import binascii
 import json
 
-from .formats import _PLACEHOLDER_RE, FORMAT_FIELDS, PLACEHOLDERS, BadRecord, _split_placeholders, text_value
+from .formats import (
+    _PLACEHOLDER_RE,
+    FORMAT_FIELDS,
+    PLACEHOLDERS,
+    BadRecord,
+    _split_placeholders,
+    data_url_bytes,
+    text_value,
+)
 from .records import MEDIA_TYPES, Record, content_parts, part_text
 
 MEDIA_LISTS = {"image": "images", "video": "videos", "audio": "audios"}
@@ -95,17 +103,6 @@ def query_response_row(row: dict, where: str) -> dict:
 
 
 # ------------------------------------------------------------------------------- content parts
-def _data_url(url: str, kind: str, where: str) -> bytes:
-    head, _, payload = url.partition(",")
-    if ";base64" not in head:
-        raise BadRecord("bad media", f"a {kind} data: URL that is not base64", where, "encode the data as base64")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRecord("bad media", f"the {kind} data: URL holds invalid base64", where,
-                        "re-encode the file, or give a path") from None
-
-
 def _openai_part(p: dict, where: str) -> dict:
     """An OpenAI-style content part as ours ({"type": kind, "path" | "bytes"}); other parts unchanged."""
     t = p.get("type")
@@ -133,7 +130,7 @@ def _openai_part(p: dict, where: str) -> dict:
         if kind == "video":
             raise BadRecord("bad media", "a video given as a data: URL", where,
                             "save the video to a file and give its path (videos are decoded from files)")
-        return {"type": kind, "bytes": _data_url(url, kind, where), "name": f"<{kind} data URL>"}
+        return {"type": kind, "bytes": data_url_bytes(url, kind, where), "name": f"<{kind} data URL>"}
     return {"type": kind, "path": url.removeprefix("file://")}
 
 
