@@ -1,13 +1,15 @@
 """The demo command on a busy CPU: OpenMP threads that spin between parallel regions vs threads that sleep.
 
-    python benchmarks/openmp_waits.py [--busy 0,2] [--repeats 2] [--steps 100] [--save FILE]
+    python benchmarks/openmp_waits.py [--busy 0,2] [--repeats 2] [--steps 150] [--save FILE]
 
 Runs `mmtune train recipes/demo_counting.yaml train.max_steps=STEPS` (the installed command, in a fresh
-process each time, its own output folder) under three settings, interleaved within each repeat:
-- `active`: OMP_WAIT_POLICY=ACTIVE, torch's default threads (one per core): what the command did before
-  mmtune's command line set the policy (cli._passive_openmp_waits);
-- `passive`: OMP_WAIT_POLICY=PASSIVE, the same threads: what the command does now;
-- `one_thread`: OMP_NUM_THREADS=1 (no parallel regions to wait in).
+process each time, its own output folder) under four settings, interleaved within each repeat, torch's
+default threads (one per core) unless said:
+- `libgomp_default`: GOMP_SPINCOUNT=300000, libgomp's default (a thread spins that long between parallel
+  regions, then sleeps): what the command ran with before it set its own (cli._short_openmp_spins);
+- `passive`: OMP_WAIT_POLICY=PASSIVE (a thread sleeps at once);
+- `one_thread`: OMP_NUM_THREADS=1 (no parallel regions to wait in);
+- `mmtune`: nothing set: the command's own setting, GOMP_SPINCOUNT=10000.
 Each setting runs with `--busy N` other processes spinning on the CPU (pure-Python loops this script starts
 and stops: a stand-in for whatever else a user's machine runs); N=0 is the machine as it is. Reported per
 (busy, setting): wall seconds of the whole command, the CPU seconds it used (user + system, its children
@@ -33,8 +35,11 @@ from _provenance import provenance, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULT_KEYS = ("steps", "repeats", "busy", "results")
-SETTINGS = {"active": {"OMP_WAIT_POLICY": "ACTIVE"}, "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
-            "one_thread": {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}}
+# The environment of each setting (OMP_WAIT_POLICY, OMP_NUM_THREADS and GOMP_SPINCOUNT are cleared first).
+SETTINGS = {"libgomp_default": {"GOMP_SPINCOUNT": "300000"},  # libgomp's own default: what the command ran with
+            "passive": {"OMP_WAIT_POLICY": "PASSIVE"},  # sleep at once
+            "one_thread": {"OMP_NUM_THREADS": "1"},
+            "mmtune": {}}  # the command's own setting now (cli._short_openmp_spins: GOMP_SPINCOUNT=10000)
 
 
 def _spin(stop) -> None:
@@ -44,7 +49,7 @@ def _spin(stop) -> None:
 
 
 def run_once(setting: str, steps: int, out: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "GOMP_SPINCOUNT")}
     env.update(SETTINGS[setting])
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -63,7 +68,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--busy", default="0,2", help="comma-separated numbers of spinning processes to run beside")
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=150)
     ap.add_argument("--save")
     args = ap.parse_args()
     started = provenance()

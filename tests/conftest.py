@@ -10,10 +10,10 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# As the mmtune command sets it (cli._passive_openmp_waits), before torch loads its OpenMP runtime: OpenMP
-# threads that spin between parallel regions starve everything else on a busy machine (tests/train/test_loop.py
-# + test_loss_impl.py at load ~4: 32 s spinning, 18 s sleeping).
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# As the mmtune command sets it (cli._short_openmp_spins), before torch loads its OpenMP runtime: libgomp's threads
+# spin 300,000 times between parallel regions by default, which starves everything else on a busy machine.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
 def pytest_collection_modifyitems(config, items):

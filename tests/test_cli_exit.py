@@ -60,23 +60,26 @@ def test_the_installed_command_runs_main_not_the_bare_app():
 _ENV_PROG = """
 import atexit, os, sys
 out = sys.argv[1]
-atexit.register(lambda: open(out, "w").write(os.environ.get("OMP_WAIT_POLICY", "unset")))
+env = os.environ
+atexit.register(lambda: open(out, "w").write(env.get("OMP_WAIT_POLICY", "-") + " " + env.get("GOMP_SPINCOUNT", "-")))
 sys.argv = ["mmtune", "--help"]
 from mmtune.cli import main
 main()
 """
 
 
-def test_openmp_threads_sleep_between_regions_unless_the_user_says(tmp_path):
+def test_openmp_threads_spin_briefly_unless_the_user_says(tmp_path):
     import os
 
     marker = tmp_path / "env.txt"
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    proc = subprocess.run([sys.executable, "-c", _ENV_PROG, str(marker)], capture_output=True, text=True, timeout=300,
-                          env=env)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert marker.read_text() == "PASSIVE"
-    proc = subprocess.run([sys.executable, "-c", _ENV_PROG, str(marker)], capture_output=True, text=True, timeout=300,
-                          env={**env, "OMP_WAIT_POLICY": "ACTIVE"})
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert marker.read_text() == "ACTIVE"  # the user's own value is left alone
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+
+    def run(**extra):
+        proc = subprocess.run([sys.executable, "-c", _ENV_PROG, str(marker)], capture_output=True, text=True,
+                              timeout=300, env={**env, **extra})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return marker.read_text()
+
+    assert run() == "- 10000"
+    assert run(OMP_WAIT_POLICY="PASSIVE") == "PASSIVE -"  # the user's own choice is left alone
+    assert run(GOMP_SPINCOUNT="500") == "- 500"

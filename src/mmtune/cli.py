@@ -62,24 +62,26 @@ def _freeze_before_exit() -> None:
     gc.freeze()
 
 
-def _passive_openmp_waits() -> None:
-    """torch's CPU kernels run on OpenMP threads (one per core by default), and between parallel regions each
-    thread spins for a while instead of sleeping. On a machine where anything else runs, a spinning thread holds
-    a core that the thread a region waits for needs: measured on this 2-core machine at load 3-4, the demo
-    (`mmtune train recipes/demo_counting.yaml`) took 65.8 s (1,900 tokens/s, 42.9 s of CPU) with spinning
-    waits, 14.4 s (12,100 tokens/s, 11.5 s of CPU) with OMP_WAIT_POLICY=PASSIVE, 18.9 s with one thread
-    (docs/startup.md). The policy is read once, when torch loads its OpenMP runtime, so it is set here, before
-    any command imports torch; the processes a run starts (DataLoader workers, ranks) inherit it. A user's
-    own OMP_WAIT_POLICY wins."""
+def _short_openmp_spins() -> None:
+    """torch's CPU kernels run on OpenMP threads (one per core by default). Between parallel regions each of
+    libgomp's threads spins 300,000 times before it sleeps (GOMP_SPINCOUNT's default): on a machine where
+    anything else runs, a spinning thread holds a core that the thread the next region waits for needs. 10,000
+    spins keep the quiet machine's speed and give most of that back (benchmarks/openmp_waits.py, the demo's
+    training on this 2-core machine, results/openmp_waits_cpu2_20261128_*.json: docs/startup.md). Sleeping at
+    once (OMP_WAIT_POLICY=PASSIVE) wins more under load but costs a third of the quiet machine's tokens/s.
+    libgomp reads it once, when torch loads it, so it is set here, before any command imports torch; the
+    processes a run starts (DataLoader workers, ranks) inherit it. A user's own OMP_WAIT_POLICY or
+    GOMP_SPINCOUNT wins."""
     import os
 
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
 def main() -> None:  # pragma: no cover - console entry point (pyproject's [project.scripts])
     from .commands.startup_gc import relax_for_startup
 
-    _passive_openmp_waits()
+    _short_openmp_spins()
     relax_for_startup()
     try:
         app()

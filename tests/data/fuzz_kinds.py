@@ -189,7 +189,8 @@ def kinds(folder: Path) -> list[Kind]:
     add("image_url_data_uri", [msg([{"type": "image_url", "image_url": {"url": f"data:image/png;base64,{png64}"}},
                                     {"type": "text", "text": "q"}], "a")], OK)
     add("image_data_uri_broken", [msg([{"type": "image", "url": "data:image/png;base64,iVBORw0KG!!"},
-                                       {"type": "text", "text": "q"}], "a")], ("bad media",))  # a data URL where a path goes: invalid base64
+                                       {"type": "text", "text": "q"}], "a")],
+        ("bad media",))  # a data URL where a path goes: invalid base64
     add("image_base64_as_path", [msg(img(png64[:120]), "a")], ("missing media", "bad media"))
     add("image_file_url", [msg(img(f"file://{folder / 'ok.png'}"), "a")], OK)  # a file:// URL is its local path
     add("image_data_uri_in_url", [msg([{"type": "image", "url": f"data:image/png;base64,{png64}"},
