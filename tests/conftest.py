@@ -10,10 +10,11 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-# As the mmtune command sets it (cli._short_openmp_spins), before torch loads its OpenMP runtime: libgomp's threads
-# spin 300,000 times between parallel regions by default, which starves everything else on a busy machine.
-if "OMP_WAIT_POLICY" not in os.environ:
-    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+# OpenMP's spin between parallel regions, as the mmtune command sets it, before torch loads libgomp (one rule:
+# cli._short_openmp_spins; importing mmtune.cli imports no torch, tests/test_import_light.py).
+from mmtune.cli import _short_openmp_spins  # noqa: E402
+
+_short_openmp_spins()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -246,7 +246,7 @@ def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str
                     f"give the {kind} as a file path, relative to data.media_root or the data file's folder")
 
 
-def data_url_bytes(url: str, kind: str, where: str) -> bytes:
+def _data_url_bytes(url: str, kind: str, where: str) -> bytes:
     """The bytes of a base64 `data:` URL (an OpenAI-style image_url, or a data URL where a path goes)."""
     import base64
     import binascii
@@ -274,7 +274,7 @@ def _checked_part(p: dict, resolve, where: str) -> dict:
             if kind == "video":
                 raise BadRecord("bad media", "a video given as a data: URL", where,
                                 "save the video to a file and give its path (videos are decoded from files)")
-            return {**q, **_bytes_part(kind, data_url_bytes(ref, kind, where), f"<{kind} data URL>", where)}
+            return {**q, **_bytes_part(kind, _data_url_bytes(ref, kind, where), f"<{kind} data URL>", where)}
         if isinstance(ref, str) and ref.startswith("file://"):  # a local file as a URL: its path
             ref = ref[len("file://"):]
         q["path"] = resolve(ref, where)

@@ -29,7 +29,6 @@ from .formats import (
     PLACEHOLDERS,
     BadRecord,
     _split_placeholders,
-    data_url_bytes,
     text_value,
 )
 from .records import MEDIA_TYPES, Record, content_parts, part_text
@@ -125,13 +124,8 @@ def _openai_part(p: dict, where: str) -> dict:
     url = spec.get("url") if isinstance(spec, dict) else spec
     if not url:
         raise BadRecord("bad media", f"a {t} part without a url", where, f'write {{"type": "{t}", "{t}": {{"url": "file.png"}}}}')
-    url = str(url)
-    if url.startswith("data:"):
-        if kind == "video":
-            raise BadRecord("bad media", "a video given as a data: URL", where,
-                            "save the video to a file and give its path (videos are decoded from files)")
-        return {"type": kind, "bytes": data_url_bytes(url, kind, where), "name": f"<{kind} data URL>"}
-    return {"type": kind, "path": url.removeprefix("file://")}
+    # as a plain part's url: formats._checked_part reads a data: URL's bytes and a file:// URL's path
+    return {"type": kind, "url": str(url)}
 
 
 def _has_tag(text: str) -> bool:
