@@ -298,7 +298,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
             raise DataError(f"no usable training record ({dict(run.train_set.skipped)} skipped)",
                             where=cfg.data.train, fix="see `mmtune data inspect CONFIG` for the reasons")
-        run.collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
+        run.collator = Collator.for_run(resolved, resolved.compute_dtype)
         run.train_collator = train_collator(resolved, run.collator)
         checked = "being checked beside training" if run.startup_check is not None else "checked at start-up"
         draws = ((cfg.train.max_steps or 0) * cfg.train.micro_batch_size * cfg.train.grad_accum
@@ -374,7 +374,7 @@ def attach_eval_data(run: Run) -> None:
     if run.encoder is None:
         run.encoder = Encoder.for_run(run.resolved)
     if run.collator is None:
-        run.collator = Collator(run.resolved.pad_token_id, run.resolved.compute_dtype)
+        run.collator = Collator.for_run(run.resolved, run.resolved.compute_dtype)
     t_scan = time.perf_counter()
     run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
                                 cfg.data.on_bad_record, progress="check eval data").records

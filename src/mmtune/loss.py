@@ -60,9 +60,10 @@ def loss_sum(model, batch: dict):
 
 
 def model_inputs(batch: dict) -> dict:
-    """What the model's forward takes: the batch without labels, auxiliary-loss inputs (`aux_*`) and a packed
-    batch's token mask (`packed_*`: a packed batch has no attention_mask, see data/packing.py)."""
-    return {k: v for k, v in batch.items() if k != "labels" and not k.startswith(("aux_", "packed_"))}
+    """What the model's forward takes: the batch without labels, auxiliary-loss inputs (`aux_*`) and `token_mask`
+    (which positions are tokens where the model gets no attention_mask: a packed batch, data/packing.py, or a
+    right-padded one whose mask the run leaves out, data/collate.py)."""
+    return {k: v for k, v in batch.items() if k not in ("labels", "token_mask") and not k.startswith("aux_")}
 
 
 def extract_loss(output):

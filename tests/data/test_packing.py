@@ -97,10 +97,10 @@ def test_a_packed_row_restarts_positions_and_masks_each_records_first_label(tmp_
     a, b = (int(it["input_ids"].shape[0]) for it in items[:2])
     assert row["position_ids"].shape == (4, a + b)
     assert row["position_ids"][0].tolist() == list(range(a)) + list(range(b))
-    assert row["labels"][a] == -100 and row["packed_token_mask"].sum() == a + b
+    assert row["labels"][a] == -100 and row["token_mask"].sum() == a + b
     assert row["image_grid_thw"].tolist() == items[0]["image_grid_thw"].tolist() + items[1]["image_grid_thw"].tolist()
     batch = collate([row, pack_row(items[3:], rope_index_of(model))])
-    assert batch["position_ids"].shape == (4, 2, a + b) and batch["packed_token_mask"][1].sum() == items[3]["input_ids"].shape[0]
+    assert batch["position_ids"].shape == (4, 2, a + b) and batch["token_mask"][1].sum() == items[3]["input_ids"].shape[0]
 
 
 def test_rows_respect_the_cap_and_hold_every_record_once():

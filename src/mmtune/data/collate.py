@@ -9,6 +9,10 @@ M-RoPE `position_ids` become (4, rows, tokens), as the model takes them (data/pa
 concatenated, which is how the processors batch them themselves; (1, tokens, ...) tensors (Mllama's
 `cross_attention_mask`) are padded on their token axis and with zeros on the rest. Floating tensors are cast to the
 compute dtype here so the model never sees fp32 pixels next to bf16 weights (failure mode 4).
+
+`model_mask=False` (the resolved run's `padding_mask`, resolve.decisions.decide_padding_mask): the padding mask is
+kept as `token_mask`, which counts tokens and is never given to the model (loss.model_inputs), so a causal model
+attends without a (seq x seq) mask; right padding only. A packed row has `token_mask` and no `attention_mask` anyway.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from .batches import epoch_order  # one definition of the shuffle order, shared 
 __all__ = ["Collator", "epoch_order", "make_dataloader"]
 
 PAD_VALUES = {"labels": -100}
+TOKEN_MASK = "token_mask"  # which positions are tokens, not padding; never a model input
 # Per-image tile masks whose first tile is on for every image slot, a padded one too (MllamaProcessor's
 # build_aspect_ratio_mask): the vision encoder then never masks a whole attention row (a NaN in its softmax).
 FIRST_TILE_ON = {"aspect_ratio_mask"}
@@ -28,12 +33,20 @@ FRAME_PADDED = {"input_features", "feature_attention_mask"}
 
 
 class Collator:
-    def __init__(self, pad_token_id: int, compute_dtype=None, padding_side: str = "right"):
+    def __init__(self, pad_token_id: int, compute_dtype=None, padding_side: str = "right", model_mask: bool = True):
         if padding_side not in ("right", "left"):
             raise ValueError(f"padding_side must be 'right' or 'left', not {padding_side!r}")
+        if not model_mask and padding_side != "right":
+            raise ValueError("a batch without its padding mask must be padded on the right (pads after every token)")
         self.pad_token_id = int(pad_token_id)
         self.compute_dtype = compute_dtype
         self.padding_side = padding_side
+        self.model_mask = model_mask
+
+    @classmethod
+    def for_run(cls, resolved, compute_dtype=None) -> Collator:
+        """The training collator's padding as the resolved run decided it (its pad id; the mask given or not)."""
+        return cls(resolved.pad_token_id, compute_dtype, model_mask=resolved.padding_mask)
 
     def _fill(self, key: str) -> int:
         if key == "input_ids":
@@ -87,6 +100,8 @@ class Collator:
                 batch[key] = cat
         if av:  # a video's own audio track: the model's M-RoPE puts its interleaved block on one time axis
             batch[FLAG] = True
+        if not self.model_mask and "attention_mask" in batch:
+            batch[TOKEN_MASK] = batch.pop("attention_mask")
         return batch
 
     def _pad_token_axis_1(self, vals: list, longest: int):

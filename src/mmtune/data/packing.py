@@ -21,8 +21,8 @@ What a row is: `pack_row` concatenates the records' encodings in order --
   sum over the same answer tokens;
 - media tensors concatenated in record order, as the collator batches them: the vision tower sees each
   record's images in order and the model scatters them into the placeholders in order;
-- `packed_token_mask` (ones): which positions of a collated batch are tokens rather than padding.
-  Never given to the model (loss.model_inputs drops `packed_*` keys).
+- `token_mask` (ones): which positions of a collated batch are tokens rather than padding.
+  Never given to the model (loss.model_inputs drops it).
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ from __future__ import annotations
 import bisect
 import random
 
+from .collate import TOKEN_MASK
+
 PACK_WINDOW = 1024  # records packed together: wide enough to fill rows, narrow enough to stay random
-PACKED_MASK = "packed_token_mask"
+PACKED_MASK = TOKEN_MASK  # the collator's key for "tokens, not padding" where the model gets no attention_mask
 DROPPED = ("attention_mask",)  # its absence is what makes transformers read the records from position_ids
 
 

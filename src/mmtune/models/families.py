@@ -64,6 +64,12 @@ class Family:
     # Packed rows verified exact against unpacked ones (tests/data/test_packing.py: same loss and gradients on
     # the tiny twin): the attention reads record boundaries from position_ids, media towers see whole items.
     packable: bool = False
+    # Right-padded batches verified exact without their attention_mask (tests/train/test_padding_mask.py: same loss and
+    # gradients on the tiny twin): each real token attends only to earlier real tokens, and the positions do not read
+    # the mask. The training collator then leaves the mask out under SDPA (resolve: attention.padding_mask), which
+    # runs its causal kernel instead of a masked one over a (seq x seq) mask built every forward. Not the Omnis:
+    # their get_rope_index reads the mask (other positions without it).
+    unmasked_right_padding: bool = False
     mrope: bool = False  # 3-D M-RoPE positions (the model's get_rope_index): a packed row carries them per record
     # Video positions or prompts depend on the frames' rate in seconds (Qwen2.5-VL / Omni scale the temporal
     # M-RoPE axis by second_per_grid_ts; Qwen3-VL writes "<t seconds>" stamps): doctor MM066 applies.
@@ -134,6 +140,7 @@ register(Family(
     modalities=("text",),
     components={"decoder": ("model.",), "lm_head": ("lm_head.",)},
     tiny="tiny/qwen2",
+    unmasked_right_padding=True,
     hub_pattern=r"qwen|llama|mistral|smollm|tinyllama",
     packable=True,
     liger=LigerPatch(),
@@ -152,6 +159,7 @@ register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/qwen2-vl",
+    unmasked_right_padding=True,
     hub_pattern=r"qwen2-vl",
     packable=True,
     mrope=True,
@@ -175,6 +183,7 @@ register(Family(
     modalities=("text", "image", "video"),
     components=_QWEN_VL_COMPONENTS,
     tiny="tiny/qwen2.5-vl",
+    unmasked_right_padding=True,
     hub_pattern=r"qwen2\.5-vl",
     packable=True,
     mrope=True,
@@ -192,6 +201,7 @@ register(Family(
     # DeepStack mergers feed intermediate vision features into early decoder layers: projectors too.
     components=_QWEN_VL_COMPONENTS,
     tiny="tiny/qwen3-vl",
+    unmasked_right_padding=True,
     hub_pattern=r"qwen3-vl",
     packable=True,
     mrope=True,
@@ -213,6 +223,7 @@ register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/qwen2-audio",
+    unmasked_right_padding=True,
     hub_pattern=r"qwen2-audio",
     audio_tokens_by_whisper=True,
 ))
@@ -255,6 +266,7 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava",
+    unmasked_right_padding=True,
     hub_pattern=r"llava",
     packable=True,
     liger=LigerPatch(liger_module="llava"),
@@ -268,6 +280,7 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava-next",
+    unmasked_right_padding=True,
     hub_pattern=r"llava-v1\.6|llava-1\.6|llava-next|llava_next",
     packable=True,
 ))
@@ -284,6 +297,7 @@ register(Family(
     modalities=("text", "image"),
     components=_LLAVA_COMPONENTS,
     tiny="tiny/llava-onevision",
+    unmasked_right_padding=True,
     hub_pattern=r"llava-onevision|llava_onevision|llava-ov",
     packable=True,
 ))

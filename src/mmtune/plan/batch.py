@@ -127,8 +127,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     training = micro_batch_size is None
     enc = train_encoder(resolved, Encoder.for_run(resolved)) if training else Encoder.for_run(resolved)
     tok = enc.tokenizer
-    collate = train_collator(resolved, Collator(resolved.pad_token_id, None)) if training else \
-        Collator(resolved.pad_token_id, None)
+    collate = train_collator(resolved, Collator.for_run(resolved)) if training else Collator.for_run(resolved)
     mb = micro_batch_size or cfg.train.micro_batch_size
     # The eval split only when another spec is given: a mixture's eval sources can equal its train sources.
     split = "eval" if spec is not None and spec is not cfg.data.train else "train"

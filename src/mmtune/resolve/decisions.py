@@ -429,6 +429,36 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
                     f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")
 
 
+def decide_padding_mask(cfg, family, attn: str, kernels: str) -> tuple[bool, Decision | None]:
+    """(whether the model is given the training batch's attention_mask, the decision).
+
+    The training collator pads on the right, so under a causal attention every real token attends only to real
+    tokens before it, and a pad position is never attended: the mask changes nothing the loss reads. Without it
+    SDPA runs causal (is_causal: no (seq x seq) mask built and applied every forward; on CUDA its flash kernel,
+    which refuses an explicit mask). `kernels`: the attention.kernels decision's value. Where the family is verified exact that way (Family.unmasked_right_padding,
+    tests/train/test_padding_mask.py), the collator keeps the mask as `token_mask` (tokens counted, never given
+    to the model). A packed batch has no mask to leave out (data/packing.py): no decision."""
+    if cfg.data.packing:
+        return True, None
+    key = "attention.padding_mask"
+    if cfg.train.objective != "sft":
+        why = f"train.objective={cfg.train.objective}: its batches are not verified without the mask"
+    elif attn == "flash_attention_2":
+        why = "FlashAttention-2 reads the mask to skip the padding (varlen)"
+    elif attn != "sdpa":
+        why = f"{attn} attention builds a (seq x seq) mask with or without it"
+    elif kernels == "mem_efficient>math":
+        why = ("no flash kernel on this target: without a mask transformers asks SDPA for GQA, which the "
+               "memory-efficient kernel refuses, so a GQA model would run the math kernel (O(seq^2) fp32 scores)")
+    elif not family.unmasked_right_padding:
+        why = f"{family.name} is not verified exact without it (Family.unmasked_right_padding)"
+    else:
+        return False, Decision(key, "left out", "right padding under a causal attention: no real token attends a "
+                               "pad, so SDPA runs causal without a (seq x seq) mask (verified exact for "
+                               f"{family.name}); the mask only counts tokens")
+    return True, Decision(key, "given", why)
+
+
 # --------------------------------------------------------------------------- start-up check
 
 # Past this many records the start-up check runs beside training: measuring them takes ~2.5 s of CPU here

@@ -26,6 +26,7 @@ from .decisions import (
     decide_loss_impl,
     decide_packing,
     decide_pad_id,
+    decide_padding_mask,
     decide_precision,
     decide_prefetch,
     decide_random_weights,
@@ -72,6 +73,7 @@ class ResolvedRun:
     # PyTorch's CUDA caching allocator (decide_cuda_allocator): applied by build, modelled by the plan
     cuda_alloc_conf: str = ""
     offload: str = "none"  # train.offload as done: none | fsdp | zero-cpuadam | zero-torch (resolve/offload.py)
+    padding_mask: bool = True  # training batches give the model their attention_mask (decide_padding_mask)
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
@@ -118,7 +120,7 @@ class ResolvedRun:
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
             "strategy": self.strategy, "offload": self.offload, "cuda_alloc_conf": self.cuda_alloc_conf,
-            "objective": self.cfg.train.objective,
+            "objective": self.cfg.train.objective, "padding_mask": self.padding_mask,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -177,7 +179,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision, model_lacks_fa2(family))
     decisions.append(d)
-    decisions.append(decide_attention_kernels(attn, target, precision))
+    kernels = decide_attention_kernels(attn, target, precision)
+    decisions.append(kernels)
     strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
                                   lambda: _model_params(cfg, family, precision))
     from .quantization import decide_kbit
@@ -205,6 +208,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                                                    and cfg.train.fused_kernels != "none"))
     decisions.append(d)
     d = decide_packing(cfg, family, attn)
+    if d:
+        decisions.append(d)
+    padding_mask, d = decide_padding_mask(cfg, family, attn, kernels.value)
     if d:
         decisions.append(d)
     # ... plus what a stage of train.stages trains (trained_set: the one rule the doctor reads too)
@@ -273,7 +279,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  offload=offload, trainable=trainable, loader=loader, cuda_alloc_conf=alloc_conf,
+                  offload=offload, trainable=trainable, padding_mask=padding_mask, loader=loader,
+                  cuda_alloc_conf=alloc_conf,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor

@@ -75,8 +75,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     stat_sums: dict = {}
     scale = accelerator.num_processes / global_tokens
     # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
-    # A packed batch (data.packing) has no attention_mask: packed_token_mask marks its tokens.
-    masks = [mb.get("attention_mask", mb.get("packed_token_mask")) for mb in micro_batches]
+    # A packed batch, or one whose padding mask the run leaves out (attention.padding_mask), has `token_mask` instead.
+    masks = [mb.get("attention_mask", mb.get("token_mask")) for mb in micro_batches]
     input_tokens = sum(int(m.sum()) if m is not None else mb["input_ids"].numel() for m, mb in zip(masks, micro_batches))
     loss_acc = torch.zeros((), dtype=torch.float64, device=device)
     # Auxiliary terms: records with a target in the step (all ranks), from integer inputs of the host batch

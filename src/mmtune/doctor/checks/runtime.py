@@ -47,7 +47,7 @@ def cpu_collate(ctx):
         from ..context import NotAvailable
 
         raise NotAvailable("no training record encodes (see the data findings)")
-    collator = Collator(resolved.pad_token_id, resolved.compute_dtype)
+    collator = Collator.for_run(resolved, resolved.compute_dtype)
     batch = collator(encoded)
     yield from batch_device_findings(batch)
     if cfg.train.num_workers > 0:

@@ -28,6 +28,7 @@ FAMILY = register(Family(
     modalities=("text", "image"),
     components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/gemma3",
+    unmasked_right_padding=True,
     hub_pattern=r"gemma-3-(?:4b|12b|27b)|gemma3",
     expansion_adds_text=True,  # "\n\n" + <start_of_image> ... <end_of_image> + "\n\n" around the soft tokens
     # Gemma's MLP names its linears like Llama's (gate/up/down_proj), so the default LoRA targets fit.

@@ -29,6 +29,7 @@ FAMILY = register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/glm4v",
+    unmasked_right_padding=True,
     hub_pattern=r"glm-4\.1v|glm4v",
     mrope=True,
 ))

@@ -40,6 +40,7 @@ FAMILY = register(Family(
     modalities=("text", "image"),
     components=COMPONENTS,
     tiny="tiny/idefics3",
+    unmasked_right_padding=True,
     hub_pattern=r"idefics3|smolvlm-(?:256m|500m|instruct)|smolvlm(?!2)",
     expansion_adds_text=True,  # <fake_token_around_image>, <row_i_col_j>, <global-img> around the tiles
 ))
@@ -52,6 +53,7 @@ SMOLVLM = register(Family(
     modalities=("text", "image"),
     components=COMPONENTS,
     tiny="tiny/smolvlm",
+    unmasked_right_padding=True,
     hub_pattern=r"smolvlm2",
     expansion_adds_text=True,
 ))

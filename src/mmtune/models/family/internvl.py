@@ -25,6 +25,7 @@ FAMILY = register(Family(
     modalities=("text", "image"),
     components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/internvl",
+    unmasked_right_padding=True,
     hub_pattern=r"internvl3",
     expansion_adds_text=True,  # <img> ... </img> around each image's context tokens
 ))

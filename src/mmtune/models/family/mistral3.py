@@ -49,6 +49,7 @@ FAMILY = register(Family(
     # model.multi_modal_projector holds the projector's RMSNorm, patch_merger and the 2-layer MLP
     components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/mistral3",
+    unmasked_right_padding=True,
     hub_pattern=r"mistral-small-3\.[12]|mistral3",
     expansion_adds_text=True,  # [IMG_BREAK] after each row of [IMG], [IMG_END] last: text around the image tokens
     # Mistral's decoder names its linears like Llama's, so the default LoRA targets fit.
@@ -63,6 +64,7 @@ PIXTRAL = register(Family(
     modalities=("text", "image"),
     components=dict(HF_VLM_COMPONENTS),
     tiny="tiny/pixtral",
+    unmasked_right_padding=True,
     hub_pattern=r"pixtral",
     expansion_adds_text=True,
 ))

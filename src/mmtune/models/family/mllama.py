@@ -35,6 +35,7 @@ FAMILY = register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/mllama",
+    unmasked_right_padding=True,
     hub_pattern=r"llama-3\.2-(?:11b|90b)-vision|mllama",
 ))
 

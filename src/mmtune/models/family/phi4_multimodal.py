@@ -52,6 +52,7 @@ FAMILY = register(Family(
         "lm_head": ("lm_head.",),
     },
     tiny="tiny/phi4-multimodal",
+    unmasked_right_padding=True,
     hub_pattern=r"phi-4-multimodal|phi4_multimodal|phi4mm",
     lora_targets=LORA_TARGETS,
     media_keys={"image": "image_pixel_values", "audio": "audio_input_features"},
