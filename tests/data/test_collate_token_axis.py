@@ -48,6 +48,8 @@ def test_the_collator_pads_as_the_processor_batches(tmp_path):
     run, items = _run(tmp_path, shapes)
     assert len({int(it["input_ids"].shape[-1]) for it in items}) == 2
     ours = run.collator(items)
+    assert run.resolved.padding_mask is False  # training batches keep their padding mask as token_mask
+    ours["attention_mask"] = ours.pop("token_mask")
     proc = run.encoder.processor
     texts = [proc.apply_chat_template([{**m, "content": [{"type": c["type"], **({"text": c["text"]} if "text" in c else {})}
                                                           for c in m["content"]] if isinstance(m["content"], list)
@@ -69,7 +71,7 @@ def test_rows_of_a_padded_batch_equal_each_record_alone(tmp_path):
     lengths = [int(it["input_ids"].shape[-1]) for it in items]
     assert len(set(lengths)) == 2
     model = run.unwrapped_model().eval()
-    strip = lambda b: {k: v for k, v in b.items() if k != "labels"}  # noqa: E731
+    from mmtune.loss import model_inputs as strip  # the loop's inputs: no labels, no token_mask
     with torch.no_grad():
         together = model(**strip(run.collator(items))).logits
         for row, (it, n) in enumerate(zip(items, lengths)):
