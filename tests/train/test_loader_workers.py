@@ -61,3 +61,30 @@ def test_worker_run_resumes_exactly_and_reports_its_data_wait(tiny_vl_config, tm
     for s in (summary, on_disk):
         assert 0 < s["data_wait_first_step_s"] < s["wall_s"]
         assert 0 <= s["data_wait_fraction_after_first_step"] < 1 and 0 < s["data_wait_fraction"] < 1
+
+
+def test_a_cpu_workers_micro_batch_crosses_by_value_exactly():
+    """ByValue + received (data/workers.py): every tensor comes back equal in dtype, shape and value through a
+    pickle (what the result pipe does), bf16 / fp16 included (numpy has no bf16); non-tensor entries pass as they
+    are; a batch past the limit stays torch's (its tensors go through shared memory)."""
+    import pickle
+
+    import torch
+
+    from mmtune.data.workers import ByValue, Carried, received
+
+    g = torch.Generator().manual_seed(0)
+    batch = {"input_ids": torch.randint(0, 99, (4, 9), generator=g), "token_mask": torch.ones(4, 9, dtype=torch.long),
+             "pixel_values": torch.randn(16, 12, generator=g).to(torch.bfloat16),
+             "half": torch.randn(3, generator=g).half(), "flags": torch.tensor([True, False]),
+             "scalar": torch.tensor(3.5), "strided": torch.randn(6, 4, generator=g).t(), "_bad_record": [(3, "f:3")]}
+    sent = ByValue(lambda items: dict(batch))([None])
+    assert all(isinstance(sent[k], Carried) for k in batch if k != "_bad_record")
+    back = received(pickle.loads(pickle.dumps(sent)))
+    assert back["_bad_record"] == [(3, "f:3")]
+    for k, v in batch.items():
+        if isinstance(v, torch.Tensor):
+            assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+    big = ByValue(lambda items: dict(batch), limit=64)([None])
+    assert all(isinstance(v, torch.Tensor) for k, v in big.items() if k != "_bad_record")
+    assert received(big)["pixel_values"] is batch["pixel_values"]

@@ -435,9 +435,10 @@ def decide_padding_mask(cfg, family, attn: str, kernels: str) -> tuple[bool, Dec
     The training collator pads on the right, so under a causal attention every real token attends only to real
     tokens before it, and a pad position is never attended: the mask changes nothing the loss reads. Without it
     SDPA runs causal (is_causal: no (seq x seq) mask built and applied every forward; on CUDA its flash kernel,
-    which refuses an explicit mask). `kernels`: the attention.kernels decision's value. Where the family is verified exact that way (Family.unmasked_right_padding,
+    which refuses an explicit mask). Where the family is verified exact that way (Family.unmasked_right_padding,
     tests/train/test_padding_mask.py), the collator keeps the mask as `token_mask` (tokens counted, never given
-    to the model). A packed batch has no mask to leave out (data/packing.py): no decision."""
+    to the model). `kernels`: the attention.kernels decision's value. A packed batch has no mask to leave out
+    (data/packing.py): no decision."""
     if cfg.data.packing:
         return True, None
     key = "attention.padding_mask"

@@ -114,8 +114,12 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
         from ..data.packing import PackedRows
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
-    loader = iter(make_dataloader(dataset, SkippingCollator(run.train_collator), _FromStream(stream_args),
-                                  plan=run.resolved.loader, seed=run.cfg.train.seed))
+    collate, plan = SkippingCollator(run.train_collator), run.resolved.loader
+    if plan is not None and plan.num_workers and not plan.pin_memory:  # a CPU run's workers hand over by value
+        from ..data.workers import ByValue
+
+        collate = ByValue(collate)
+    loader = iter(make_dataloader(dataset, collate, _FromStream(stream_args), plan=plan, seed=run.cfg.train.seed))
     depth = getattr(run.resolved.loader, "thread_prefetch", 0)
     if depth:  # train.prefetch: the next step's micro-batches encoded beside this step (train/prefetch.py)
         from .prefetch import Prefetched
@@ -141,10 +145,11 @@ def next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], dic
     """The next micro-batch with at least one good record. A record found bad only now (its media
     failed to decode after the start-up header check) follows data.on_bad_record: "error" stops with
     the record named; "skip" counts it once (summary.json `skipped_records`) and trains on the rest."""
+    from ..data.workers import received
     from ..errors import DataError
 
     while True:
-        ids, mb = cursor.next(), next(loader)
+        ids, mb = cursor.next(), received(next(loader))
         for i, source, reason, what, fix in mb.pop(BAD):
             if run.cfg.data.on_bad_record == "error":
                 how = ("the start-up check runs beside training" if getattr(run, "startup_check", None) else
