@@ -103,9 +103,9 @@ class ByValue:
     DataLoader's result pipe, rebuilt in the training process by `received` (torch.from_numpy, no copy).
 
     Why: torch's own hand-over moves every tensor into a new shared-memory file whose descriptor is passed over a
-    socket and mapped by the receiver; for a micro-batch of the image twin (4 records, ~1.2 MB, 6 tensors) that cost
-    the worker 6.5 ms a micro-batch against 3.7 ms by value, and the training process 3.1 ms of waiting against
-    1.5 ms (benchmarks/worker_handover.py). It also needs no /dev/shm, which containers often keep at 64 MB (where
+    socket and mapped by the receiver; for a micro-batch of the image twin (4 records, ~1.2 MB, 6 tensors) a worker
+    fed 5.0 ms a micro-batch that way and 3.3 ms by value, and the training process waited 1.7 ms against 1.3 ms
+    (benchmarks/worker_handover.py, results/worker_handover_counting_cpu2_20261128.json). It also needs no /dev/shm, which containers often keep at 64 MB (where
     torch's workers die of a bus error). Not with pinned memory (a CUDA run): the pin-memory thread pins torch's
     tensors, and a batch larger than BY_VALUE_BYTES keeps torch's way."""
 
