@@ -44,8 +44,9 @@ def _trl_trainer(tmp_path, rows, **dpo):
     return tr, tok
 
 
-def _ours(tok, rows, tmp_path):
-    """mmtune's pair records, encoded and collated as the loop does."""
+def _ours(tok, rows, tmp_path, model_mask=True):
+    """mmtune's pair records, encoded and collated as the loop does (`model_mask=False`: the padding mask kept as
+    token_mask, as a run under SDPA does: attention.padding_mask)."""
     import json
 
     from mmtune.config import load_config
@@ -60,7 +61,7 @@ def _ours(tok, rows, tmp_path):
                              "train.objective=dpo"])
     records = load_records(str(path), cfg.data, split="train").records
     enc = PairEncoder(Encoder(tok, None, cfg))
-    return PairCollator(Collator(tok.pad_token_id))([enc.encode(r) for r in records])
+    return PairCollator(Collator(tok.pad_token_id, model_mask=model_mask))([enc.encode(r) for r in records])
 
 
 def _trl_batch(tr, n):
@@ -104,6 +105,10 @@ def test_loss_and_rewards_equal_trls_on_the_same_model_and_batch(tmp_path, dpo):
     loss, parts = _ours_loss(tr.model, batch, **dpo)
     assert abs(loss) > 1e-3 and parts["rewards/margins"] != 0  # the policy is not the reference
     assert loss == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    unmasked = _ours(tok, ROWS, tmp_path, model_mask=False)  # causal attention without the padding mask: the same
+    assert "attention_mask" not in unmasked and unmasked["pair_media"] == ()
+    assert (unmasked["token_mask"] == 0).any()  # the rows do pad
+    assert _ours_loss(tr.model, unmasked, **dpo)[0] == pytest.approx(expected, rel=1e-5, abs=1e-6)
     for k in ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies", "logps/chosen",
               "logps/rejected"):
         assert parts[k] == pytest.approx(logged[k], rel=1e-4, abs=1e-5), k  # fp32 sums in another order

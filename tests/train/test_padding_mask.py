@@ -101,7 +101,8 @@ def _resolved(**over):
      "varlen"),
     ({"gpu": "A100-80GB", "model__attn_implementation": "sdpa", "train__precision": "bf16"}, False, "causal"),
     ({"gpu": "T4", "model__attn_implementation": "sdpa", "train__precision": "fp16"}, True, "math kernel"),
-    ({"train__objective": "dpo", "data__train": "synthetic:preference"}, True, "train.objective=dpo"),
+    ({"train__objective": "grpo", "data__train": "synthetic:counting", "model__name": "tiny/qwen2-vl"}, True,
+     "train.objective=grpo"),
 ])
 def test_the_run_decides_once_whether_the_model_gets_the_mask(over, given, why):
     resolved = _resolved(**over)

@@ -22,6 +22,7 @@ rejected side lives under `rejected_*` keys of the same item.
 
 from __future__ import annotations
 
+from .collate import TOKEN_MASK
 from .formats import FORMAT_FIELDS, BadRecord, _get, bad_type
 from .forwarding import Forwarding
 from .records import MEDIA_TYPES, Record, content_parts, part_text
@@ -217,6 +218,7 @@ class PairCollator(Forwarding):
             rejected.append({k[len(REJECTED):]: v for k, v in it.items() if k.startswith(REJECTED)})
         batch = self.collator(chosen + rejected)
         per_row = {k for r in rejected for k in r}
+        per_row |= {TOKEN_MASK} if "attention_mask" in per_row else set()  # the mask kept for counting only
         # media are the tensors; a flag (use_audio_in_video, a bool) holds for both sides as it is
         batch[PAIR_MEDIA] = tuple(k for k in batch if k not in per_row and hasattr(batch[k], "shape"))
         return batch

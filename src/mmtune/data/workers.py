@@ -105,9 +105,9 @@ class ByValue:
     Why: torch's own hand-over moves every tensor into a new shared-memory file whose descriptor is passed over a
     socket and mapped by the receiver; for a micro-batch of the image twin (4 records, ~1.2 MB, 6 tensors) a worker
     fed 5.0 ms a micro-batch that way and 3.3 ms by value, and the training process waited 1.7 ms against 1.3 ms
-    (benchmarks/worker_handover.py, results/worker_handover_counting_cpu2_20261128.json). It also needs no /dev/shm, which containers often keep at 64 MB (where
-    torch's workers die of a bus error). Not with pinned memory (a CUDA run): the pin-memory thread pins torch's
-    tensors, and a batch larger than BY_VALUE_BYTES keeps torch's way."""
+    (benchmarks/worker_handover.py, results/worker_handover_counting_cpu2_20261128.json). It also needs no
+    /dev/shm, which containers often keep at 64 MB (where torch's workers die of a bus error). Not with pinned
+    memory (a CUDA run): the pin-memory thread pins torch's tensors; a batch past BY_VALUE_BYTES keeps torch's way."""
 
     def __init__(self, collate, limit: int = BY_VALUE_BYTES):
         self.collate, self.limit = collate, limit

@@ -442,8 +442,8 @@ def decide_padding_mask(cfg, family, attn: str, kernels: str) -> tuple[bool, Dec
     if cfg.data.packing:
         return True, None
     key = "attention.padding_mask"
-    if cfg.train.objective != "sft":
-        why = f"train.objective={cfg.train.objective}: its batches are not verified without the mask"
+    if cfg.train.objective == "grpo":
+        why = "train.objective=grpo: its prompts are padded on the left, for generation"
     elif attn == "flash_attention_2":
         why = "FlashAttention-2 reads the mask to skip the padding (varlen)"
     elif attn != "sdpa":
