@@ -18,6 +18,9 @@ Two ways to compute it (`train.loss_impl`, decided in the resolved run; train an
 from __future__ import annotations
 
 IGNORE_INDEX = -100
+# Which positions of a batch are tokens, not padding, where the model is given no attention_mask (a packed batch,
+# data/packing.py; a right-padded one whose mask the run leaves out, data/collate.py): counted, never a model input.
+TOKEN_MASK = "token_mask"
 
 
 def extract_logits(output):
@@ -63,7 +66,7 @@ def model_inputs(batch: dict) -> dict:
     """What the model's forward takes: the batch without labels, auxiliary-loss inputs (`aux_*`) and `token_mask`
     (which positions are tokens where the model gets no attention_mask: a packed batch, data/packing.py, or a
     right-padded one whose mask the run leaves out, data/collate.py)."""
-    return {k: v for k, v in batch.items() if k not in ("labels", "token_mask") and not k.startswith("aux_")}
+    return {k: v for k, v in batch.items() if k not in ("labels", TOKEN_MASK) and not k.startswith("aux_")}
 
 
 def extract_loss(output):

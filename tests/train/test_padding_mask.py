@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from mmtune.config.schema import RunConfig
-from mmtune.data.collate import TOKEN_MASK, Collator
-from mmtune.loss import loss_sum, model_inputs
+from mmtune.data.collate import Collator
+from mmtune.loss import TOKEN_MASK, loss_sum, model_inputs
 from tests.family_registry import DATA_FILE, TWINS, family_of_twin, first_medium
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

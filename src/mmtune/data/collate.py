@@ -17,12 +17,12 @@ attends without a (seq x seq) mask; right padding only. A packed row has `token_
 
 from __future__ import annotations
 
+from ..loss import TOKEN_MASK  # which positions are tokens, not padding; never a model input
 from .batches import epoch_order  # one definition of the shuffle order, shared with resume
 
 __all__ = ["Collator", "epoch_order", "make_dataloader"]
 
 PAD_VALUES = {"labels": -100}
-TOKEN_MASK = "token_mask"  # which positions are tokens, not padding; never a model input
 # Per-image tile masks whose first tile is on for every image slot, a padded one too (MllamaProcessor's
 # build_aspect_ratio_mask): the vision encoder then never masks a whole attention row (a NaN in its softmax).
 FIRST_TILE_ON = {"aspect_ratio_mask"}

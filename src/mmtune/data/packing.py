@@ -30,10 +30,9 @@ from __future__ import annotations
 import bisect
 import random
 
-from .collate import TOKEN_MASK
+from ..loss import TOKEN_MASK
 
 PACK_WINDOW = 1024  # records packed together: wide enough to fill rows, narrow enough to stay random
-PACKED_MASK = TOKEN_MASK  # the collator's key for "tokens, not padding" where the model gets no attention_mask
 DROPPED = ("attention_mask",)  # its absence is what makes transformers read the records from position_ids
 
 
@@ -103,7 +102,7 @@ def pack_row(items: list[dict], rope_index=None) -> dict:
         text = torch.arange(n)
         positions.append(torch.cat([text[None], rope_index(it)]) if rope_index is not None else text)
     row["position_ids"] = torch.cat(positions, dim=-1)
-    row[PACKED_MASK] = torch.ones(sum(lens), dtype=torch.long)
+    row[TOKEN_MASK] = torch.ones(sum(lens), dtype=torch.long)
     return row
 
 

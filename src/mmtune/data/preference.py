@@ -22,7 +22,7 @@ rejected side lives under `rejected_*` keys of the same item.
 
 from __future__ import annotations
 
-from .collate import TOKEN_MASK
+from ..loss import TOKEN_MASK
 from .formats import FORMAT_FIELDS, BadRecord, _get, bad_type
 from .forwarding import Forwarding
 from .records import MEDIA_TYPES, Record, content_parts, part_text

@@ -115,11 +115,14 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
     collate, plan = SkippingCollator(run.train_collator), run.resolved.loader
-    if plan is not None and plan.num_workers and not plan.pin_memory:  # a CPU run's workers hand over by value
-        from ..data.workers import ByValue
+    by_value = plan is not None and plan.num_workers and not plan.pin_memory  # a CPU run's workers: data/workers.py
+    if by_value:
+        from ..data.workers import ByValue, received
 
         collate = ByValue(collate)
     loader = iter(make_dataloader(dataset, collate, _FromStream(stream_args), plan=plan, seed=run.cfg.train.seed))
+    if by_value:
+        loader = (received(mb) for mb in loader)
     depth = getattr(run.resolved.loader, "thread_prefetch", 0)
     if depth:  # train.prefetch: the next step's micro-batches encoded beside this step (train/prefetch.py)
         from .prefetch import Prefetched
@@ -145,11 +148,10 @@ def next_micro_batch(run, cursor, loader, late_bad: set) -> tuple[list[int], dic
     """The next micro-batch with at least one good record. A record found bad only now (its media
     failed to decode after the start-up header check) follows data.on_bad_record: "error" stops with
     the record named; "skip" counts it once (summary.json `skipped_records`) and trains on the rest."""
-    from ..data.workers import received
     from ..errors import DataError
 
     while True:
-        ids, mb = cursor.next(), received(next(loader))
+        ids, mb = cursor.next(), next(loader)
         for i, source, reason, what, fix in mb.pop(BAD):
             if run.cfg.data.on_bad_record == "error":
                 how = ("the start-up check runs beside training" if getattr(run, "startup_check", None) else

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..loss import (  # noqa: F401 - shared
     IGNORE_INDEX,
+    TOKEN_MASK,
     count_answer_tokens,
     extract_logits,
     loss_sum,
@@ -76,7 +77,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     scale = accelerator.num_processes / global_tokens
     # Counted on the host batch and summed on the device: no device-to-host sync per micro-batch.
     # A packed batch, or one whose padding mask the run leaves out (attention.padding_mask), has `token_mask` instead.
-    masks = [mb.get("attention_mask", mb.get("token_mask")) for mb in micro_batches]
+    masks = [mb.get("attention_mask", mb.get(TOKEN_MASK)) for mb in micro_batches]
     input_tokens = sum(int(m.sum()) if m is not None else mb["input_ids"].numel() for m, mb in zip(masks, micro_batches))
     loss_acc = torch.zeros((), dtype=torch.float64, device=device)
     # Auxiliary terms: records with a target in the step (all ranks), from integer inputs of the host batch
