@@ -33,6 +33,12 @@ class LoaderPlan:
     # train/prefetch.py); 0: prepared when the loop asks. Not a DataLoader argument.
     thread_prefetch: int = 0
 
+    @property
+    def by_value(self) -> bool:
+        """Workers hand their micro-batches over by value (ByValue): a CPU run's; a CUDA run's go through torch's
+        shared memory, where the pin-memory thread pins them."""
+        return self.num_workers > 0 and not self.pin_memory
+
     def loader_kwargs(self) -> dict:
         if self.num_workers == 0:
             return {"num_workers": 0}

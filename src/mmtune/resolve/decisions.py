@@ -558,6 +558,7 @@ def decide_loader(cfg, target):
                                              "transformers before its first micro-batch")
     return plan, Decision("train.num_workers",
                           f"{n} worker(s), {method}, persistent across epochs, {plan.prefetch_factor} micro-batches "
-                          f"prefetched each, pinned memory {'on' if cuda else 'off (no CUDA device)'}",
+                          f"prefetched each, pinned memory {'on' if cuda else 'off (no CUDA device)'}"
+                          + (", micro-batches handed over by value (no /dev/shm)" if plan.by_value else ""),
                           f"train.num_workers={n}: {start}; never forked from the training process (a forked child "
                           "cannot use CUDA); persistent so each worker's encode cache lasts across epochs")

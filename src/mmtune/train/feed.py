@@ -115,7 +115,7 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
 
         dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
     collate, plan = SkippingCollator(run.train_collator), run.resolved.loader
-    by_value = plan is not None and plan.num_workers and not plan.pin_memory  # a CPU run's workers: data/workers.py
+    by_value = getattr(plan, "by_value", False)  # a CPU run's workers (data/workers.py: LoaderPlan.by_value)
     if by_value:
         from ..data.workers import ByValue, received
 
