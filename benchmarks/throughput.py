@@ -29,7 +29,11 @@ step of each is a warm-up and is not timed). Variants run interleaved (ours, pla
 with one thread each; the median of the repeats is reported with the spread (min-max), not the best.
 Beside tokens/s each variant reports its process CPU seconds per 1,000 tokens over the same steps (the
 machine is shared: CPU time says how much work a token cost, wall time also counts waits for a core);
-mmtune's with train.num_workers > 0 would leave out its workers' CPU, so --workers > 0 reports none.
+mmtune's with train.num_workers > 0 would leave out its workers' CPU, so --workers > 0 reports none. Its peak
+memory then counts the workers too: the training process's peak RSS plus the peak, sampled every 0.1 s, of
+the proportional set size (PSS) summed over every process it started (DataLoader workers, the fork server
+they are forked from): each shared page split among the processes sharing it, so pages a worker shares with
+the training process (libraries) are partly counted twice -- an over-count, never an under-count.
 Every side's data preparation (chat template, processor, labels, collation) is inside its timed window:
 mmtune encodes a record when the loop first draws it (nothing is encoded at start-up), the plain loop and
 the Trainers call the processor per micro-batch in their collators. With --epochs N > 1 every record is drawn N
@@ -159,18 +163,51 @@ def run_ours(args) -> dict:
     from mmtune.train.loop import train
 
     t0 = time.perf_counter()
+    children = _ChildMemory().start() if args.workers and device_of(args) == "cpu" else None
     run = build_run(_config(args))
     build_s = time.perf_counter() - t0
     summary = train(run)
+    extra = children.stop() if children else 0
     rows = [json.loads(line) for line in open(f"{args.out}/ours/metrics.jsonl")]
     timed = [r for r in rows if r["kind"] == "train"][1:]
     tokens = sum(r["tokens_per_s"] * r["step_time_s"] for r in timed)
     secs = sum(r["step_time_s"] for r in timed)
     cpu = sum(r["cpu_s"] for r in timed) if args.workers == 0 else None
     return {"tokens_per_s": tokens / secs, "cpu_s_per_1k_tokens": cpu and 1000 * cpu / tokens,
-            "peak_memory_bytes": _peak(args), "final_loss": summary and rows[-1]["loss"],
+            "peak_memory_bytes": _peak(args) + extra, "final_loss": summary and rows[-1]["loss"],
             "data_wait_fraction": sum(r.get("data_wait_s", 0.0) for r in timed) / secs,
-            "build_s": build_s}
+            "build_s": build_s, **({"workers_peak_pss_bytes": extra} if children else {})}
+
+
+class _ChildMemory:
+    """The peak over time of the PSS summed over this process's descendants (workers, fork server), sampled
+    by a thread every 0.1 s while the run builds and trains (psutil, which accelerate requires)."""
+
+    def __init__(self):
+        import threading
+
+        self.peak, self.done = 0, threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        import psutil
+
+        me = psutil.Process()
+        while not self.done.wait(0.1):
+            total = 0
+            for child in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += child.memory_full_info().pss
+            self.peak = max(self.peak, total)
+
+    def stop(self) -> int:
+        self.done.set()
+        self.thread.join()
+        return self.peak
 
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

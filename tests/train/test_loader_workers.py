@@ -27,7 +27,7 @@ def test_loader_settings_are_decided_once_with_a_reason(tiny_vl_config):
     d = cpu.decision("train.num_workers")
     method = "forkserver" if has_forkserver() else "spawn"
     assert cpu.loader == LoaderPlan(num_workers=2, start_method=method, persistent=True, prefetch_factor=2,
-                                    pin_memory=False)
+                                    pin_memory=False, thread_prefetch=cfg.train.grad_accum)  # received by a thread
     assert method in d.value and "pinned memory off" in d.value and "never forked" in d.reason
     gpu = resolve_run(cfg, gpu_target("a100-80gb"))  # a run planned for a GPU pins its host batches
     assert gpu.loader.pin_memory and "pinned memory on" in gpu.decision("train.num_workers").value
@@ -47,8 +47,9 @@ def test_preload_names_the_processor_modules(tiny_vl_config):
 
 @pytest.mark.skipif(not has_forkserver(), reason="the fork server exists on POSIX only")
 def test_worker_run_resumes_exactly_and_reports_its_data_wait(tiny_vl_config, tmp_path):
-    """4 steps in the main process == 2 steps with a fork-server worker, stop (as a kill would), 2 more
-    resumed with a worker: same losses within 1e-6. summary.json: first-step wait and steady fraction."""
+    """4 steps in the main process == 2 steps with a fork-server worker (its micro-batches received by a
+    thread), stop (as a kill would), 2 more resumed with a worker: same losses within 1e-6. summary.json:
+    first-step wait and steady fraction."""
     base = dict(train={"max_steps": 4, "save_every": 2}, adapter={"dropout": 0.1}, data={"eval": None})
     straight = load_config(tiny_vl_config(**base), [f"output_dir={tmp_path / 'straight'}"])
     train(build_run(straight))
@@ -57,6 +58,8 @@ def test_worker_run_resumes_exactly_and_reports_its_data_wait(tiny_vl_config, tm
     summary = train(build_run(workers))
     assert _losses(tmp_path / "workers") == pytest.approx(_losses(tmp_path / "straight"), abs=1e-6)
     assert any(d.startswith("train.num_workers: 1 worker(s), forkserver") for d in summary["decisions"])
+    # ... read by a thread of the training process (train/prefetch.py), not on the loop's path
+    assert any(d.startswith("train.prefetch: a background thread receives") for d in summary["decisions"])
     on_disk = json.loads((tmp_path / "workers" / "summary.json").read_text())
     for s in (summary, on_disk):
         assert 0 < s["data_wait_first_step_s"] < s["wall_s"]

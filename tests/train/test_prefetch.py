@@ -43,8 +43,15 @@ def test_prefetch_is_decided_once_with_a_reason(tiny_vl_config):
     grpo = load_config(tiny_vl_config(train={"objective": "grpo"}), [])
     plan, d = decide_prefetch(grpo, LoaderPlan(), cpu, cores=8, load=0.0, torch_threads=1)
     assert plan.thread_prefetch == 0 and "grpo" in d.reason
+    # A CPU run's workers hand over by value: the thread receives them, whatever the cores (it only unpickles).
     workers = LoaderPlan(num_workers=1, start_method="spawn")
-    assert decide_prefetch(cfg, workers, cpu, cores=8, load=0.0, torch_threads=1) == (workers, None)
+    got, d = decide_prefetch(cfg, workers, cpu, cores=2, load=3.0, torch_threads=2)
+    assert got.thread_prefetch == 3 and got.num_workers == 1 and "receives the workers'" in d.value
+    assert "never uses the processor" in d.reason
+    got, d = decide_prefetch(asked, workers, cpu, cores=8, load=0.0, torch_threads=1)
+    assert got.thread_prefetch == 0 and d.value == "none"
+    pinned = LoaderPlan(num_workers=1, start_method="forkserver", pin_memory=True)  # CUDA: torch's pin-memory thread
+    assert decide_prefetch(cfg, pinned, gpu_target("a100-80gb"), cores=8) == (pinned, None)
 
 
 def test_prefetched_keeps_order_and_raises_where_the_loop_reads():

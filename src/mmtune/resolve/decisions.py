@@ -460,6 +460,17 @@ def decide_padding_mask(cfg, family, attn: str, kernels: str) -> tuple[bool, Dec
     return True, Decision(key, "given", why)
 
 
+def decide_patch_embed(family) -> tuple[bool, Decision | None]:
+    """(whether the vision tower's patch embedding runs as one matmul, the decision; None: the family has none
+    verified, Family.patch_embed_matmul). Exact (same weight, same products), so no setting turns it off."""
+    if not family.patch_embed_matmul:
+        return False, None
+    return True, Decision("model.patch_embed", "one matmul (F.linear on the Conv3d's weight)",
+                          "a Conv3d whose kernel equals its stride, over patches the processor flattened, is a matmul; "
+                          "as a convolution ~3x its time on a CPU and far slower with some GPU / cuDNN / dtype "
+                          "(models/patch_embed.py); verified exact for " + family.name, changed=True)
+
+
 # --------------------------------------------------------------------------- start-up check
 
 # Past this many records the start-up check runs beside training: measuring them takes ~2.5 s of CPU here
@@ -502,17 +513,28 @@ def decide_startup_scan(data_cfg, n_records: int, processes: int) -> tuple[str, 
 def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: float | None = None,
                     torch_threads: int | None = None):
     """(LoaderPlan, Decision or None): train.prefetch -- whether a background thread prepares the next
-    step's micro-batches (train/prefetch.py). None where it cannot apply (DataLoader workers prefetch
-    themselves; a stream's cursor encodes as it reads). `cores`, `load` (1-minute load average) and
-    `torch_threads` default to this machine's."""
+    step's micro-batches (train/prefetch.py), or, for workers that hand over by value, receives them. None
+    where it cannot apply (a CUDA run's workers: torch's pin-memory thread receives them; a stream's cursor
+    encodes as it reads). `cores`, `load` (1-minute load average) and `torch_threads` default to this
+    machine's."""
     import dataclasses
     import os
 
-    if loader.num_workers or cfg.data.streaming:
+    if (loader.num_workers and not loader.by_value) or cfg.data.streaming:
         return loader, None
     key = "train.prefetch"
     if cfg.train.prefetch == "none":
-        return loader, Decision(key, "none", "requested: each micro-batch is encoded when the loop asks for it")
+        return loader, Decision(key, "none", "requested: each micro-batch is encoded (or received from a worker) "
+                                             "when the loop asks for it")
+    if loader.num_workers:  # workers encode; what is left for this process is reading their micro-batches
+        depth = cfg.train.grad_accum
+        return dataclasses.replace(loader, thread_prefetch=depth), Decision(
+            key, f"a background thread receives the workers' micro-batches, {depth} (one step) ahead",
+            "auto: a worker's micro-batch (~1.2 MB for 4 of the image twin's records) crosses a 64 KB pipe "
+            "in pieces, each written only when this process reads the last and each waiting for the worker's "
+            "GIL; read by the loop, that was 5-6 ms of every 16-20 ms step on this 2-core CPU, read by a "
+            "thread while the step computes, 0.1 ms (benchmarks/throughput.py --workers 1). The thread only "
+            "unpickles arrays: it never uses the processor", changed=True)
     if cfg.train.objective == "grpo":
         return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
                                              "which a second thread must not use at the same time", changed=True)

@@ -6,6 +6,12 @@ processor's heavy parts release the GIL, so on a machine with a core to spare a 
 the cost of one step's micro-batches held ahead (what a DataLoader worker's prefetch would hold, without
 a second process and its copy of torch).
 
+With DataLoader workers on a CPU run (they hand their micro-batches over by value, data/workers.py) the same
+thread receives them instead: a micro-batch crosses the workers' result pipe 64 KB at a time, each piece
+written only after the reader took the last one and only when the worker's own GIL lets its feeder thread
+run, so reading it on the loop's path made the loop wait on every piece (decided in
+`resolve.decisions.decide_prefetch`).
+
 Order and content do not change: one thread calls the same loader iterator in the same order, so the loop
 gets the same micro-batches as it would calling it itself; encoding draws from no global RNG. The loader
 reads its own copy of the sampler's stream, so the resume position (the loop's cursor) still advances only
