@@ -70,6 +70,9 @@ class Family:
     # runs its causal kernel instead of a masked one over a (seq x seq) mask built every forward. Not the Omnis:
     # their get_rope_index reads the mask (other positions without it).
     unmasked_right_padding: bool = False
+    # Its vision tower's patch embedding (a Conv3d, kernel == stride, over flattened patches) verified to give the
+    # same outputs and gradients as one matmul (tests/models/test_patch_embed.py): run so (models/patch_embed.py).
+    patch_embed_matmul: bool = False
     mrope: bool = False  # 3-D M-RoPE positions (the model's get_rope_index): a packed row carries them per record
     # Video positions or prompts depend on the frames' rate in seconds (Qwen2.5-VL / Omni scale the temporal
     # M-RoPE axis by second_per_grid_ts; Qwen3-VL writes "<t seconds>" stamps): doctor MM066 applies.
@@ -148,6 +151,7 @@ register(Family(
 
 register(Family(
     name="qwen2_vl",
+    patch_embed_matmul=True,
     model_types=("qwen2_vl",),
     model_class="Qwen2VLForConditionalGeneration",
     processor_class="Qwen2VLProcessor",
@@ -177,6 +181,7 @@ _QWEN_VL_COMPONENTS = {
 
 register(Family(
     name="qwen2_5_vl",
+    patch_embed_matmul=True,
     model_types=("qwen2_5_vl",),
     model_class="Qwen2_5_VLForConditionalGeneration",
     processor_class="Qwen2_5_VLProcessor",
@@ -194,6 +199,7 @@ register(Family(
 
 register(Family(
     name="qwen3_vl",
+    patch_embed_matmul=True,
     model_types=("qwen3_vl",),
     model_class="Qwen3VLForConditionalGeneration",
     processor_class="Qwen3VLProcessor",
@@ -230,6 +236,7 @@ register(Family(
 
 register(Family(
     name="qwen2_5_omni",
+    patch_embed_matmul=True,
     model_types=("qwen2_5_omni_thinker", "qwen2_5_omni"),
     model_class="Qwen2_5OmniThinkerForConditionalGeneration",
     processor_class="Qwen2_5OmniProcessor",

@@ -93,6 +93,12 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     for p in model.parameters():
         if p.is_floating_point() and p.dtype != dtype:
             p.data = p.data.to(dtype)
+    if run.patch_embed_matmul:  # decided in the resolved run (decide_patch_embed); on meta too
+        from .patch_embed import run_patch_embeds_as_matmul
+
+        swapped = run_patch_embeds_as_matmul(model)
+        _decide(decisions, f"vision patch embedding: {', '.join(swapped)} run as one matmul" if swapped else
+                "vision patch embedding: no non-overlapping Conv3d `patch_embed` found in this model: left as built")
     if quantize_here:
         _quantize_built(model, family, cfg, dtype, meta, decisions, cuda_target=run.target.gpu is not None)
     if not meta:

@@ -27,6 +27,7 @@ from .decisions import (
     decide_packing,
     decide_pad_id,
     decide_padding_mask,
+    decide_patch_embed,
     decide_precision,
     decide_prefetch,
     decide_random_weights,
@@ -74,6 +75,7 @@ class ResolvedRun:
     cuda_alloc_conf: str = ""
     offload: str = "none"  # train.offload as done: none | fsdp | zero-cpuadam | zero-torch (resolve/offload.py)
     padding_mask: bool = True  # training batches give the model their attention_mask (decide_padding_mask)
+    patch_embed_matmul: bool = False  # the vision patch embedding runs as one matmul (decide_patch_embed)
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
     @property
@@ -121,6 +123,7 @@ class ResolvedRun:
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
             "strategy": self.strategy, "offload": self.offload, "cuda_alloc_conf": self.cuda_alloc_conf,
             "objective": self.cfg.train.objective, "padding_mask": self.padding_mask,
+            "patch_embed_matmul": self.patch_embed_matmul,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
             "media": {k: v for k, v in vars(self.media).items()},
             "data": {s.key: s.spec for s in self.splits},
@@ -213,6 +216,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     padding_mask, d = decide_padding_mask(cfg, family, attn, kernels.value)
     if d:
         decisions.append(d)
+    patch_embed_matmul, d = decide_patch_embed(family)
+    if d:
+        decisions.append(d)
     # ... plus what a stage of train.stages trains (trained_set: the one rule the doctor reads too)
     trainable = trainable_components(cfg.adapter, family) + tuple(
         c for c, how in trained_set(cfg.adapter, family, cfg.train.stages).items() if "train.stages" in how
@@ -279,7 +285,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     effective = cfg.model_copy(update=updates)
     fields = dict(cfg=effective, requested=cfg, target=target, family=family, precision=precision,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
-                  offload=offload, trainable=trainable, padding_mask=padding_mask, loader=loader,
+                  offload=offload, trainable=trainable, padding_mask=padding_mask,
+                  patch_embed_matmul=patch_embed_matmul, loader=loader,
                   cuda_alloc_conf=alloc_conf,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 

@@ -18,6 +18,7 @@ MARKERS = ("<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|en
 
 FAMILY = register(Family(
     name="glm4v",
+    patch_embed_matmul=True,
     model_types=("glm4v",),
     model_class="Glm4vForConditionalGeneration",
     processor_class="Glm4vProcessor",

@@ -60,6 +60,7 @@ COMPONENTS = {
 
 FAMILY = register(Family(
     name="qwen3_omni",
+    patch_embed_matmul=True,
     model_types=("qwen3_omni_moe_thinker", "qwen3_omni_moe"),
     model_class="Qwen3OmniMoeThinkerForConditionalGeneration",
     processor_class="Qwen3OmniMoeProcessor",

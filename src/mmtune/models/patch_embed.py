@@ -1,0 +1,52 @@
+"""A vision tower's patch embedding run as the matrix product it is (resolve: model.patch_embed).
+
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the Qwen Omnis and GLM-4V embed image and video patches with an `nn.Conv3d`
+whose kernel equals its stride, applied to patches the processor has already cut out and flattened: each
+output is one patch's pixels times the kernel, with no overlap -- a (patches x C*T*P*P) @ (C*T*P*P x dim)
+matmul. As a convolution it goes through im2col or cuDNN's 3-D kernels: 3x the time of the matmul on this
+CPU at the tiny twin's size (benchmarks/patch_embed.py), and on some GPU / cuDNN / dtype combinations
+orders of magnitude slower (transformers issue #45750: Qwen3-VL's on Blackwell in bf16; vLLM, SGLang and
+transformers' own opt-in `fusion_config={"patch_embeddings": True}` run it as a linear layer for that reason).
+
+Here the module keeps its `proj` weight where it is (state dicts, checkpoints, exports and LoRA targets
+unchanged); only the instance's `forward` becomes `F.linear` over the weight viewed as (dim, C*T*P*P).
+Transformers' fusion does the same at `from_pretrained` only, renaming the weight; mmtune also builds
+models from configs (random weights, tiny twins, the planner's meta model), so the swap is made on the built
+model, for the families verified exact (Family.patch_embed_matmul, tests/models/test_patch_embed.py).
+"""
+
+from __future__ import annotations
+
+import types
+
+
+def flat_patch_embeds(model) -> list[tuple[str, object]]:
+    """(name, module) of each `*patch_embed` module whose `proj` is a plain `nn.Conv3d` that does not overlap
+    (kernel == stride, no padding or dilation, one group). A LoRA-wrapped `proj` is not one: left as it is."""
+    import torch
+
+    found = []
+    for name, module in model.named_modules():
+        proj = getattr(module, "proj", None)
+        if name.rsplit(".", 1)[-1] == "patch_embed" and type(proj) is torch.nn.Conv3d \
+                and proj.kernel_size == proj.stride and proj.padding == (0, 0, 0) \
+                and proj.dilation == (1, 1, 1) and proj.groups == 1:
+            found.append((name, module))
+    return found
+
+
+def _matmul_forward(self, hidden_states):
+    import torch.nn.functional as F
+
+    weight = self.proj.weight  # (dim, C, T, P, P): the kernel, each output one patch's dot product with it
+    flat = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
+    return F.linear(flat, weight.reshape(weight.shape[0], -1), self.proj.bias)
+
+
+def run_patch_embeds_as_matmul(model) -> list[str]:
+    """Swap the forward of each of `flat_patch_embeds(model)`; the names of the modules changed."""
+    names = []
+    for name, module in flat_patch_embeds(model):
+        module.forward = types.MethodType(_matmul_forward, module)
+        names.append(name)
+    return names
