@@ -467,7 +467,7 @@ def decide_patch_embed(family) -> tuple[bool, Decision | None]:
         return False, None
     return True, Decision("model.patch_embed", "one matmul (F.linear on the Conv3d's weight)",
                           "a Conv3d whose kernel equals its stride, over patches the processor flattened, is a matmul; "
-                          "as a convolution ~3x its time on a CPU and far slower with some GPU / cuDNN / dtype "
+                          "as a convolution 2.4-3.5x its time on a CPU and far slower with some GPU / cuDNN / dtype "
                           "(models/patch_embed.py); verified exact for " + family.name, changed=True)
 
 
@@ -531,10 +531,10 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
         return dataclasses.replace(loader, thread_prefetch=depth), Decision(
             key, f"a background thread receives the workers' micro-batches, {depth} (one step) ahead",
             "auto: a worker's micro-batch (~1.2 MB for 4 of the image twin's records) crosses a 64 KB pipe "
-            "in pieces, each written only when this process reads the last and each waiting for the worker's "
-            "GIL; read by the loop, that was 5-6 ms of every 16-20 ms step on this 2-core CPU, read by a "
-            "thread while the step computes, 0.1 ms (benchmarks/throughput.py --workers 1). The thread only "
-            "unpickles arrays: it never uses the processor", changed=True)
+            "in pieces, each written only when this process has read the last and the worker's GIL lets it; "
+            "read by the loop, the image twin waited 19 % of its step for data, read by a thread while the "
+            "step computes 0.6 % (docs/data.md). The thread only unpickles arrays: it never uses the processor",
+            changed=True)
     if cfg.train.objective == "grpo":
         return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
                                              "which a second thread must not use at the same time", changed=True)
