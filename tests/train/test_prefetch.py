@@ -114,14 +114,3 @@ def test_a_busy_core_elsewhere_is_measured_not_read_off_the_load_average(monkeyp
     monkeypatch.setattr(cpu_load, "_last", None)
     monkeypatch.setattr(cpu_load, "_busy_and_total", lambda: None)
     assert cpu_load.busy_elsewhere()[1].startswith("load average")
-
-
-def test_a_core_mostly_idle_counts_as_spare(tiny_vl_config):
-    """Measured busy cores are fractional (a blip of another process): under half a core busy elsewhere leaves
-    the core spare, over half does not."""
-    cfg = load_config(tiny_vl_config(train={"grad_accum": 2}), [])
-    cpu = local_target("cpu")
-    plan, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=0.2, torch_threads=1)
-    assert plan.thread_prefetch == 2 and "one step" in d.value
-    plan, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=0.7, torch_threads=1)
-    assert plan.thread_prefetch == 0 and "no core to spare" in d.reason

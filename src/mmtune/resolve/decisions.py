@@ -555,7 +555,7 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
             torch_threads = torch.get_num_threads()
         spare = cores - torch_threads - load
         why = f"{cores} cores, {torch_threads} torch thread(s), {how}"
-    if spare < 0.5:  # (measured cores are fractional: a core is spare when other work keeps under half of it busy)
+    if spare < 1:
         return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take turns "
                                              "with the step (and contend for the GIL)", changed=True)
     depth = cfg.train.grad_accum
