@@ -87,30 +87,3 @@ def test_a_run_with_the_thread_trains_evaluates_and_resumes_the_same(tiny_vl_con
     for kind, key in (("train", "loss"), ("eval", "eval_loss")):
         want = [r[key] for r in _rows(tmp_path / "plain", kind)]
         assert want and [r[key] for r in _rows(tmp_path / "thread", kind)] == want
-
-
-def test_a_busy_core_elsewhere_is_measured_not_read_off_the_load_average(monkeypatch):
-    """resolve/cpu_load.py: another process spinning on a core counts as a busy core (from /proc/stat, this
-    process's own CPU time taken out); without /proc/stat (macOS, Windows) the load average is read as before."""
-    import subprocess
-    import sys
-
-    from mmtune.resolve import cpu_load
-
-    if cpu_load._busy_and_total() is None:
-        pytest.skip("no /proc/stat on this platform")
-    spinner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 20: pass"])
-    try:
-        import time
-
-        time.sleep(0.3)  # the spinner is past its start-up
-        monkeypatch.setattr(cpu_load, "_last", None)
-        busy, how = cpu_load.busy_elsewhere()
-        assert busy >= 0.5 and "busy elsewhere (/proc/stat" in how
-        assert cpu_load.busy_elsewhere() == (busy, how)  # remembered: one command resolves more than once
-    finally:
-        spinner.kill()
-        spinner.wait()
-    monkeypatch.setattr(cpu_load, "_last", None)
-    monkeypatch.setattr(cpu_load, "_busy_and_total", lambda: None)
-    assert cpu_load.busy_elsewhere()[1].startswith("load average")

@@ -515,8 +515,8 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     """(LoaderPlan, Decision or None): train.prefetch -- whether a background thread prepares the next
     step's micro-batches (train/prefetch.py), or, for workers that hand over by value, receives them. None
     where it cannot apply (a CUDA run's workers: torch's pin-memory thread receives them; a stream's cursor
-    encodes as it reads). `cores`, `load` (cores other processes keep busy: resolve/cpu_load.py) and
-    `torch_threads` default to this machine's."""
+    encodes as it reads). `cores`, `load` (1-minute load average) and `torch_threads` default to this
+    machine's."""
     import dataclasses
     import os
 
@@ -543,18 +543,14 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
         spare, why = cores - 1, f"{cores} cores, the step on the GPU"
     else:  # the step's own threads and the machine's other work already use cores: a thread needs one free
-        if load is None:  # measured, not the load average (resolve/cpu_load.py says why)
-            from .cpu_load import busy_elsewhere
-
-            load, how = busy_elsewhere()
-        else:
-            how = f"load average {load:.2f}"
+        if load is None:
+            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         if torch_threads is None:
             import torch
 
             torch_threads = torch.get_num_threads()
         spare = cores - torch_threads - load
-        why = f"{cores} cores, {torch_threads} torch thread(s), {how}"
+        why = f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
     if spare < 1:
         return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take turns "
                                              "with the step (and contend for the GIL)", changed=True)
