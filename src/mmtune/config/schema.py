@@ -425,7 +425,8 @@ class TrainConfig(Section):
         "auto", description="with train.num_workers=0, a background thread encodes the next step's micro-batches "
                             "while this step computes (auto: where the machine has a core to spare and the objective's "
                             "step does not use the processor itself; none: each encoded when the loop asks, on the step's "
-                            "critical path)")
+                            "critical path); with a CPU run's workers, a thread receives their micro-batches (auto) or "
+                            "the loop does (none)")
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")
     save_every_minutes: float | None = Field(
         30, gt=0, description="also checkpoint when this many minutes have passed since the last save "
