@@ -59,14 +59,35 @@ def test_the_decision_and_the_built_model_follow_the_family():
     assert "verified exact for qwen2_vl" in vl.decision("model.patch_embed").reason
     loaded = load_model(vl)
     module = loaded.model.get_submodule("model.visual.patch_embed")
-    assert module.forward.__func__.__name__ == "_matmul_forward" and isinstance(module.proj, torch.nn.Conv3d)
+    assert module.proj.forward.__func__.__name__ == "_matmul_forward" and type(module.proj) is torch.nn.Conv3d
     assert "model.visual.patch_embed.proj.weight" in loaded.model.state_dict()  # checkpoints unchanged
     assert any(d.startswith("vision patch embedding: model.visual.patch_embed run as one matmul")
                for d in loaded.decisions)
     meta = load_model(vl, meta=True)  # the planner's model: the same forward
-    assert meta.model.get_submodule("model.visual.patch_embed").forward.__func__.__name__ == "_matmul_forward"
+    assert meta.model.get_submodule("model.visual.patch_embed.proj").forward.__func__.__name__ == "_matmul_forward"
     llava = resolve_run(RunConfig.model_validate({"model": {"name": "tiny/llava"}}), local_target("cpu"))
     assert not llava.patch_embed_matmul and llava.decision("model.patch_embed") is None
+
+
+def test_the_conv_still_runs_its_hooks_and_convolves_what_is_not_one_patch():
+    """The swap is on the Conv3d's forward: it is still called (a hook on it runs, as ZeRO-3's gathering does),
+    and an input that is not one patch per item (a whole volume) gets the convolution itself."""
+    import torch
+
+    holder = torch.nn.Module()
+    holder.patch_embed = torch.nn.Module()
+    holder.patch_embed.proj = torch.nn.Conv3d(3, 8, kernel_size=(2, 4, 4), stride=(2, 4, 4), bias=True)
+    volume = torch.randn(1, 3, 4, 8, 8)  # 2 x 2 x 2 patches in one item
+    want = holder.patch_embed.proj(volume)
+    calls = []
+    holder.patch_embed.proj.register_forward_pre_hook(lambda mod, args: calls.append(args[0].shape))
+    assert run_patch_embeds_as_matmul(holder) == ["patch_embed"]
+    torch.testing.assert_close(holder.patch_embed.proj(volume), want)  # the convolution, not a reshape
+    patches = torch.randn(5, 3, 2, 4, 4)
+    got = holder.patch_embed.proj(patches)
+    assert got.shape == (5, 8, 1, 1, 1) and len(calls) == 2
+    torch.testing.assert_close(got, torch.nn.functional.conv3d(patches, holder.patch_embed.proj.weight,
+                                                               holder.patch_embed.proj.bias, stride=(2, 4, 4)))
 
 
 def test_an_overlapping_or_lora_wrapped_projection_is_left_alone():

@@ -8,11 +8,14 @@ this CPU (benchmarks/patch_embed.py, results/patch_embed_cpu2_20261128_20b9c0b.j
 dtype combinations orders of magnitude slower (transformers issue #45750: Qwen3-VL's on Blackwell in bf16; vLLM, SGLang and
 transformers' own opt-in `fusion_config={"patch_embeddings": True}` run it as a linear layer for that reason).
 
-Here the module keeps its `proj` weight where it is (state dicts, checkpoints, exports and LoRA targets
-unchanged); only the instance's `forward` becomes `F.linear` over the weight viewed as (dim, C*T*P*P).
-Transformers' fusion does the same at `from_pretrained` only, renaming the weight; mmtune also builds
-models from configs (random weights, tiny twins, the planner's meta model), so the swap is made on the built
-model, for the families verified exact (Family.patch_embed_matmul, tests/models/test_patch_embed.py).
+Here the Conv3d keeps its weight where it is (state dicts, checkpoints, exports and LoRA targets unchanged) and
+is still called as before, so every hook on it still runs (ZeRO-3 gathers its weight in one, FSDP and the
+planner's tracker see it); only that instance's `forward` becomes `F.linear` over the weight viewed as
+(dim, C*T*P*P) for an input of whole patches (N, C, T, P, P), with the convolution's output shape
+(N, dim, 1, 1, 1). Any other input shape runs the convolution as before. Transformers' fusion does the same at
+`from_pretrained` only, renaming the weight into a new Linear; mmtune also builds models from configs (random
+weights, tiny twins, the planner's meta model), so the swap is made on the built model, for the families
+verified exact (Family.patch_embed_matmul, tests/models/test_patch_embed.py).
 """
 
 from __future__ import annotations
@@ -35,18 +38,21 @@ def flat_patch_embeds(model) -> list[tuple[str, object]]:
     return found
 
 
-def _matmul_forward(self, hidden_states):
+def _matmul_forward(self, x):
+    """The Conv3d's forward on whole patches: (N, C, T, P, P) -> (N, dim, 1, 1, 1), one matmul."""
     import torch.nn.functional as F
 
-    weight = self.proj.weight  # (dim, C, T, P, P): the kernel, each output one patch's dot product with it
-    flat = hidden_states.reshape(-1, weight[0].numel()).to(weight.dtype)
-    return F.linear(flat, weight.reshape(weight.shape[0], -1), self.proj.bias)
+    if x.dim() != 5 or tuple(x.shape[2:]) != tuple(self.kernel_size):
+        return type(self).forward(self, x)  # not one patch per item: the convolution
+    weight = self.weight  # (dim, C, T, P, P): each output is one patch's dot product with it
+    out = F.linear(x.reshape(x.shape[0], -1), weight.reshape(weight.shape[0], -1), self.bias)
+    return out.view(*out.shape, 1, 1, 1)
 
 
 def run_patch_embeds_as_matmul(model) -> list[str]:
-    """Swap the forward of each of `flat_patch_embeds(model)`; the names of the modules changed."""
+    """Swap the forward of the `proj` of each of `flat_patch_embeds(model)`; the names of the modules changed."""
     names = []
     for name, module in flat_patch_embeds(model):
-        module.forward = types.MethodType(_matmul_forward, module)
+        module.proj.forward = types.MethodType(_matmul_forward, module.proj)
         names.append(name)
     return names
