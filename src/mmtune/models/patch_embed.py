@@ -3,8 +3,8 @@
 Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the Qwen Omnis and GLM-4V embed image and video patches with an `nn.Conv3d`
 whose kernel equals its stride, applied to patches the processor has already cut out and flattened: each
 output is one patch's pixels times the kernel, with no overlap -- a (patches x C*T*P*P) @ (C*T*P*P x dim)
-matmul. As a convolution it goes through im2col or cuDNN's 3-D kernels: 2.4-3.5x the time of the matmul on
-this CPU (benchmarks/patch_embed.py, results/patch_embed_cpu2_20261128_20b9c0b.json), and on some GPU / cuDNN /
+matmul. As a convolution it goes through im2col or cuDNN's 3-D kernels: 2.4-3.4x the time of the matmul on
+this CPU (benchmarks/patch_embed.py, results/patch_embed_cpu2_20261128_0f938d7.json), and on some GPU / cuDNN /
 dtype combinations orders of magnitude slower (transformers issue #45750: Qwen3-VL's on Blackwell in bf16; vLLM, SGLang and
 transformers' own opt-in `fusion_config={"patch_embeddings": True}` run it as a linear layer for that reason).
 

@@ -467,7 +467,7 @@ def decide_patch_embed(family) -> tuple[bool, Decision | None]:
         return False, None
     return True, Decision("model.patch_embed", "one matmul (F.linear on the Conv3d's weight)",
                           "a Conv3d whose kernel equals its stride, over patches the processor flattened, is a matmul; "
-                          "as a convolution 2.4-3.5x its time on a CPU and far slower with some GPU / cuDNN / dtype "
+                          "as a convolution 2.4-3.4x its time on a CPU and far slower with some GPU / cuDNN / dtype "
                           "(models/patch_embed.py); verified exact for " + family.name, changed=True)
 
 
