@@ -518,7 +518,6 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     encodes as it reads). `cores`, `load` (1-minute load average) and `torch_threads` default to this
     machine's."""
     import dataclasses
-    import os
 
     if (loader.num_workers and not loader.by_value) or cfg.data.streaming:
         return loader, None
@@ -526,40 +525,44 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     if cfg.train.prefetch == "none":
         return loader, Decision(key, "none", "requested: each micro-batch is encoded (or received from a worker) "
                                              "when the loop asks for it")
+    depth = cfg.train.grad_accum
     if loader.num_workers:  # workers encode; what is left for this process is reading their micro-batches
-        depth = cfg.train.grad_accum
-        return dataclasses.replace(loader, thread_prefetch=depth), Decision(
-            key, f"a background thread receives the workers' micro-batches, {depth} (one step) ahead",
-            "auto: a worker's micro-batch (~1.2 MB for 4 of the image twin's records) crosses a 64 KB pipe "
-            "in pieces, each written only when this process has read the last and the worker's GIL lets it; "
-            "read by the loop, the image twin waited 19 % of its step for data, read by a thread while the "
-            "step computes 0.6 % (docs/data.md). The thread only unpickles arrays: it never uses the processor",
-            changed=True)
-    if cfg.train.objective == "grpo":
+        value = f"a background thread receives the workers' micro-batches, {depth} (one step) ahead"
+        reason = ("auto: a worker's micro-batch (~1.2 MB for 4 of the image twin's records) crosses a 64 KB pipe "
+                  "in pieces, each written only when this process has read the last and the worker's GIL lets it; "
+                  "read by the loop, the image twin waited 19 % of its step for data, read by a thread while the "
+                  "step computes 0.6 % (docs/data.md). The thread only unpickles arrays: it never uses the processor")
+    elif cfg.train.objective == "grpo":
         return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
                                              "which a second thread must not use at the same time", changed=True)
+    else:
+        spare, why = _spare_cores(target, cores, load, torch_threads)
+        if spare < 1:
+            return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take "
+                                                 "turns with the step (and contend for the GIL)", changed=True)
+        value = f"a background thread, {depth} micro-batch(es) (one step) ahead"
+        reason = (f"auto: {why}: the next step's encoding (tokenizer, processor, collation) overlaps this step "
+                  "instead of preceding it; same batches, same order; it waits before evaluation and checkpoints "
+                  "(the processor is not shared across threads)")
+    return dataclasses.replace(loader, thread_prefetch=depth), Decision(key, value, reason, changed=True)
+
+
+def _spare_cores(target, cores, load, torch_threads) -> tuple[float, str]:
+    """(cores free for a thread beside the step, how that was counted); None arguments are this machine's."""
+    import os
+
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
-        spare, why = cores - 1, f"{cores} cores, the step on the GPU"
-    else:  # the step's own threads and the machine's other work already use cores: a thread needs one free
-        if load is None:
-            load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-        if torch_threads is None:
-            import torch
+        return cores - 1, f"{cores} cores, the step on the GPU"
+    # the step's own threads and the machine's other work already use cores: a thread needs one free
+    if load is None:
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if torch_threads is None:
+        import torch
 
-            torch_threads = torch.get_num_threads()
-        spare = cores - torch_threads - load
-        why = f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
-    if spare < 1:
-        return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take turns "
-                                             "with the step (and contend for the GIL)", changed=True)
-    depth = cfg.train.grad_accum
-    return dataclasses.replace(loader, thread_prefetch=depth), Decision(
-        key, f"a background thread, {depth} micro-batch(es) (one step) ahead",
-        f"auto: {why}: the next step's encoding (tokenizer, processor, collation) overlaps this step instead of "
-        "preceding it; same batches, same order; it waits before evaluation and checkpoints (the processor is "
-        "not shared across threads)", changed=True)
+        torch_threads = torch.get_num_threads()
+    return cores - torch_threads - load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
 
 
 def decide_loader(cfg, target):

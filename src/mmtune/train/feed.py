@@ -123,7 +123,7 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     loader = iter(make_dataloader(dataset, collate, _FromStream(stream_args), plan=plan, seed=run.cfg.train.seed))
     if by_value:
         loader = (received(mb) for mb in loader)
-    depth = getattr(run.resolved.loader, "thread_prefetch", 0)
+    depth = getattr(plan, "thread_prefetch", 0)
     if depth:  # train.prefetch: the next step's micro-batches encoded beside this step (train/prefetch.py)
         from .prefetch import Prefetched
 
