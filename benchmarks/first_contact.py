@@ -47,6 +47,9 @@ def _phase(name: str, cmd: list[str], cwd: Path, env: dict | None = None, timeou
     print(f"{name}: rc {proc.returncode}, {out['wall_s']} s wall, {out['cpu_s']} s CPU, load {out['load_average']}",
           flush=True)
     out["tail"] = (proc.stdout + proc.stderr)[-1500:]
+    failures = re.search(r"^=+ FAILURES =+$(.*?)^=+ (warnings summary|short test summary)", proc.stdout, re.M | re.S)
+    if failures:  # a failed test's own report (the tail holds only the summary): the first 8,000 characters
+        out["failures"] = failures.group(1).strip()[:8000]
     return out
 
 

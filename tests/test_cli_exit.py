@@ -83,3 +83,30 @@ def test_openmp_threads_spin_briefly_unless_the_user_says(tmp_path):
     assert run() == "- 10000"
     assert run(OMP_WAIT_POLICY="PASSIVE") == "PASSIVE -"  # the user's own choice is left alone
     assert run(GOMP_SPINCOUNT="500") == "- 500"
+
+
+_GROUP_PROG = """
+import atexit, sys
+import torch.distributed as dist
+out, store = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)  # as a launched rank has
+atexit.register(lambda: open(out, "w").write(str(dist.is_initialized())))
+sys.argv = ["mmtune", *sys.argv[3:]]
+from mmtune.cli import main
+main()
+"""
+
+
+def test_a_rank_leaves_its_process_group_after_a_command_that_succeeded_and_only_then(tmp_path):
+    """Left to interpreter shutdown, gloo's threads can abort a rank whose work is done (SIGABRT, the launcher
+    calls the run failed): main() destroys the group after success; after a failure it is left alone."""
+    marker = tmp_path / "group.txt"
+
+    def run(*args):
+        proc = subprocess.run([sys.executable, "-c", _GROUP_PROG, str(marker), str(tmp_path / f"store{len(args)}"),
+                               *args], capture_output=True, text=True, timeout=300)
+        return proc.returncode, marker.read_text()
+
+    assert run("--help") == (0, "False")
+    code, still = run("train", str(tmp_path / "missing.yaml"))
+    assert code != 0 and still == "True"

@@ -78,13 +78,31 @@ def _short_openmp_spins() -> None:
         os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
-def main() -> None:  # pragma: no cover - console entry point (pyproject's [project.scripts])
+def _end_process_group() -> None:
+    """A rank launched by torchrun / accelerate that finished its command leaves its process group by itself.
+    Left to the interpreter's shutdown, gloo's worker threads are torn down with it and a rank whose work is all
+    done can abort ("terminate called without an active exception", SIGABRT): the launcher then reports the run
+    failed, and kills the other ranks. Seen here in 2-rank tests after both ranks had written their results;
+    pytorch/pytorch#190489 is the same. Only after success: a rank that failed exits without it (destroying a
+    group other ranks may still be using can hang them: torchtitan#1342). Never imports torch itself."""
+    import sys
+
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def main() -> None:  # console entry point (pyproject's [project.scripts]) and `python -m mmtune.cli`
     from .commands.startup_gc import relax_for_startup
 
     _short_openmp_spins()
     relax_for_startup()
     try:
         app()
+    except SystemExit as done:  # typer ends every command with SystemExit; code 0 / None is success
+        if not done.code:
+            _end_process_group()
+        raise
     finally:
         _freeze_before_exit()
 

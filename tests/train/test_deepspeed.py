@@ -112,23 +112,22 @@ def test_torchrun_and_accelerate_launch_as_a_user_types_them(tmp_path):
     writes deepspeed.json + accelerate_config.yaml; `accelerate launch --config_file` that file runs the same
     training with the user's file in charge (mmtune passes no config of its own) and gives the same losses."""
     import os
-    import subprocess
 
     from equivalence_runs import losses, write_config
-    from test_fsdp import SRC, free_port
+    from test_fsdp import SRC
+    from torchrun import failure, launch, torchrun_cmd
 
     cfg = write_config("mixed-lora", "zero3", tmp_path, 2, max_steps=2)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
     first = tmp_path / "torchrun"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "mmtune.cli", "train", str(cfg), f"output_dir={first}"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = launch(lambda port: torchrun_cmd(port, "-m", "mmtune.cli", "train", str(cfg), f"output_dir={first}"),
+                 timeout=900, env=env)
+    assert res.returncode == 0, failure(res, 3000)
     second = tmp_path / "accelerate"
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(first / "accelerate_config.yaml"),
-           "--main_process_port", str(free_port()), "-m", "mmtune.cli", "train", str(cfg), f"output_dir={second}"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = launch(lambda port: [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                               str(first / "accelerate_config.yaml"), "--main_process_port", str(port), "-m", "mmtune.cli",
+                               "train", str(cfg), f"output_dir={second}"], timeout=900, env=env)
+    assert res.returncode == 0, failure(res, 3000)
     assert len(losses(first)) == 2 and close(losses(second), losses(first)), (losses(first), losses(second))
     for run in (first, second):
         decisions = json.loads((run / "summary.json").read_text())["decisions"]

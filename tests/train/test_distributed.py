@@ -2,30 +2,23 @@
 
 import json
 import os
-import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-
-def _free_port() -> int:
-    """A port nobody listens on now (test sessions running side by side collided on a fixed one)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torchrun import failure, launch, torchrun_cmd  # noqa: E402
 
 
 @pytest.mark.slow  # ~18 s on 2 cores: two ranks start, load and train
 @pytest.mark.distributed
 def test_two_rank_ddp_run_trains_and_logs_the_global_loss(tiny_vl_config, tmp_path):
     cfg = tiny_vl_config(train={"max_steps": 2, "grad_accum": 2}, adapter={"train_components": ["projector"]})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-           "-m", "mmtune.cli", "train", str(cfg), "--skip-checks"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    assert out.returncode == 0, out.stderr[-4000:]
+    out = launch(lambda port: torchrun_cmd(port, "-m", "mmtune.cli", "train", str(cfg), "--skip-checks"),
+                 timeout=600, env=env)
+    assert out.returncode == 0, failure(out)
     run = tmp_path / "run"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r["kind"] == "train"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,30 +13,20 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from equivalence_runs import CASES, STEPS, losses, run_case  # noqa: E402
+from torchrun import failure, launch, torchrun_cmd  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 WORKER = Path(__file__).resolve().parent / "equivalence_runs.py"
 
 
-def free_port() -> int:
-    """A port nobody listens on now: sessions running side by side must not meet on a fixed one."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def two_ranks(jobs: list[dict], folder: Path, port: int | None = None) -> dict:
+def two_ranks(jobs: list[dict], folder: Path) -> dict:
     """Run the jobs in one 2-rank torchrun launch; the main rank's losses by job key."""
-    port = port or free_port()
     (folder / "jobs.json").write_text(json.dumps(jobs))
     out = folder / "out.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(WORKER), str(folder / "jobs.json"), str(out), str(folder)]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
-    assert res.returncode == 0, res.stderr[-6000:]
+    res = launch(lambda port: torchrun_cmd(port, str(WORKER), str(folder / "jobs.json"), str(out), str(folder)),
+                 timeout=900, env=env)
+    assert res.returncode == 0, failure(res, 6000)
     return json.loads(out.read_text())
 
 
@@ -185,12 +174,11 @@ def test_torchrun_smoke_of_a_shipped_recipe_under_fsdp(tmp_path):
     from mmtune.cli import app
 
     root = Path(__file__).resolve().parents[2]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-           "-m", "mmtune.cli", "train", str(root / "recipes" / "seed000_video_audio_qa.yaml"), "--smoke",
-           "train.strategy=fsdp", f"output_dir={tmp_path / 'run'}"]
+    args = ("-m", "mmtune.cli", "train", str(root / "recipes" / "seed000_video_audio_qa.yaml"), "--smoke",
+            "train.strategy=fsdp", f"output_dir={tmp_path / 'run'}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env, cwd=root)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    res = launch(lambda port: torchrun_cmd(port, *args), timeout=900, env=env, cwd=root)
+    assert res.returncode == 0, failure(res, 3000)
     summary = json.loads((tmp_path / "run-smoke" / "summary.json").read_text())
     assert any(d.startswith("FSDP2:") for d in summary["decisions"]) and summary["steps"] > 0
     # QLoRA under ZeRO-3 cannot be sharded: refused before anything is built, with the alternatives (FSDP2

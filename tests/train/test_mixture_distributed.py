@@ -8,12 +8,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from torchrun import failure, launch, torchrun_cmd  # noqa: E402
 
 # LoRA dropout off: checkpoints hold rank 0's RNG state only and every rank restores it, so with
 # dropout rank 1's masks after a resume differ from an uninterrupted run (loss off by ~1e-5 relative,
@@ -44,12 +46,11 @@ def _config(tmp_path: Path, data: Path, out: Path, steps: int, accept_changes: b
     return path
 
 
-def _torchrun(config: Path, port: int) -> None:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "mmtune.cli", "train", str(config), "--skip-checks"]
+def _torchrun(config: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900, env=env)
-    assert out.returncode == 0, out.stderr[-4000:]
+    out = launch(lambda port: torchrun_cmd(port, "-m", "mmtune.cli", "train", str(config), "--skip-checks"),
+                 timeout=900, env=env)
+    assert out.returncode == 0, failure(out)
 
 
 def _losses(run: Path) -> dict[int, float]:
@@ -65,7 +66,7 @@ def test_two_rank_mixture_metrics_match_one_process_and_resume_is_exact(tmp_path
     mod.main(tmp_path / "data")
 
     whole = tmp_path / "whole"
-    _torchrun(_config(tmp_path, tmp_path / "data", whole, 4), 29541)
+    _torchrun(_config(tmp_path, tmp_path / "data", whole, 4))
     summary = json.loads((whole / "summary.json").read_text())
     # the scale printed at start and kept in summary.json counts both ranks: 2 x micro-batch 1 x accumulation 2
     assert summary["scale"]["world_size"] == 2 and summary["scale"]["effective_batch"] == 4
@@ -80,10 +81,10 @@ def test_two_rank_mixture_metrics_match_one_process_and_resume_is_exact(tmp_path
         assert one[k] == pytest.approx(v, rel=1e-5, abs=1e-6), k
 
     parted = tmp_path / "parted"
-    _torchrun(_config(tmp_path, tmp_path / "data", parted, 2), 29542)
+    _torchrun(_config(tmp_path, tmp_path / "data", parted, 2))
     # Resumes from checkpoint-2 with max_steps raised on purpose (the resume guard's accept_changes; the
     # constant schedule makes the accepted change leave steps 3-4 exactly as in the uninterrupted run).
-    _torchrun(_config(tmp_path, tmp_path / "data", parted, 4, accept_changes=True), 29543)
+    _torchrun(_config(tmp_path, tmp_path / "data", parted, 4, accept_changes=True))
     a, b = _losses(whole), _losses(parted)
     assert sorted(a) == [1, 2, 3, 4]
     for step in (3, 4):
