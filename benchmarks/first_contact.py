@@ -50,6 +50,7 @@ def _phase(name: str, cmd: list[str], cwd: Path, env: dict | None = None, timeou
     failures = re.search(r"^=+ FAILURES =+$(.*?)^=+ (warnings summary|short test summary)", proc.stdout, re.M | re.S)
     if failures:  # a failed test's own report (the tail holds only the summary): the first 8,000 characters
         out["failures"] = failures.group(1).strip()[:8000]
+        out["failed_tests"] = re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)  # every one, by name
     return out
 
 
