@@ -6,7 +6,7 @@ Why: this machine's interpreter (and CI's) holds many packages nobody declared. 
 21 tests in a fresh virtual environment (benchmarks/results/first_contact_fresh_venv_tests_*_2a591f1.json).
 A subprocess hides every installed package outside the declared closure from the import system (as if it were
 not installed: `find_spec` answers None, so a library's optional import falls back as it would), then builds
-each twin."""
+each twin and runs a shipped video + audio recipe's smoke run."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ for family in FAMILIES.values():
         model, processor = build_tiny(family.tiny)
         model(**example_batch(processor, family.modalities))
         built.append(family.tiny)
+# A shipped recipe whose records hold video and audio files, through `mmtune train --smoke` (decoding, encoding,
+# the preflight, a few steps): the media readers' imports too.
+from mmtune.cli import app
+
+app(["train", "recipes/seed000_video_audio_qa.yaml", "--smoke", "output_dir=" + sys.argv[2]], standalone_mode=False)
 print("BUILT " + json.dumps(built))
 """
 
@@ -80,7 +85,7 @@ def _declared_closure() -> set[str]:
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="tomllib")
-def test_every_tiny_twin_builds_with_only_the_declared_dependencies_importable():
+def test_every_tiny_twin_builds_with_only_the_declared_dependencies_importable(tmp_path):
     from importlib.metadata import packages_distributions
 
     closure = _declared_closure()
@@ -88,9 +93,10 @@ def test_every_tiny_twin_builds_with_only_the_declared_dependencies_importable()
     for top, dists in packages_distributions().items():
         (allowed if any(_canon(d) in closure for d in dists) or _canon(top) == "mmtune" else blocked).add(top)
     blocked -= allowed | set(sys.stdlib_module_names)
-    res = subprocess.run([sys.executable, "-c", _PROG, json.dumps(sorted(blocked))],
+    res = subprocess.run([sys.executable, "-c", _PROG, json.dumps(sorted(blocked)), str(tmp_path / "run")],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, ("a tiny twin needs a package outside mmtune's declared dependencies:\n"
                                  + res.stderr[-3000:])
     built = json.loads(res.stdout.split("BUILT ", 1)[1])
     assert "tiny/smolvlm" in built and len(built) >= 15, built
+    assert (tmp_path / "run-smoke" / "summary.json").is_file()  # the smoke run went to its end
