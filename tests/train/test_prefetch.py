@@ -31,12 +31,16 @@ def test_prefetch_is_decided_once_with_a_reason(tiny_vl_config):
     plan, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=4, load=0.5, torch_threads=1)
     assert plan.thread_prefetch == 3 and "one step" in d.value and "load average 0.50" in d.reason
     assert plan.loader_kwargs() == {"num_workers": 0}  # not a DataLoader argument
+    assert not plan.thread_in_backward  # a free core: the thread works beside the whole step
+    # A core beyond torch's threads but a busy machine (the run's own step counts in the load): the thread encodes
+    # only in the step's backward, where torch releases the GIL.
     busy, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=3.0, torch_threads=1)
-    assert busy.thread_prefetch == 0 and d.value == "none" and "no core to spare" in d.reason
-    own, _ = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=0.0, torch_threads=2)  # the step's threads
-    assert own.thread_prefetch == 0
+    assert busy.thread_prefetch == 3 and busy.thread_in_backward and "during the step's backward" in d.value
+    assert "without the GIL" in d.reason and "load average 3.00" in d.reason
+    own, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=0.0, torch_threads=2)  # the step's threads
+    assert own.thread_prefetch == 0 and d.value == "none" and "no core beside the step's own threads" in d.reason
     gpu, d = decide_prefetch(cfg, LoaderPlan(), gpu_target("a100-80gb"), cores=2)
-    assert gpu.thread_prefetch == 3 and "GPU" in d.reason
+    assert gpu.thread_prefetch == 3 and "GPU" in d.reason and not gpu.thread_in_backward
     asked = load_config(tiny_vl_config(train={"prefetch": "none"}), [])
     plan, d = decide_prefetch(asked, LoaderPlan(), cpu, cores=8, load=0.0, torch_threads=1)
     assert plan.thread_prefetch == 0 and d.reason.startswith("requested")
@@ -66,12 +70,40 @@ def test_prefetched_keeps_order_and_raises_where_the_loop_reads():
     it.close()
 
 
-def _with_thread(run):
-    run.resolved = dataclasses.replace(run.resolved, loader=dataclasses.replace(run.resolved.loader, thread_prefetch=2))
+def test_a_thread_that_encodes_in_the_backward_starts_only_in_an_open_window():
+    import threading
+    import time
+
+    pulled = []
+
+    def items():
+        for i in range(6):
+            pulled.append((i, threading.current_thread().name))
+            yield i
+
+    it = Prefetched(items(), depth=2, in_backward=True)
+    assert next(it) == 0  # nothing queued yet: the loop's own thread reads it
+    time.sleep(0.2)
+    assert len(pulled) == 1  # the two queued items wait for a window: the forward runs alone
+    with it.open_window():  # a backward
+        for _ in range(200):
+            if len(pulled) == 3:
+                break
+            time.sleep(0.01)
+    assert [i for i, _ in pulled] == [0, 1, 2] and all(n.startswith("mmtune-prefetch") for _, n in pulled[1:])
+    assert [next(it) for _ in range(5)] == [1, 2, 3, 4, 5]  # the loop waiting opens the window itself: no deadlock
+    it.settle()  # idle, whatever is queued (evaluation may use the processor now)
+    it.close()
+
+
+def _with_thread(run, in_backward=False):
+    loader = dataclasses.replace(run.resolved.loader, thread_prefetch=2, thread_in_backward=in_backward)
+    run.resolved = dataclasses.replace(run.resolved, loader=loader)
     return run
 
 
-def test_a_run_with_the_thread_trains_evaluates_and_resumes_the_same(tiny_vl_config, tmp_path):
+@pytest.mark.parametrize("in_backward", [False, True], ids=["beside-the-step", "in-the-backward"])
+def test_a_run_with_the_thread_trains_evaluates_and_resumes_the_same(tiny_vl_config, tmp_path, in_backward):
     """4 steps without the thread == 2 steps with it, stop (as a kill would), 2 more resumed with it: the same
     losses and eval losses exactly (dropout on, eval every 2 steps, a checkpoint every 2)."""
     base = dict(train={"max_steps": 4, "save_every": 2, "grad_accum": 2, "prefetch": "none"},
@@ -79,11 +111,11 @@ def test_a_run_with_the_thread_trains_evaluates_and_resumes_the_same(tiny_vl_con
     plain = load_config(tiny_vl_config(**base), [f"output_dir={tmp_path / 'plain'}"])
     train(build_run(plain))
     threaded = load_config(tiny_vl_config(**base), [f"output_dir={tmp_path / 'thread'}"])
-    _, loader = open_feed(_with_thread(build_run(threaded)), {"epoch": 0, "index": 0})
-    assert isinstance(loader, Prefetched)  # the runs below do use the thread
+    _, loader = open_feed(_with_thread(build_run(threaded), in_backward), {"epoch": 0, "index": 0})
+    assert isinstance(loader, Prefetched) and loader.in_backward == in_backward  # the runs below use the thread
     loader.close()
-    assert train(_with_thread(build_run(threaded)), stop_after=2) is None
-    train(_with_thread(build_run(threaded)))
+    assert train(_with_thread(build_run(threaded), in_backward), stop_after=2) is None
+    train(_with_thread(build_run(threaded), in_backward))
     for kind, key in (("train", "loss"), ("eval", "eval_loss")):
         want = [r[key] for r in _rows(tmp_path / "plain", kind)]
         assert want and [r[key] for r in _rows(tmp_path / "thread", kind)] == want

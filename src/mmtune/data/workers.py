@@ -32,6 +32,9 @@ class LoaderPlan:
     # Micro-batches a background thread of the training process keeps prepared (train.prefetch, no workers:
     # train/prefetch.py); 0: prepared when the loop asks. Not a DataLoader argument.
     thread_prefetch: int = 0
+    # That thread encodes only while the step's backward runs (and while the loop waits for it): torch's autograd
+    # engine releases Python's GIL, the forward holds it (train/prefetch.py).
+    thread_in_backward: bool = False
 
     @property
     def by_value(self) -> bool:

@@ -536,10 +536,18 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
         return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
                                              "which a second thread must not use at the same time", changed=True)
     else:
-        spare, why = _spare_cores(target, cores, load, torch_threads)
-        if spare < 1:
-            return loader, Decision(key, "none", f"auto: {why}: no core to spare, a second thread would only take "
-                                                 "turns with the step (and contend for the GIL)", changed=True)
+        spare, why, beyond_torch = _spare_cores(target, cores, load, torch_threads)
+        if spare < 1 and beyond_torch < 1:
+            return loader, Decision(key, "none", f"auto: {why}: no core beside the step's own threads, a second "
+                                                 "thread would only take turns with the step", changed=True)
+        if spare < 1:  # a core beyond torch's threads, but the machine is busy (this run's own step counts)
+            value = f"a background thread that encodes during the step's backward, {depth} micro-batch(es) (one step) ahead"
+            reason = (f"auto: {why}: no core to spare beside the whole step; beside the forward, which holds Python's "
+                      "GIL between its many small ops, a thread only takes turns with it, but torch's backward runs "
+                      "without the GIL, so the next step's encoding runs there (and while the loop waits for it); "
+                      "same batches, same order (docs/data.md)")
+            return (dataclasses.replace(loader, thread_prefetch=depth, thread_in_backward=True),
+                    Decision(key, value, reason, changed=True))
         value = f"a background thread, {depth} micro-batch(es) (one step) ahead"
         reason = (f"auto: {why}: the next step's encoding (tokenizer, processor, collation) overlaps this step "
                   "instead of preceding it; same batches, same order; it waits before evaluation and checkpoints "
@@ -547,14 +555,15 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     return dataclasses.replace(loader, thread_prefetch=depth), Decision(key, value, reason, changed=True)
 
 
-def _spare_cores(target, cores, load, torch_threads) -> tuple[float, str]:
-    """(cores free for a thread beside the step, how that was counted); None arguments are this machine's."""
+def _spare_cores(target, cores, load, torch_threads) -> tuple[float, str, float]:
+    """(cores free for a thread beside the step, how that was counted, cores beyond torch's threads); None
+    arguments are this machine's."""
     import os
 
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
-        return cores - 1, f"{cores} cores, the step on the GPU"
+        return cores - 1, f"{cores} cores, the step on the GPU", cores - 1
     # the step's own threads and the machine's other work already use cores: a thread needs one free
     if load is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -562,7 +571,8 @@ def _spare_cores(target, cores, load, torch_threads) -> tuple[float, str]:
         import torch
 
         torch_threads = torch.get_num_threads()
-    return cores - torch_threads - load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
+    return (cores - torch_threads - load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}",
+            cores - torch_threads)
 
 
 def decide_loader(cfg, target):

@@ -127,7 +127,7 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     if depth:  # train.prefetch: the next step's micro-batches encoded beside this step (train/prefetch.py)
         from .prefetch import Prefetched
 
-        return Prefetched(loader, depth)
+        return Prefetched(loader, depth, in_backward=plan.thread_in_backward)
     return loader
 
 

@@ -169,7 +169,8 @@ class _Loop:
                                  max_grad_norm=cfg.train.max_grad_norm, trainable_params=run.trainable_params,
                                  world_tokens=self.world_sum, aux=self.aux, step=step,
                                  inactive=staged.inactive(step) if self.drop_stage_grads else (),
-                                 loss_impl=cfg.train.loss_impl, objective=run.objective)
+                                 loss_impl=cfg.train.loss_impl, objective=run.objective,
+                                 during_backward=getattr(self.loader, "open_window", nullcontext))
         self.step += 1
         if cfg.train.nan_guard and not math.isfinite(res.loss):
             bad = [i if isinstance(i, str) else run.train_set.records[i].id for b in ids for i in flat_indices(b)]

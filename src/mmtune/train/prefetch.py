@@ -22,34 +22,64 @@ is queued until the loop takes its next micro-batch.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 
 class Prefetched:
-    """An iterator over `it` that keeps `depth` items being prepared in one background thread."""
+    """An iterator over `it` that keeps `depth` items being prepared in one background thread. `in_backward`: the
+    thread starts an item only while a window is open: the step's backward (`open_window` around it, where torch's
+    autograd engine runs without the GIL) or the loop waiting for that item. Beside the forward, which holds the
+    GIL between its many small ops, a thread only takes turns with it (docs/data.md)."""
 
-    def __init__(self, it, depth: int):
-        self.it, self.depth = it, depth
+    def __init__(self, it, depth: int, in_backward: bool = False):
+        self.it, self.depth, self.in_backward = it, depth, in_backward
         self.pending: deque = deque()
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mmtune-prefetch")
+        self.window = threading.Event()
+        if not in_backward:
+            self.window.set()  # always open
 
     def __iter__(self):
         return self
 
     def __next__(self):
-        item = self.pending.popleft().result() if self.pending else next(self.it)
+        if not self.pending:
+            item = next(self.it)
+        else:
+            f = self.pending.popleft()
+            with self.open_window():  # the loop waits for this item anyway: the thread may work now
+                item = f.result()
         self.fill()
         return item
 
+    def _next_in_window(self):
+        self.window.wait()
+        return next(self.it)
+
     def fill(self) -> None:
         while len(self.pending) < self.depth:
-            self.pending.append(self.pool.submit(next, self.it))
+            self.pending.append(self.pool.submit(self._next_in_window))
+
+    @contextmanager
+    def open_window(self):
+        """While the block runs, the thread may start items (a no-op where it always may)."""
+        if not self.in_backward:
+            yield
+            return
+        self.window.set()
+        try:
+            yield
+        finally:
+            self.window.clear()
 
     def settle(self) -> None:
         """Wait until the thread is idle (its results stay queued): the processor is free for the caller."""
-        for f in self.pending:
-            f.exception()
+        with self.open_window():
+            for f in self.pending:
+                f.exception()
 
     def close(self) -> None:
         self.settle()

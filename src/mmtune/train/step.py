@@ -47,7 +47,7 @@ class StepResult:
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
                    trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=(),
-                   loss_impl: str = "full", objective=None) -> StepResult:
+                   loss_impl: str = "full", objective=None, during_backward=nullcontext) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
@@ -56,7 +56,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     is dropped before the update (staged unfreezing under FSDP: stages.StagedParams.inactive). `loss_impl`:
     the resolved train.loss_impl (mmtune.loss: full / chunked / liger). `objective`: the run's
     (mmtune.objectives; default sft): what the loss is averaged over, how a micro-batch's sum is computed,
-    and what it logs besides the loss.
+    and what it logs besides the loss. `during_backward()`: a context each backward runs in (the prefetch thread's
+    window, train/prefetch.py).
     """
     import torch
 
@@ -112,7 +113,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
                 scaled = scaled + value * (weight * accelerator.num_processes * gas / n)
                 acc += value.detach().double()
             del output
-            accelerator.backward(scaled)
+            with during_backward():
+                accelerator.backward(scaled)
         loss_acc += total.detach().double()
         for k, v in stats.items():
             stat_sums[k] = stat_sums[k] + v if k in stat_sums else v
