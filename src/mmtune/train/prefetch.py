@@ -4,7 +4,9 @@ Why: with train.num_workers=0 a micro-batch's encoding (chat template, tokenizer
 ran on the step's critical path, between one optimizer step and the next. The tokenizer's and the image
 processor's heavy parts release the GIL, so on a machine with a core to spare a thread keeps them off it at
 the cost of one step's micro-batches held ahead (what a DataLoader worker's prefetch would hold, without
-a second process and its copy of torch).
+a second process and its copy of torch). Where no core is spare beside the whole step, the thread encodes only
+during the step's backward (torch's autograd engine runs it without the GIL; beside the forward a thread only
+takes turns with it) and while the loop waits for its micro-batch: `in_backward`, `open_window`.
 
 With DataLoader workers on a CPU run (they hand their micro-batches over by value, data/workers.py) the same
 thread receives them instead: a micro-batch crosses the workers' result pipe 64 KB at a time, each piece
