@@ -7,18 +7,12 @@ most three times; any other failure is returned at once, its output kept whole f
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 
+from mmtune.serve.server import free_port  # a port nobody listens on now (the server's own pick)
+
 BIND_FAILED = re.compile(r"address already in use|EADDRINUSE|errno 98|server socket has failed to (listen|bind)", re.I)
-
-
-def free_port() -> int:
-    """A port nobody listens on now: sessions running side by side must not meet on a fixed one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun_cmd(port: int, *args: str) -> list[str]:

@@ -536,11 +536,11 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
         return loader, Decision(key, "none", "train.objective=grpo: its step samples and decodes with the processor, "
                                              "which a second thread must not use at the same time", changed=True)
     else:
-        spare, why, beyond_torch = _spare_cores(target, cores, load, torch_threads)
-        if spare < 1 and beyond_torch < 1:
+        beyond_torch, busy, why = _cores_beside_step(target, cores, load, torch_threads)
+        if beyond_torch < 1:
             return loader, Decision(key, "none", f"auto: {why}: no core beside the step's own threads, a second "
                                                  "thread would only take turns with the step", changed=True)
-        if spare < 1:  # a core beyond torch's threads, but the machine is busy (this run's own step counts)
+        if beyond_torch - busy < 1:  # a core beyond torch's threads, but the load (this run's own step counts) fills it
             value = f"a background thread that encodes during the step's backward, {depth} micro-batch(es) (one step) ahead"
             reason = (f"auto: {why}: no core to spare beside the whole step; beside the forward, which holds Python's "
                       "GIL between its many small ops, a thread only takes turns with it, but torch's backward runs "
@@ -555,24 +555,22 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
     return dataclasses.replace(loader, thread_prefetch=depth), Decision(key, value, reason, changed=True)
 
 
-def _spare_cores(target, cores, load, torch_threads) -> tuple[float, str, float]:
-    """(cores free for a thread beside the step, how that was counted, cores beyond torch's threads); None
-    arguments are this machine's."""
+def _cores_beside_step(target, cores, load, torch_threads) -> tuple[float, float, str]:
+    """(cores beyond the step's own threads, the load already on them, how that was counted); None arguments
+    are this machine's."""
     import os
 
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
-        return cores - 1, f"{cores} cores, the step on the GPU", cores - 1
-    # the step's own threads and the machine's other work already use cores: a thread needs one free
+        return cores - 1, 0.0, f"{cores} cores, the step on the GPU"
     if load is None:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     if torch_threads is None:
         import torch
 
         torch_threads = torch.get_num_threads()
-    return (cores - torch_threads - load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}",
-            cores - torch_threads)
+    return cores - torch_threads, load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
 
 
 def decide_loader(cfg, target):
