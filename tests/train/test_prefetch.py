@@ -33,10 +33,10 @@ def test_prefetch_is_decided_once_with_a_reason(tiny_vl_config):
     assert plan.loader_kwargs() == {"num_workers": 0}  # not a DataLoader argument
     assert not plan.thread_in_backward  # a free core: the thread works beside the whole step
     # A core beyond torch's threads but a busy machine (the run's own step counts in the load): the thread encodes
-    # only in the step's backward, where torch releases the GIL.
+    # only in the step's backward, whose kernels run without the GIL.
     busy, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=3.0, torch_threads=1)
     assert busy.thread_prefetch == 3 and busy.thread_in_backward and "during the step's backward" in d.value
-    assert "without the GIL" in d.reason and "load average 3.00" in d.reason
+    assert "kernels without the GIL" in d.reason and "load average 3.00" in d.reason
     own, d = decide_prefetch(cfg, LoaderPlan(), cpu, cores=2, load=0.0, torch_threads=2)  # the step's threads
     assert own.thread_prefetch == 0 and d.value == "none" and "no core beside the step's own threads" in d.reason
     gpu, d = decide_prefetch(cfg, LoaderPlan(), gpu_target("a100-80gb"), cores=2)

@@ -425,7 +425,8 @@ class TrainConfig(Section):
         "auto", description="with train.num_workers=0, a background thread encodes the next step's micro-batches "
                             "while this step computes (auto: where the machine has a core to spare and the objective's "
                             "step does not use the processor itself; where a core is left beyond torch's threads but the "
-                            "load says none is spare, only during the step's backward, which runs without Python's GIL; "
+                            "load says none is spare, only during the step's backward, which needs Python's GIL far "
+                            "less than the forward; "
                             "none: each encoded when the loop asks, on the step's critical path); with a CPU run's "
                             "workers, a thread receives their micro-batches (auto) or the loop does (none)")
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")

@@ -32,8 +32,8 @@ class LoaderPlan:
     # Micro-batches a background thread of the training process keeps prepared (train.prefetch, no workers:
     # train/prefetch.py); 0: prepared when the loop asks. Not a DataLoader argument.
     thread_prefetch: int = 0
-    # That thread encodes only while the step's backward runs (and while the loop waits for it): torch's autograd
-    # engine releases Python's GIL, the forward holds it (train/prefetch.py).
+    # That thread encodes only while the step's backward runs (and while the loop waits for it): the backward takes
+    # Python's GIL only to free the tensors Python saw, the forward after every op (train/prefetch.py).
     thread_in_backward: bool = False
 
     @property

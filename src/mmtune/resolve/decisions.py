@@ -542,10 +542,11 @@ def decide_prefetch(cfg, loader, target, *, cores: int | None = None, load: floa
                                                  "thread would only take turns with the step", changed=True)
         if beyond_torch - busy < 1:  # a core beyond torch's threads, but the load (this run's own step counts) fills it
             value = f"a background thread that encodes during the step's backward, {depth} micro-batch(es) (one step) ahead"
-            reason = (f"auto: {why}: no core to spare beside the whole step; beside the forward, which holds Python's "
-                      "GIL between its many small ops, a thread only takes turns with it, but torch's backward runs "
-                      "without the GIL, so the next step's encoding runs there (and while the loop waits for it); "
-                      "same batches, same order (docs/data.md)")
+            reason = (f"auto: {why}: no core to spare beside the whole step; beside the forward, which takes Python's "
+                      "GIL back after each of its many small ops, a thread only takes turns with it, while torch's "
+                      "backward runs its kernels without the GIL and takes it only to free the tensors Python saw, so "
+                      "the next step's encoding runs there (and while the loop waits for it); same batches, same "
+                      "order (docs/data.md)")
             return (dataclasses.replace(loader, thread_prefetch=depth, thread_in_backward=True),
                     Decision(key, value, reason, changed=True))
         value = f"a background thread, {depth} micro-batch(es) (one step) ahead"

@@ -5,8 +5,10 @@ ran on the step's critical path, between one optimizer step and the next. The to
 processor's heavy parts release the GIL, so on a machine with a core to spare a thread keeps them off it at
 the cost of one step's micro-batches held ahead (what a DataLoader worker's prefetch would hold, without
 a second process and its copy of torch). Where no core is spare beside the whole step, the thread encodes only
-during the step's backward (torch's autograd engine runs it without the GIL; beside the forward a thread only
-takes turns with it) and while the loop waits for its micro-batch: `in_backward`, `open_window`.
+during the step's backward and while the loop waits for its micro-batch (`in_backward`, `open_window`): torch's
+backward runs its kernels without the GIL and takes it only to free the tensors Python saw (each saved activation's
+Python object), where the forward takes it back after every op; beside the forward a thread only takes turns with
+the step (benchmarks/backward_gil.py, docs/data.md).
 
 With DataLoader workers on a CPU run (they hand their micro-batches over by value, data/workers.py) the same
 thread receives them instead: a micro-batch crosses the workers' result pipe 64 KB at a time, each piece
@@ -32,9 +34,10 @@ from contextlib import contextmanager
 
 class Prefetched:
     """An iterator over `it` that keeps `depth` items being prepared in one background thread. `in_backward`: the
-    thread starts an item only while a window is open: the step's backward (`open_window` around it, where torch's
-    autograd engine runs without the GIL) or the loop waiting for that item. Beside the forward, which holds the
-    GIL between its many small ops, a thread only takes turns with it (docs/data.md)."""
+    thread starts an item only while a window is open: the step's backward (`open_window` around it: torch's kernels
+    run without the GIL, which the backward takes only to free the tensors Python saw) or the loop waiting for that
+    item. Beside the forward, which takes the GIL back after each of its many small ops, a thread only takes turns
+    with it (docs/data.md)."""
 
     def __init__(self, it, depth: int, in_backward: bool = False):
         self.it, self.depth, self.in_backward = it, depth, in_backward
