@@ -112,6 +112,17 @@ def test_openai_parts_that_cannot_be_read_are_refused(imgs):
     assert any("video given as a data: URL" in what for _, what in rs.problems)
 
 
+def test_a_part_whose_type_is_not_a_string_is_named(imgs):
+    """A list or a dict as a part's type (the records fuzzer, seed 42) reached the record boundary as an
+    "unhashable type" TypeError from the OpenAI-part reader; it is the format's "not text/image/video/audio"."""
+    rows = [{"messages": [{"role": "user", "content": [{"type": t, "path": "a.png"}, {"type": "text", "text": "?"}]},
+                          {"role": "assistant", "content": "a"}]} for t in (["image"], {"image": 1})]
+    f = jsonl(imgs / "t.jsonl", rows + [{"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "a"}]}])
+    rs = load_records(str(f), DataConfig(on_bad_record="skip"))
+    assert len(rs) == 1 and rs.n_skipped == 2
+    assert all("that is not text/image/video/audio" in what for _, what in rs.problems), rs.problems
+
+
 def test_top_level_system_is_kept_in_every_format(imgs):
     f = jsonl(imgs / "m.jsonl", [
         {"system": "You count.", "messages": [{"role": "user", "content": "n?"}, {"role": "assistant", "content": "1"}]},

@@ -206,12 +206,30 @@ def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
 def rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
     import datasets
 
+    _refuse_empty_save(folder)
     try:
         ds = datasets.load_from_disk(str(folder))
-    except (FileNotFoundError, ValueError) as e:
-        raise DataError(f"{folder} is not a dataset saved with save_to_disk ({e})", where=str(folder),
-                        fix="give a JSONL/JSON/parquet file, or a folder written by Dataset.save_to_disk") from None
+    except (FileNotFoundError, ValueError, IndexError, KeyError, TypeError, OSError) as e:
+        # datasets' own reading of a damaged folder (a state.json naming no or missing files, a cut Arrow file):
+        # its IndexError / KeyError say nothing a user can act on
+        raise DataError(f"{folder} is not a readable dataset saved with save_to_disk ({type(e).__name__}: {e})",
+                        where=str(folder),
+                        fix="save it again with Dataset.save_to_disk, or give a JSONL/JSON/parquet file") from None
     return dataset_rows(ds, split, str(folder))
+
+
+def _refuse_empty_save(folder: Path) -> None:
+    """A Dataset saved with no rows and no columns lists no data files in its state.json; datasets then fails
+    with an IndexError deep in its table concatenation. Said as what it is, with the folder."""
+    state = folder / "state.json"
+    try:
+        files = json.loads(state.read_text()).get("_data_files") if state.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return  # load_from_disk reports a damaged state.json itself
+    if files == []:
+        raise DataError(f"{folder} holds no records: its state.json lists no data files (an empty Dataset was "
+                        "saved)", where=str(state), fix="save the dataset again with its rows, or point data.train "
+                                                        "at the data you meant")
 
 
 # A file's reader by its suffix; a new file type is one reader above and one line here.

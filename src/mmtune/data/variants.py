@@ -105,6 +105,8 @@ def query_response_row(row: dict, where: str) -> dict:
 def _openai_part(p: dict, where: str) -> dict:
     """An OpenAI-style content part as ours ({"type": kind, "path" | "bytes"}); other parts unchanged."""
     t = p.get("type")
+    if not isinstance(t, str):  # a list or a dict as a type: the format's own check names the part
+        return p
     if t in ("input_text", "output_text"):
         return {"type": "text", "text": p.get("text", "")}
     if t == "input_audio":
