@@ -22,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "seed002_docvqa_mixture_8gpu.yaml"
+# what its --json output carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("src", "rows")
 
 
 def child() -> dict:

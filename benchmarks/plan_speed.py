@@ -19,6 +19,9 @@ import os
 import sys
 import time
 
+# what its --json output carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("rows",)
+
 DEFAULT = [("seed001 Qwen2.5-7B LoRA r128 seq512 fp16", "recipes/seed001_qwen2.5-7b_lora.yaml", [], "quadro-rtx-6000"),
            ("Qwen2-VL-7B LoRA 1 image 512x512 seq1024", None,
             ["model.name=Qwen/Qwen2-VL-7B-Instruct", "data.max_length=1024", "train.precision=bf16"], "a100-40gb"),

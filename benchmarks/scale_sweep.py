@@ -38,6 +38,9 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from throughput import plain_micro_batch, plain_model, plain_step  # noqa: E402 - the same plain loop
 
+# what its --json file carries (tests/test_benchmark_results.py)
+RESULT_KEYS = ("model", "attn", "steps", "repeats", "cells", "fits")
+
 WORD = "red"  # one token of the tiny twins' tokenizer: a record's length is set a token at a time
 
 
