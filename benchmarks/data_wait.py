@@ -30,6 +30,9 @@ import time
 from pathlib import Path
 from statistics import median
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("model", "max_pixels", "steps", "micro_batch_size", "results")
+
 SIZES = [((1280, 960), "jpg"), ((640, 480), "png")]
 
 

@@ -26,6 +26,9 @@ import traceback
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("runs", "problems", "results")
+
 ROOT = Path(__file__).resolve().parents[1]
 ADAPTERS = ("lora", "qlora", "full")
 PRECISIONS = ("bf16", "fp16")

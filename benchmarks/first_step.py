@@ -32,6 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from doctor_speed import make_dataset  # noqa: E402  (the same generated layout as the doctor benchmark)
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("records", "images", "first_step_s", "wall_s", "cpu_s", "train_process_cpu_to_first_step_s", "startup")
+
 
 def _process_cpu(pid: int) -> float | None:
     """CPU seconds (user + system) the train process itself has used so far: /proc/PID/stat fields 14-15."""

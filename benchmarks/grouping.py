@@ -18,6 +18,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("model", "records", "steps", "micro_batch_size", "repeats", "plain", "grouped", "ratio_pairwise_median")
+
 WORDS = "red blue green square circle triangle count left right above below next to the a of and".split()
 
 

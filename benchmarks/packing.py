@@ -23,6 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grouping import _median, run_variants, train_rows, variant_config  # noqa: E402 - the same set and config
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("model", "records", "steps", "micro_batch_size", "packed_rows_per_micro_batch", "repeats",
+               "plain", "grouped", "packed")
+
 VARIANTS = ("plain", "grouped", "packed")
 
 

@@ -17,6 +17,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("records", "file_mib", "runs")
+
 CHILD = r"""
 import json, resource, sys, time
 from mmtune.config.schema import DataConfig

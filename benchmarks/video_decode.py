@@ -18,6 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+# What the results file holds beside the provenance (tests/test_benchmark_results.py).
+RESULT_KEYS = ("repeats", "rows")
+
 
 def make_clip(path: Path, seconds: int, gop: int | None) -> Path:
     import av
