@@ -46,3 +46,21 @@ def test_tracker_counts_live_storages_and_peak():
     assert tr.trace.peak_bytes == 8192
     assert tr.trace.live_bytes == 4096 + 1024
     del b, v, c
+
+
+def test_a_real_parameter_beside_fake_ones_is_updated_as_a_fake():
+    """A one-element parameter made while the plan builds the model is real (a scalar factory runs for real);
+    Mllama's cross-attention gates are such. A full fine-tune's foreach AdamW updates it beside fake weights:
+    the real one was turned into a constant fake, which FakeTensorMode refuses for a parameter (the doctor's
+    crash sweep, llama3.2_11b_vision_lora adapter=full: MM099)."""
+    from mmtune.plan.fake import ValueFakeMode
+
+    gate = torch.nn.Parameter(torch.zeros(1))
+    mode = ValueFakeMode()
+    with mode:
+        w = torch.nn.Parameter(torch.empty(64, 64))
+        w.grad, gate.grad = torch.empty_like(w), torch.ones(1)
+        opt = torch.optim.AdamW([w, gate], lr=1e-3, foreach=True)
+        opt.step()
+    assert mode.is_our_fake(w) and not mode.is_our_fake(gate)
+    assert mode.is_our_fake(opt.state[w]["exp_avg"]) and opt.state[gate]["exp_avg"].shape == (1,)

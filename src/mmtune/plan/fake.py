@@ -113,8 +113,12 @@ class ValueFakeMode(FakeModeBase):
         self._depth = 0
 
     def may_turn_const(self, t: torch.Tensor) -> bool:  # noqa: D102 - constants may be whole id tensors
+        # Never a parameter: a weight is no value, and FakeTensorMode refuses to make one a constant (a real
+        # one-element parameter -- Mllama's cross-attention gates, made real as scalars are -- updated by a
+        # foreach optimizer beside fake ones in a full fine-tune's plan).
         return (t.numel() <= self.max_real_numel and t.layout == torch.strided and not self.is_our_fake(t)
-                and t.device.type != "meta" and (t.numel() <= 1 or t.dtype in _VALUE_DTYPES))
+                and t.device.type != "meta" and (t.numel() <= 1 or t.dtype in _VALUE_DTYPES)
+                and not isinstance(t, torch.nn.Parameter))
 
     def with_value(self, t: torch.Tensor) -> torch.Tensor:
         """A fake copy of a real tensor; small integer/bool ones keep their values as a constant."""
