@@ -90,7 +90,7 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
                 with Image.open(src) as im:
                     check_image_pixels(im.width, im.height, part, where)  # before any pixel is decoded
                     im.load()
-                    img = to_rgb(im)
+                    img = to_rgb(upright(im))
         except FileNotFoundError:
             raise _bad("image file not found", part, where,
                        "check the path and data.media_root, or set data.on_bad_record=skip") from None
@@ -102,6 +102,24 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
     elif img.mode != "RGB":
         img = to_rgb(img)
     return cap_pixels(img, max_pixels)
+
+
+# EXIF Orientation values (tag 0x0112) that turn the stored pixels by 90 degrees: width and height swap.
+EXIF_ORIENTATION = 0x0112
+SIDEWAYS = (5, 6, 7, 8)
+
+
+def upright(im):
+    """The image as viewers show it: a phone photo stores its pixels as the sensor read them and the turn in
+    its EXIF Orientation tag, which browsers, transformers' `load_image`, vLLM and torchvision apply
+    (ImageOps.exif_transpose). Trained without it, such photos are seen sideways or upside down, and a
+    model served elsewhere sees them upright: https://github.com/mistralai/mistral-common/issues/330,
+    https://github.com/sgl-project/sglang/issues/33464, https://github.com/ollama/ollama/issues/18418."""
+    from PIL import ImageOps
+
+    if im.getexif().get(EXIF_ORIENTATION, 1) in (1, None):
+        return im
+    return ImageOps.exif_transpose(im)
 
 
 def _pil_size(e: Exception) -> str:

@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import DataError
-from .media import IMAGE_SUFFIXES, SOUNDFILE_SUFFIXES
+from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES
 
 
 def _src(part: dict):
@@ -37,6 +37,8 @@ def _image_size(src) -> tuple[int, int]:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(src) as im:
                 w, h = im.size
+                if im.getexif().get(EXIF_ORIENTATION) in SIDEWAYS:  # the loader turns it upright (media.upright)
+                    w, h = h, w
     except FileNotFoundError:
         raise DataError("missing media", fix="check the path and data.media_root") from None
     except Image.DecompressionBombError as e:  # PIL's own refusal past twice its limit: the size is in the text
