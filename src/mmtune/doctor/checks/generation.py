@@ -142,6 +142,51 @@ def generation_prompt(ctx):
                       " }}{% endif %} (the model's own chat_template.jinja has it)")
 
 
+@check("MM072", "each trained answer follows exactly the generation prompt evaluation and chat build",
+       needs=("cfg", "resolved", "processor_info"))
+def answer_follows_generation_prompt(ctx):
+    """The encoder finds each answer by its text, so training works whatever the template writes before it; but
+    evaluation, `mmtune chat` and any server build the prompt with add_generation_prompt=True. A template whose
+    rendered conversation puts other text there (Qwen3's hybrid template: an empty `<think>\\n\\n</think>\\n\\n`
+    before the last answer, absent from the generation prompt; DeepSeek-R1's: a generation prompt that opens
+    `<think>\\n`, absent from rendered answers) trains every answer after a context the model never sees when it
+    generates: it has to write (or skip) that text itself, untrained, and exact-match scores fall. Sources:
+    https://github.com/huggingface/trl/issues/5213, https://github.com/huggingface/trl/pull/3522. No generation
+    prompt at all is MM069's finding; whitespace-only differences are left alone."""
+    enc = _exact_encoder(ctx)
+    msgs = enc._template_messages(probe_record().messages)
+    try:
+        full = enc.render(msgs)
+        bare = enc.render(msgs[:1])
+        prompt = enc.render(msgs[:1], add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe is MM030's / the encoder's finding
+        return
+    if prompt == bare or not full.startswith(bare):
+        return
+    start = full.find("7", len(bare))
+    if start < 0:
+        return
+    trained = full[:start]  # what every trained answer follows
+    if trained.rstrip() == prompt.rstrip():
+        return
+    if trained.startswith(prompt):
+        what = (f"the rendered conversation writes {trained[len(prompt):]!r} between the generation prompt and each "
+                "answer, and the prompt evaluation and `mmtune chat` generate from ends before it: the model has to "
+                "write that text itself, which no trained token taught it")
+    elif prompt.startswith(trained):
+        what = (f"the generation prompt adds {prompt[len(trained):]!r}, which no trained answer follows (the rendered "
+                "conversation puts each answer right after the header): evaluation and `mmtune chat` generate after "
+                "a context training never showed")
+    else:
+        what = (f"the generation prompt ends {prompt[len(bare):]!r} but trained answers follow "
+                f"{trained[len(bare):]!r}")
+    yield warning(f"the chat template's generation prompt is not what training puts before each answer: {what}; "
+                  "generated answers are scored against a context the model was not trained in", where="model.name",
+                  fix="use a chat template whose generation prompt is exactly the text before an answer in a rendered "
+                      "conversation (a thinking model: its non-thinking template, or write the reasoning block into "
+                      "the answers so it is trained)")
+
+
 MEDIA_ID_KEYS = {"image": ("image_token_id", "image_token_index"), "video": ("video_token_id", "video_token_index"),
                  "audio": ("audio_token_id", "audio_token_index")}
 
