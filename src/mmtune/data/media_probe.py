@@ -37,7 +37,7 @@ def _image_size(src) -> tuple[int, int]:
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(src) as im:
                 w, h = im.size
-                if im.getexif().get(EXIF_ORIENTATION) in SIDEWAYS:  # the loader turns it upright (media.upright)
+                if _orientation(im) in SIDEWAYS:  # the loader turns it upright (media.upright)
                     w, h = h, w
     except FileNotFoundError:
         raise DataError("missing media", fix="check the path and data.media_root") from None
@@ -46,6 +46,15 @@ def _image_size(src) -> tuple[int, int]:
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
         raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
     return h, w
+
+
+def _orientation(im) -> int | None:
+    """The EXIF Orientation tag. JPEG keeps EXIF before the pixels; a PNG's eXIf chunk may follow them, and reading
+    it from a file cut short fails: that file is the loader's "corrupt media", so no turn is assumed here."""
+    try:
+        return im.getexif().get(EXIF_ORIENTATION)
+    except (OSError, SyntaxError, ValueError):
+        return None
 
 
 class _TooLarge(Exception):
