@@ -55,4 +55,36 @@ def offline_scope():
         _SCOPED_OFFLINE.reset(token)
 
 
-__all__ = ["user_offline", "hub_offline", "offline_scope"]
+_PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_UNREACHABLE: dict[str, str | None] = {}  # endpoint -> why it could not be reached (None: reached), once per process
+
+
+def hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the hub endpoint cannot be reached from here, or None when it can (or when that cannot be told).
+
+    One DNS lookup and TCP connect to the endpoint's host (HF_ENDPOINT or huggingface.co), at most `timeout`
+    seconds, remembered for the process. Without it, a hub id on a machine with no network costs ~25 s of
+    huggingface_hub's retries before the same error. Behind a proxy (HTTP(S)_PROXY / ALL_PROXY) the direct
+    connect says nothing about the proxied one: None, and the request goes ahead exactly as before.
+    """
+    if any(os.environ.get(v) for v in _PROXY_VARS):
+        return None
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    endpoint = getattr(constants, "ENDPOINT", None) or "https://huggingface.co"
+    if endpoint not in _UNREACHABLE:
+        import socket
+
+        url = urlparse(endpoint)
+        host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            _UNREACHABLE[endpoint] = None
+        except OSError as e:  # DNS failure (gaierror), refused, unreachable network, timeout
+            _UNREACHABLE[endpoint] = f"{endpoint} cannot be reached from here ({type(e).__name__}: {e})"
+    return _UNREACHABLE[endpoint]
+
+
+__all__ = ["user_offline", "hub_offline", "offline_scope", "hub_unreachable"]

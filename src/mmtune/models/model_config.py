@@ -101,6 +101,8 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
         return tiny_config_and_processor(name)[0]
     from transformers import AutoConfig
 
+    if not is_local_name(name) and cached_snapshot(name, revision) is None:
+        _no_hub_fails_fast(name)
     src = model_folder(name, revision, weights=False)  # a config is read without the weights (model.weights=random)
     try:
         config = AutoConfig.from_pretrained(str(src), revision=revision, trust_remote_code=trust_remote_code)
@@ -108,7 +110,7 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
         return config
     except OSError as e:
         raise ModelLoadError(f"cannot read the config of {name}: {e}", where="model.name",
-                             fix=f"mmtune download {name}") from None
+                             fix=_download_fix(name)) from None
     except ValueError as e:  # custom code without trust_remote_code; a model_type this transformers lacks
         if "trust_remote_code" in str(e) or "custom code" in str(e):
             raise ModelLoadError(f"{name} is defined by its own code (config.json auto_map), which transformers "
@@ -116,3 +118,24 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
                                  fix="model.trust_remote_code=true   (after reading the repository's code)") from None
         raise ModelLoadError(f"cannot read the config of {name}: {str(e).splitlines()[0]}", where="model.name",
                              fix="pip install -U transformers, or point model.name at a supported model") from None
+
+
+def _download_fix(name: str) -> str:
+    from .configs import nearest_embedded
+
+    near = nearest_embedded(name)
+    return f"mmtune download {name}" + (f"   (or plan an embedded model: {', '.join(near)})" if near else "")
+
+
+def _no_hub_fails_fast(name: str) -> None:
+    """A hub id neither cached nor embedded, with downloads off or the hub out of reach: the error at once,
+    naming the nearest embedded models, instead of huggingface_hub's ~25 s of retries. Reachable, nothing
+    changes: the config is fetched as before."""
+    from ..compat.hub import hub_offline, hub_unreachable
+    from .configs import embedded
+
+    why = "downloads are off (HF_HUB_OFFLINE)" if hub_offline() else hub_unreachable()
+    if why:
+        held = "" if embedded(name) is not None else ", mmtune embeds no config of it"
+        raise ModelLoadError(f"cannot read the config of {name}: it is not in the local cache{held}, and {why}",
+                             where="model.name", fix=_download_fix(name))

@@ -34,6 +34,28 @@ def embedded_names() -> list[str]:
     return sorted({s["hub_id"] for s in _all().values()})
 
 
+def nearest_embedded(name: str, n: int = 5) -> list[str]:
+    """Hub ids of the embedded models whose names are nearest to `name` (other sizes of its family first), or []."""
+    import difflib
+    import re
+
+    def short(s: str) -> str:
+        return s.lower().split("/")[-1]
+
+    def family(s: str) -> str:  # the name before its size: "qwen2.5-coder-7b-instruct" -> "qwen2.5-coder"
+        return re.split(r"-\d+(\.\d+)?[bm]\b", short(s))[0]
+
+    want = short(name)
+    scores = {}
+    for key, spec in _all().items():
+        if "/" in key or not key:
+            continue
+        score = difflib.SequenceMatcher(None, want, key).ratio() + (0.5 if family(key) == family(want) else 0.0)
+        scores[spec["hub_id"]] = max(scores.get(spec["hub_id"], 0.0), score)
+    best = sorted((s, h) for h, s in scores.items() if s >= 0.6)[::-1]
+    return [h for _, h in best[:n]]
+
+
 def hf_config(spec: dict):
     """The transformers config object of an embedded spec."""
     import copy

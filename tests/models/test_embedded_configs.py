@@ -1,0 +1,98 @@
+"""The embedded public configs (src/mmtune/models/configs/*.json) build models of their published size.
+
+Each is built on the meta device (no memory) from its embedded config and its parameter count compared with a
+documented count, within 1 %. A config copied wrong in a shape field (hidden, intermediate, layers, heads, vocab,
+tied embeddings, a vision tower's width) moves the count by far more than that.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+PADDLE = "github ZHUI/paddlenlp_model_readme {}/index.md (the hub model card)"
+# hub id -> (documented parameter count, where it is documented)
+DOCUMENTED = {
+    "Qwen/Qwen2.5-0.5B-Instruct": (0.49e9, PADDLE.format("Qwen/Qwen2.5-0.5B-Instruct") + ": Number of Parameters: 0.49B"),
+    "Qwen/Qwen2.5-1.5B-Instruct": (1.54e9, PADDLE.format("Qwen/Qwen2.5-1.5B-Instruct") + ": 1.54B"),
+    "Qwen/Qwen2.5-3B-Instruct": (3.09e9, PADDLE.format("Qwen/Qwen2.5-3B-Instruct") + ": 3.09B"),
+    "Qwen/Qwen2.5-7B-Instruct": (7.61e9, PADDLE.format("Qwen/Qwen2.5-7B-Instruct") + ": 7.61B"),
+    "Qwen/Qwen2.5-14B-Instruct": (14.7e9, PADDLE.format("Qwen/Qwen2.5-14B-Instruct") + ": 14.7B"),
+    "Qwen/Qwen2.5-32B-Instruct": (32.5e9, PADDLE.format("Qwen/Qwen2.5-32B-Instruct") + ": 32.5B"),
+    "Qwen/Qwen2.5-72B-Instruct": (72.7e9, PADDLE.format("Qwen/Qwen2.5-72B-Instruct") + ": 72.7B"),
+    "Qwen/Qwen2-7B-Instruct": (7.6e9, PADDLE.format("Qwen/Qwen2-7B") + ": the performance table's '# Params 7.6B'"),
+    "Qwen/Qwen3-0.6B": (0.6e9, "docs.nvidia.com/nemo/automodel model-coverage qwen3 ('Qwen3: 0.6B, 1.7B, 4B, ...')"),
+    "Qwen/Qwen3-4B": (4.0e9, "docs.nvidia.com/nemo/automodel model-coverage qwen3 ('Qwen3: 0.6B, 1.7B, 4B, ...')"),
+    "Qwen/Qwen3-8B": (8.2e9, "huggingface.co/Qwen/Qwen3-8B model card 'Number of Parameters: 8.2B' (quoted in the code index)"),
+    "meta-llama/Llama-3.2-1B-Instruct": (1.23e9, PADDLE.format("meta-llama/Llama-3.2-1B-Instruct") + ": '1B (1.23B)'"),
+    "meta-llama/Llama-3.2-3B-Instruct": (3.21e9, PADDLE.format("meta-llama/Llama-3.2-3B-Instruct") + ": '3B (3.21B)'"),
+    "meta-llama/Llama-3.1-8B": (8.0e9, PADDLE.format("meta-llama/Meta-Llama-3.1-8B") + ": Params 8B"),
+    "meta-llama/Llama-3.1-70B-Instruct": (70e9, PADDLE.format("meta-llama/Meta-Llama-3.1-70B-Instruct") + ": Params 70B"),
+    "mistralai/Mistral-7B-Instruct-v0.3": (7.2e9, PADDLE.format("Qwen/Qwen2-7B") + ": Mistral-7B '# Params 7.2B' "
+                                           "(v0.1; v0.3's 768 more vocabulary rows add 6.3M, 0.09 %)"),
+    "Qwen/Qwen2-VL-2B-Instruct": (2.209e9, "huggingface.co datasets open-cn-llm-leaderboard/vlm_requests "
+                                  "Qwen/Qwen2-VL-2B-Instruct_eval_request_False_float16_Original.json: params 2.209"),
+    "Qwen/Qwen2-VL-7B-Instruct": (8.29e9, "hub page Qwen/Qwen2-VL-7B-Instruct: 8.29B params (tests/models/test_loading.py)"),
+    "Qwen/Qwen2.5-VL-3B-Instruct": (3.75e9, "raw.githubusercontent.com/jakemanger/whatmodel/main/pages/model/"
+                                    "qwen2-5-vl-3b.md: '3.75B params'"),
+}
+# Embedded before this check existed, their counts not yet looked up: listed so a new config cannot slip past.
+NOT_YET_CHECKED = {
+    "openai/clip-vit-large-patch14-336", "google/gemma-3-12b-it", "google/gemma-3-27b-it", "google/gemma-3-4b-it",
+    "google/gemma-3n-E4B-it", "THUDM/GLM-4.1V-9B-Thinking", "HuggingFaceM4/Idefics3-8B-Llama3", "OpenGVLab/InternVL3-8B-hf",
+    "meta-llama/Llama-3.2-11B-Vision-Instruct", "llava-hf/llava-1.5-7b-hf", "llava-hf/llava-onevision-qwen2-7b-ov-hf",
+    "mistralai/Mistral-Small-3.1-24B-Instruct-2503", "microsoft/Phi-4-multimodal-instruct", "mistral-community/pixtral-12b",
+    "Qwen/Qwen2-Audio-7B-Instruct", "Qwen/Qwen2.5-Omni-7B", "Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen3-Omni-30B-A3B-Instruct",
+    "Qwen/Qwen3-VL-8B-Instruct", "HuggingFaceTB/SmolVLM2-2.2B-Instruct",
+}
+
+
+def _meta_params(hub_id: str) -> int:
+    import torch
+    import transformers
+
+    from mmtune.models.configs import embedded, hf_config
+    from mmtune.models.families import family_for_config
+
+    config = hf_config(embedded(hub_id))
+    cls = getattr(transformers, family_for_config(config).model_class)
+    with torch.device("meta"):
+        model = cls.from_config(config) if hasattr(cls, "from_config") else cls._from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_every_embedded_config_is_listed():
+    from mmtune.models.configs import embedded_names
+
+    names = set(embedded_names())
+    assert names == set(DOCUMENTED) | (NOT_YET_CHECKED & names), sorted(names ^ (set(DOCUMENTED) | NOT_YET_CHECKED))
+    assert not set(DOCUMENTED) & NOT_YET_CHECKED
+
+
+@pytest.mark.parametrize("hub_id", sorted(DOCUMENTED))
+def test_embedded_config_has_its_published_size(hub_id):
+    documented, where = DOCUMENTED[hub_id]
+    n = _meta_params(hub_id)
+    assert abs(n - documented) / documented < 0.01, (hub_id, n, documented, where)
+
+
+def test_new_embedded_configs_name_their_source():
+    """The configs added with this check say where their text came from (a repository file or a hub page)."""
+    from mmtune.models.configs import embedded
+
+    for hub_id in DOCUMENTED:
+        spec = embedded(hub_id)
+        if hub_id in ("Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-72B-Instruct", "meta-llama/Llama-3.1-8B",
+                      "Qwen/Qwen2-VL-7B-Instruct"):
+            continue  # embedded before sources were recorded
+        assert spec.get("source"), hub_id
+
+
+def test_aliases_find_the_same_spec():
+    from mmtune.models.configs import embedded
+
+    for alias, hub_id in [("Qwen/Qwen2.5-14B", "Qwen/Qwen2.5-14B-Instruct"), ("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct"),
+                          ("meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"),
+                          ("meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"),
+                          ("mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"),
+                          ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct")]:
+        assert embedded(alias)["hub_id"] == hub_id, alias
