@@ -232,7 +232,7 @@ def _refuse_empty_save(folder: Path) -> None:
                                                         "at the data you meant")
 
 
-def _regular_file(path: Path) -> None:
+def regular_file(path: Path) -> None:
     """A data file that is a named pipe would block the reader forever and a device (/dev/zero) never ends:
     refused before opening, as media paths are (media.check_regular)."""
     import stat
@@ -253,7 +253,7 @@ FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parqu
 
 
 def reader_for(path: Path):
-    _regular_file(path)
+    regular_file(path)
     suffix = path.suffix.lower()  # DATA.JSONL, as Windows tools and shouting colleagues name it
     if suffix not in FILE_READERS:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
