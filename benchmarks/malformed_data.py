@@ -176,6 +176,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated substrings of case names")
     ap.add_argument("--no-train", action="store_true", help="inspect and doctor only")
     ap.add_argument("--no-doctor", action="store_true")
+    ap.add_argument("--doctor-angles", help="run the doctor only on these angles (file,record,media,audio,video)")
     ap.add_argument("--jobs", type=int, default=2, help="cases run at once (each command is its own process)")
     ap.add_argument("--timeout", type=int, default=180, help="seconds per command before it counts as a hang")
     ap.add_argument("--out", help="write the results (JSON) here; the name must start with malformed_data")
@@ -197,7 +198,8 @@ def main() -> None:
         case = dataclasses.replace(case, overrides=[o.replace("__DIR__", str(folder)) for o in case.overrides])
         cfg, out = _config(folder, case), []
         for cmd, fn in commands:
-            if cmd == "train" and not case.train:
+            if (cmd == "train" and not case.train) or (cmd == "doctor" and a.doctor_angles
+                                                       and case.angle not in a.doctor_angles.split(",")):
                 continue
             t = time.perf_counter()
             outcome, detail = fn(cfg, spec, case, a.timeout)
