@@ -232,12 +232,28 @@ def _refuse_empty_save(folder: Path) -> None:
                                                         "at the data you meant")
 
 
+def regular_file(path: Path) -> None:
+    """A data file that is a named pipe would block the reader forever and a device (/dev/zero) never ends:
+    refused before opening, as media paths are (media.check_regular)."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # a missing file is reported where it is read, with its own fix
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise DataError(f"{path} is not a regular file (a named pipe, socket or device): reading it would wait for "
+                        "a writer or never end", where=str(path),
+                        fix="write the records to a file first (e.g. cat PIPE > data.jsonl) and point data.train at it")
+
+
 # A file's reader by its suffix; a new file type is one reader above and one line here.
 FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parquet, ".csv": rows_csv,
                 ".arrow": arrow_rows}
 
 
 def reader_for(path: Path):
+    regular_file(path)
     suffix = path.suffix.lower()  # DATA.JSONL, as Windows tools and shouting colleagues name it
     if suffix not in FILE_READERS:
         raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),

@@ -459,6 +459,45 @@ def _not_empty(wave, part: dict, where: str):
     return wave
 
 
+def wav_cut_short(src) -> str | None:
+    """A WAV file (a path or a binary file object) whose data chunk declares more bytes than the file holds: a
+    copy or download cut short. libsndfile reads what is there without a word, so the clip would train shorter
+    than it is; said as "declares X s, holds Y s", else None. Sizes left open by streaming writers (0, 2^32-1)
+    and RF64 are not judged."""
+    import struct
+
+    f = open(src, "rb") if isinstance(src, (str, Path)) else src
+    try:
+        start = f.tell()
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        rate = block = None
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                return None
+            tag, size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+            if tag == b"fmt ":
+                fmt = f.read(min(size, 16))
+                if len(fmt) < 16:
+                    return None
+                rate, block = struct.unpack("<I", fmt[4:8])[0], struct.unpack("<H", fmt[12:14])[0]
+                f.seek(size - 16 + size % 2, 1)
+            elif tag == b"data":
+                here = f.tell()
+                present = f.seek(0, 2) - here
+                if size in (0, 0xFFFFFFFF) or present >= size or not rate or not block:
+                    return None
+                return f"declares {size / block / rate:.3g} s of samples, the file holds {present / block / rate:.3g} s"
+            else:
+                f.seek(size + size % 2, 1)
+    except (OSError, struct.error):
+        return None
+    finally:
+        f.close() if isinstance(src, (str, Path)) else f.seek(start)
+
+
 def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
     """An audio part (or a video part with use_audio) -> mono float32 numpy array at `sampling_rate`.
 
@@ -490,6 +529,9 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         except (sf.LibsndfileError, RuntimeError) as e:
             raise _bad(f"audio cannot be decoded ({e})", part, where,
                        "replace the file, or set data.on_bad_record=skip") from None
+        if short := wav_cut_short(path):
+            raise _bad(f"the WAV file is cut short (it {short})", part, where,
+                       "copy or download the file again, or set data.on_bad_record=skip")
         return resample(_not_empty(wave.mean(axis=1), part, where), _check_rate(sr, part, where), sampling_rate)
     if path is None:  # bytes from a datasets Audio column
         import tempfile

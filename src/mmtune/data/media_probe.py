@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import DataError
-from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES
+from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES, wav_cut_short
 
 
 def _src(part: dict):
@@ -149,6 +149,9 @@ def audio_seconds(part: dict) -> float:
             raise DataError(f"corrupt media ({e})", fix="replace or remove the file") from None
         if info.frames <= 0:  # a header with no samples: nothing to hear, and no audio tokens to give
             raise DataError("corrupt media (the audio holds no samples)", fix="replace or remove the file")
+        if suffix == ".wav" and (short := wav_cut_short(_src(part))):  # the decoder refuses it alike
+            raise DataError(f"corrupt media (the WAV file is cut short: it {short})",
+                            fix="copy or download the file again, or set data.on_bad_record=skip")
         return float(info.duration)
     import av
 

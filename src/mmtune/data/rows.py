@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import DataError
-from .local_readers import reader_for, rows_csv, rows_datasets, rows_jsonl, rows_parquet
+from .local_readers import reader_for, regular_file, rows_csv, rows_datasets, rows_jsonl, rows_parquet
 from .splits import FILE_SUFFIXES, split_candidates
 
 
@@ -75,6 +75,7 @@ def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return path, rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
         return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
+    regular_file(path)
     readers = {".jsonl": rows_jsonl, ".csv": rows_csv, ".parquet": rows_parquet}
     if path.suffix.lower() not in readers:
         raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",

@@ -179,6 +179,9 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         try:  # the training loader's own opening: files, folders, Hub ids, data.dataset_info names
             src = open_source(spec, cfg.data, split)
         except DataError as e:
+            if Path(spec.partition("::")[0]).expanduser().exists():
+                raise  # a path that exists but cannot be read (a folder with no such split, a pipe): its own finding
+            # MM026 reports what does not exist (a path, a registry name, a Hub id not cached).
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} cannot be read (see MM026): {e.what}") from None
         rows, resolve, fmt, columns, to_row = src.rows, src.resolve, src.fmt, src.columns, src.to_row
         # Entries a file marks for another split (OCR-VQA's dataset.json) are not this split's records:
