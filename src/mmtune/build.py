@@ -270,7 +270,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         check_records(records.records, cfg.train.micro_batch_size, "train.micro_batch_size", "train")
         decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
-        from .resolve.decisions import decide_startup_scan
+        from .resolve.data_loading import decide_startup_scan
 
         when, d = decide_startup_scan(cfg.data, len(records.records), accelerator.num_processes)
         decisions.append(d.line())

@@ -14,7 +14,7 @@ import pytest
 from mmtune.build import build_run
 from mmtune.config import load_config
 from mmtune.data.workers import LoaderPlan
-from mmtune.resolve.decisions import decide_prefetch
+from mmtune.resolve.data_loading import decide_prefetch
 from mmtune.resolve.target import gpu_target, local_target
 from mmtune.train.feed import open_feed
 from mmtune.train.loop import train

@@ -20,7 +20,7 @@ from mmtune.data.records import RecordSet
 from mmtune.data.sources import load_records
 from mmtune.data.startup_scan import BackgroundScan, check
 from mmtune.errors import DataError
-from mmtune.resolve.decisions import BACKGROUND_SCAN_FROM, decide_startup_scan
+from mmtune.resolve.data_loading import BACKGROUND_SCAN_FROM, decide_startup_scan
 from mmtune.train.loop import train
 
 N, BAD = 12, (5, 11)  # tiny_vl_config's 12 records; two whose image is not an image: one in the middle, one last

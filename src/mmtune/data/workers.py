@@ -1,6 +1,6 @@
 """How the training DataLoader's workers start and feed the loop (train.num_workers > 0).
 
-The settings are decided once, in the resolved run (`resolve/decisions.py: decide_loader`), and applied
+The settings are decided once, in the resolved run (`resolve/data_loading.py: decide_loader`), and applied
 here. Why a fork server: a worker must never be forked from the training process (a forked child cannot
 use CUDA once the parent has; failure mode 20), and a spawned worker starts a fresh interpreter that
 imports torch, transformers and the processor's classes itself before it encodes anything -- ~4 s of CPU

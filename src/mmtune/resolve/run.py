@@ -14,6 +14,7 @@ from typing import Any
 from ..config.schema import KBIT_METHODS, RunConfig
 from ..data.media_caps import MediaCaps  # noqa: F401 - part of the resolved run's API
 from ..errors import MMTuneError
+from .data_loading import decide_loader, decide_prefetch
 from .decisions import (
     Decision,
     decide_attention,
@@ -22,14 +23,12 @@ from .decisions import (
     decide_cuda_allocator,
     decide_fused_kernels,
     decide_kbit_upcast,
-    decide_loader,
     decide_loss_impl,
     decide_packing,
     decide_pad_id,
     decide_padding_mask,
     decide_patch_embed,
     decide_precision,
-    decide_prefetch,
     decide_random_weights,
     decide_strategy,
     decide_trainable_dtype,

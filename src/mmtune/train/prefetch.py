@@ -14,7 +14,7 @@ With DataLoader workers on a CPU run (they hand their micro-batches over by valu
 thread receives them instead: a micro-batch crosses the workers' result pipe 64 KB at a time, each piece
 written only after the reader took the last one and only when the worker's own GIL lets its feeder thread
 run, so reading it on the loop's path made the loop wait on every piece (decided in
-`resolve.decisions.decide_prefetch`).
+`resolve.data_loading.decide_prefetch`).
 
 Order and content do not change: one thread calls the same loader iterator in the same order, so the loop
 gets the same micro-batches as it would calling it itself; encoding draws from no global RNG. The loader
