@@ -91,6 +91,7 @@ def test_records_past_the_cache_are_encoded_when_drawn_and_late_failures_follow_
     summary = train(run)
     assert summary["steps"] == 6  # 24 draws over 12 records: img3 came up at least once
     assert summary["skipped_records"] == {"corrupt media": 1}
+    assert summary["train_records"] == 11  # found bad when drawn: counted as skipped, not also as trained
 
     strict = load_config(tiny_vl_config(train={"max_steps": 6}),
                          ["data.eval=null", "data.cache_mb=0", f"output_dir={cfg.output_dir}2"])

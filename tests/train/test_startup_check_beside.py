@@ -76,6 +76,7 @@ def test_first_step_does_not_wait_for_the_check_and_its_report_arrives(tiny_vl_c
     assert report["skipped"] == {"corrupt media": 2}
     # Each bad record counted once, though the loop drew (and dropped) some of them as well: 16 draws of 14.
     assert summary["skipped_records"] == {"corrupt media": 2}
+    assert summary["train_records"] == N - len(BAD)  # each record counted once: trained or skipped
     assert len(run.train_lengths) == N - len(BAD) and summary["scale"]["tokens_per_step"] > 0
     assert report["tokens"]["total"]["max"] == max(x["total"] for x in run.train_lengths)
     assert summary["startup"]["train_records_measured"] == N - len(BAD)

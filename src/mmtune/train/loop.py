@@ -298,7 +298,9 @@ class _Loop:
                                                     if train_time > first["time"] else 0.0),
             "padding_fraction": 1 - self.tokens_seen / self.padded_tokens if self.padded_tokens else 0.0,
             "wall_s": time.perf_counter() - self.t_start,
-            "train_records": getattr(self.cursor, "records_read", len(run.train_set.records)),  # a stream: read so far
+            # The records trained on: those the batches draw from, less the ones found bad when drawn or by a
+            # check beside training (each in skipped_records once), so train_records + skipped = records read.
+            "train_records": getattr(self.cursor, "records_read", len(run.train_set.records) - len(self.late_bad)),
             "startup": getattr(run, "startup", None),
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "skipped_eval_records": dict(getattr(run.eval_set, "skipped", {}) or {}),
