@@ -112,6 +112,17 @@ def test_openai_parts_that_cannot_be_read_are_refused(imgs):
     assert any("video given as a data: URL" in what for _, what in rs.problems)
 
 
+def test_a_data_url_without_its_data_is_named_not_decoded(imgs):
+    """"data:image/png;base64" with no comma and data: the URL's shape is named (it was PIL's 'cannot identify')."""
+    rows = [{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                                        {"type": "text", "text": "?"}]},
+                          {"role": "assistant", "content": "a"}]} for url in ("data:image/png;base64", "data:image/png;base64,")]
+    f = jsonl(imgs / "d.jsonl", rows + [{"messages": [{"role": "user", "content": "ok"}, {"role": "assistant", "content": "a"}]}])
+    rs = load_records(str(f), DataConfig(on_bad_record="skip"))
+    assert len(rs) == 1 and rs.n_skipped == 2
+    assert [what for _, what in rs.problems].count("the image data: URL holds no data (expected data:<mime>;base64,<data>)") == 2
+
+
 def test_a_part_whose_type_is_not_a_string_is_named(imgs):
     """A list or a dict as a part's type (the records fuzzer, seed 42) reached the record boundary as an
     "unhashable type" TypeError from the OpenAI-part reader; it is the format's "not text/image/video/audio"."""

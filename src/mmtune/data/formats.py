@@ -251,7 +251,10 @@ def _data_url_bytes(url: str, kind: str, where: str) -> bytes:
     import base64
     import binascii
 
-    head, _, payload = url.partition(",")
+    head, comma, payload = url.partition(",")
+    if not comma or not payload.strip():  # "data:image/png;base64" alone: no data to decode
+        raise BadRecord("bad media", f"the {kind} data: URL holds no data (expected data:<mime>;base64,<data>)", where,
+                        "give the whole URL, or a path")
     if ";base64" not in head:
         raise BadRecord("bad media", f"a {kind} data: URL that is not base64", where, "encode the data as base64")
     try:
