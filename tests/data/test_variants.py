@@ -167,6 +167,20 @@ def test_columns_without_spaces_parse_as_a_mapping(tmp_path):
     assert load_config(y, []).data.columns == {"question": "prompt", "answer": "response"}
 
 
+def test_parquet_columns_of_json_text_are_read_as_csv_cells_are(imgs):
+    """A table exported from pandas with json.dumps columns: the messages and images parse (they were
+    'missing field'); a cell that is not valid JSON is that row's bad record, located by row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    conv = json.dumps([{"role": "user", "content": "<image>?"}, {"role": "assistant", "content": "x"}])
+    f = imgs / "t.parquet"
+    pq.write_table(pa.table({"messages": [conv, "[not json"], "images": [json.dumps([str(imgs / "a.png")])] * 2}), f)
+    rs = load_records(str(f), DataConfig(on_bad_record="skip"))
+    assert len(rs) == 1 and shape(rs[0]) == [("user", ["image", "?"]), ("assistant", ["x"])]
+    assert rs.skipped == {"bad parquet": 1} and rs.problems[0][0] == f"{f}:row 1"
+
+
 def test_csv_files(imgs):
     f = imgs / "train.csv"
     with open(f, "w", newline="") as fh:

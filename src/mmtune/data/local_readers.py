@@ -129,7 +129,8 @@ def rows_parquet(path: Path) -> Iterator[tuple[str, object]]:
         batches = pq.ParquetFile(path).iter_batches(batch_size=256)  # one batch in memory at a time (streaming)
         for batch in batches:
             for row in batch.to_pylist():
-                yield f"{path}:row {n}", row
+                where = f"{path}:row {n}"
+                yield where, json_cells(row, where, "parquet")
                 n += 1
     except (pa.ArrowException, OSError) as e:
         # Rows already yielded stay read; the rest of a damaged file cannot be told apart from the end.
@@ -148,8 +149,26 @@ def _undecodable(cells: list[str]) -> str | None:
     return None
 
 
-# CSV cells are strings; these columns hold lists or conversations, written as JSON in a cell.
-CSV_JSON_COLUMNS = {"messages", "conversations", "images", "videos", "audios", "history", "answers", "questions"}
+# Columns that hold lists or conversations. A CSV cell is a string, so they are written there as JSON text, and a
+# table exported from pandas often holds them the same way (a parquet column of json.dumps strings).
+JSON_TEXT_COLUMNS = {"messages", "conversations", "images", "videos", "audios", "history", "answers", "questions"}
+
+
+def json_cells(row: dict, where: str, kind: str):
+    """`row` with the JSON text of its JSON_TEXT_COLUMNS parsed (a cell that opens with [ or {), or the
+    BadRecord of the first cell that is not valid JSON. Other cells are left as they are."""
+    out = None
+    for k, v in row.items():
+        if k in JSON_TEXT_COLUMNS and isinstance(v, str) and v.lstrip()[:1] in ("[", "{"):
+            try:
+                parsed = json.loads(v)
+            except json.JSONDecodeError as e:
+                return BadRecord(f"bad {kind}", f"column {k!r} is not valid JSON ({e.msg})", where,
+                                 f'write {k} as JSON in the cell, e.g. ["a.png", "b.png"]' if kind == "csv" else
+                                 f"store {k} as a list column, or as valid JSON text")
+            out = out if out is not None else dict(row)
+            out[k] = parsed
+    return row if out is None else out
 
 
 def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
@@ -187,20 +206,7 @@ def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
                                        f"{len(reader.fieldnames or [])} columns", where,
                                        "quote cells that contain commas")
                 continue
-            out: dict = {}
-            for k, v in row.items():
-                if v == "" or v is None:
-                    out[k] = None
-                elif k in CSV_JSON_COLUMNS and v.lstrip()[:1] in "[{":
-                    try:
-                        out[k] = json.loads(v)
-                    except json.JSONDecodeError as e:
-                        out[k] = BadRecord("bad csv", f"column {k!r} is not valid JSON ({e.msg})", where,
-                                           f'write {k} as JSON in the cell, e.g. ["a.png", "b.png"]')
-                else:
-                    out[k] = v
-            bad = next((v for v in out.values() if isinstance(v, BadRecord)), None)
-            yield where, bad if bad is not None else out
+            yield where, json_cells({k: None if v == "" else v for k, v in row.items()}, where, "csv")
 
 
 def rows_datasets(folder: Path, split: str) -> Iterator[tuple[str, object]]:
