@@ -7,7 +7,8 @@ planned figure that matches what the row measures (`max_memory_reserved` -> peak
 `peak_memory_active` -> peak allocated; `unstated` -> process total, what nvidia-smi shows), the published
 one and the signed error, then mean / max |error| per group and over
 every published figure once ("all": rows marked `bound`, a second plan of a figure already in the table,
-are left out of it), and the same per kind of run (long sequence, 4-bit, multimodal, full FT, LoRA). Rows
+are left out of it; rows marked `held_out`, figures collected after the planner was tuned, have their own
+"all held-out" line and kinds), and the same per kind of run (long sequence, 4-bit, multimodal, full FT, LoRA). Rows
 whose source states the time of an optimizer step (`published_step_s`) are compared with the planned step
 time too. A source that publishes its dataset's token statistics (`lengths:` in runs.yaml) has them drawn
 as record lengths (`record_lengths`) and declared with the plan, which then replays the run's micro-batches
@@ -173,7 +174,7 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
     if row.get("published_step_s"):
         out["published_step_s"] = row["published_step_s"]
         out["step_error_pct"] = round(100 * (r.step_time_s - row["published_step_s"]) / row["published_step_s"], 2)
-    return {**out, "bound": bool(row.get("bound")), "alloc_conf": alloc,
+    return {**out, "bound": bool(row.get("bound")), "held_out": bool(row.get("held_out")), "alloc_conf": alloc,
             "peak_allocated_gib": round(r.peak_allocated_bytes / GIB, 3),
             "peak_reserved_gib": round(r.peak_reserved_bytes / GIB, 3),
             "process_total_gib": round(r.process_total_bytes / GIB, 3),
@@ -183,9 +184,16 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
             "peak_phase": r.peak_phase, "plan_s": round(time.perf_counter() - t0, 1)}
 
 
+def _line(group: str, e: list[float]) -> dict:
+    return {"group": group, "rows": len(e), "mean_abs_error_pct": round(sum(map(abs, e)) / len(e), 2),
+            "max_abs_error_pct": round(max(map(abs, e)), 2), "mean_signed_error_pct": round(sum(e) / len(e), 2)}
+
+
 def summarise(results: list[dict], key: str = "error_pct", by: str = "group") -> list[dict]:
     """Mean / max |error| of `key` per `by` ("group", or "kinds": a row counted in each of its kinds) and
-    over every published figure once ("all": `bound` rows left out)."""
+    over every published figure once ("all": `bound` rows left out). Rows marked `held_out` (figures the
+    planner was not developed against) are kept apart: their kinds are prefixed "held-out", and they have
+    their own "all held-out" line instead of entering "all"."""
     groups: dict[str, list[float]] = {}
     for res in results:
         if key not in res:
@@ -193,22 +201,21 @@ def summarise(results: list[dict], key: str = "error_pct", by: str = "group") ->
         for g in (res[by] if by == "kinds" else [res[by]]):
             if by == "kinds" and res["bound"]:
                 continue
+            if by == "kinds" and res.get("held_out"):
+                g = f"held-out {g}"
             groups.setdefault(g, []).append(res[key])
-    out = [{"group": g, "rows": len(e), "mean_abs_error_pct": round(sum(map(abs, e)) / len(e), 2),
-            "max_abs_error_pct": round(max(map(abs, e)), 2), "mean_signed_error_pct": round(sum(e) / len(e), 2)}
-           for g, e in groups.items()]
-    every = [r[key] for r in results if not r["bound"] and key in r]  # each published figure once
-    if every:
-        out.append({"group": "all", "rows": len(every), "mean_abs_error_pct": round(sum(map(abs, every)) / len(every), 2),
-                    "max_abs_error_pct": round(max(map(abs, every)), 2),
-                    "mean_signed_error_pct": round(sum(every) / len(every), 2)})
+    out = [_line(g, e) for g, e in groups.items()]
+    for name, held in (("all", False), ("all held-out", True)):  # each published figure once
+        every = [r[key] for r in results if not r["bound"] and key in r and bool(r.get("held_out")) == held]
+        if every:
+            out.append(_line(name, every))
     return out
 
 
 def _table(title: str, summary: list[dict]) -> list[str]:
-    lines = ["", title, f"{'group':32s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}"]
+    lines = ["", title, f"{'group':42s} {'rows':>4s} {'mean |err|':>10s} {'max |err|':>9s} {'mean signed':>11s}"]
     for s in summary:
-        lines.append(f"{s['group']:32s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
+        lines.append(f"{s['group']:42s} {s['rows']:4d} {s['mean_abs_error_pct']:9.2f}% {s['max_abs_error_pct']:8.2f}% "
                      f"{s['mean_signed_error_pct']:+10.2f}%")
     return lines
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from mmtune.models.configs import embedded
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "published_runs.py"
 
@@ -36,7 +38,8 @@ def test_runs_yaml_rows_are_complete_and_sourced():
         src = spec["sources"][row["source"]]
         assert (row.get("url") or src["url"]).startswith("https://github.com/"), row["id"]
         assert row["published"] > 0 and row["seq"] > 0 and row["quote"].strip(), row["id"]
-        assert row["model"] in spec["models"] or row["model"].startswith("Qwen/"), row["id"]
+        # a config in the YAML or an embedded public config (by hub id or alias): nothing is downloaded
+        assert row["model"] in spec["models"] or embedded(row["model"]) is not None, row["id"]
         assert (row.get("record_tokens") or row["seq"]) <= row["seq"], row["id"]
     groups = {r["group"] for r in rows}
     assert {"swift1-lora", "swift1-full", "qwen-readme-lora", "qwen-readme-lora-1.8b", "qwen-readme-lora-14b",
@@ -55,6 +58,24 @@ def test_runs_yaml_rows_are_complete_and_sourced():
     assert cfgs == {"qwen-1.8b-chat": (2048, 24, 16, 16, 5504, 151936, False),
                     "qwen-14b-chat": (5120, 40, 40, 40, 13696, 152064, False),
                     "llama-3.2-3b-instruct": (3072, 28, 24, 8, 8192, 128256, True)}
+
+
+def test_held_out_rows_are_summarised_apart():
+    """Rows marked held_out (collected after the planner was tuned) never enter "all" or the plain kinds: they
+    have their own "all held-out" line and "held-out <kind>" lines."""
+    pr = _module()
+    spec = pr.load_runs()
+    held = [r for r in spec["rows"] if r.get("held_out")]
+    assert len(held) >= 15 and all(r["group"].startswith("heldout-") for r in held)
+    res = [{"group": "g", "bound": False, "held_out": False, "error_pct": 10.0, "kinds": ["LoRA (16-bit)"]},
+           {"group": "h", "bound": False, "held_out": True, "error_pct": -20.0, "kinds": ["LoRA (16-bit)"]},
+           {"group": "h", "bound": False, "held_out": True, "error_pct": 30.0, "kinds": ["full fine-tuning"]}]
+    lines = {s["group"]: s for s in pr.summarise(res)}
+    assert lines["all"]["rows"] == 1 and lines["all"]["mean_abs_error_pct"] == 10.0
+    assert lines["all held-out"]["rows"] == 2 and lines["all held-out"]["mean_abs_error_pct"] == 25.0
+    kinds = {s["group"]: s for s in pr.summarise(res, by="kinds")}
+    assert kinds["LoRA (16-bit)"]["rows"] == 1 and kinds["held-out LoRA (16-bit)"]["mean_signed_error_pct"] == -20.0
+    assert "full fine-tuning" not in kinds and kinds["held-out full fine-tuning"]["rows"] == 1
 
 
 def test_load_runs_reports_every_bad_row(tmp_path):
