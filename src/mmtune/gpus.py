@@ -31,7 +31,7 @@ class GPUSpec:
     context_bytes: int = 450 * 2**20
     workspace_bytes: int = 9 * 2**20
     fp32_tflops: float = 0.0  # dense fp32 (CUDA cores; torch's default matmul precision, TF32 off)
-    interconnect: str = "pcie3"  # between GPUs of one machine: "nvlink", "pcie3", "pcie4"
+    interconnect: str = "pcie3"  # between GPUs of one machine: "nvlink", "pcie3", "pcie4", "pcie5"
     link_gbs: float = 16.0  # GB/s per direction per GPU over `interconnect` (collectives' bus bandwidth)
 
     def matmul_tflops(self, precision: str) -> float:
@@ -67,11 +67,50 @@ class GPUSpec:
 #     NVLink 600 GB/s total).
 #   H100 SXM / H200: datasheets (BF16/FP16 tensor 1,979 with sparsity -> 989, FP32 67, 3.35 / 4.8 TB/s,
 #     NVLink 900 GB/s total).
+#   RTX A6000 / A40: GA102 whitepaper appendix (RTX A6000: FP16 and BF16 tensor with FP32 accumulate 154.8
+#     dense, full rate on this workstation card, unlike the 3090) and A40 datasheet (BF16/FP16 tensor 299.4
+#     with sparsity -> 149.7); FP32 38.7 / 37.4, 768 / 696 GB/s, PCIe Gen4 x16 (their NVLink bridge joins two
+#     cards only: PCIe is used).
+#   L40 / L40S: datasheets (FP16/BF16 tensor 362.1 / 733 with sparsity -> 181.05 / 362.05; FP32 90.5 / 91.6;
+#     864 GB/s; PCIe Gen4 x16, no NVLink). The same AD102 chip at the same clocks: the L40 sheet rates tensors
+#     at the half (FP32-accumulate) rate, the L40S sheet at the full one; the table holds each sheet's figure.
+#   RTX 6000 Ada: Ada (AD102) whitepaper appendix: FP16 and BF16 tensor with FP32 accumulate 364.2 dense
+#     (full rate on this card, half on the 4090); datasheet: FP32 91.1, 960 GB/s, PCIe Gen4 x16, no NVLink.
+#   A100 PCIe 40 GB / 80 GB: A100 datasheet, PCIe columns: the SXM card's tensor and FP32 rates, 1,555 / 1,935
+#     GB/s; the NVLink bridge joins two cards only, so collectives are PCIe Gen4.
+#   H100 PCIe: H100 datasheet, PCIe column (BF16/FP16 tensor 1,513 with sparsity -> 756.5, FP32 51, 2 TB/s,
+#     PCIe Gen5 128 GB/s both directions; NVLink bridge of two cards: PCIe is used).
+#   H100 NVL: H100 datasheet, NVL column (BF16/FP16 tensor 1,671 with sparsity -> 835.5, FP32 60, 94 GB, 3.9
+#     TB/s, PCIe Gen5; NVLink bridge of two cards: PCIe is used).
+#   B200: HGX B200 datasheet, per GPU (eight-GPU figures / 8: FP16/BF16 tensor 36 PFLOPS with sparsity ->
+#     2,250 dense, FP32 600 -> 75, 180 GB HBM3e, 64 TB/s -> 8 TB/s, NVLink 5 1.8 TB/s total).
+# Compute capabilities: NVIDIA's CUDA GPUs list (A40 / RTX A6000 8.6; L40 / L40S / RTX 6000 Ada 8.9; H100 9.0;
+# B200 10.0).
 # NVLink figures are both directions together: a GPU sends at half (link_gbs). PCIe Gen3 x16 moves 15.75
-# GB/s per direction, Gen4 x16 31.5.
+# GB/s per direction, Gen4 x16 31.5, Gen5 x16 63.
+#
+# `usable_bytes`: the total PyTorch reports for the card ("GPU 0 has a total capacity of X GiB" in its
+# out-of-memory message, cudaMemGetInfo's total), quoted from public logs:
+#   L40S 44.39 GiB (also 44.42 with an older driver): OOM logs of L40S runs (vLLM / Axolotl on L40S,
+#     stepfun-ai/Step-Video-T2V#8); nvidia-smi total 46068MiB (modal-labs/modal-client#2797).
+#   L40 44.40: QwenLM/Qwen3-VL#2097 ("single L40 GPU").
+#   A40 44.34: camptocamp/self-hosted-llm-models-tests README (Exoscale GPU3 = A40, TGI OOM); nvidia-smi
+#     total 46068MiB (sgl-project/sglang#1522).
+#   RTX A6000 47.54: prime-rl nightly benchmark (2xA6000 OOM); ECC off, as the card ships.
+#   RTX 6000 Ada 44.43: DINGYANB/MTVCrafter#21 (nvidia-smi 46068MiB: ECC on, which takes 1/16 of GDDR6; with
+#     ECC off the driver reports 49140MiB, about 3 GiB more: the table errs on the small side).
+#   H100 PCIe 79.19: an OOM log of a run printed as "model=NVIDIA H100 PCIe"; nvidia-smi 81559MiB (the SXM's).
+#   H100 NVL 93.00: ali-vilab/VACE#56 (RunPod H100 NVL).
+#   B200 178.35: OOM logs on B200 (stas00/ml-engineering's OOM example, prime-rl 8xB200: 178.36).
+#   A100 PCIe 40 / 80 GB: no measured total found; nvidia-smi reports the SXM cards' 40960 / 81920MiB for
+#     them, so the SXM entries' figures are used (inferred).
+# `context_bytes` / `workspace_bytes` of the new cards are not measured: each takes the figure of the existing
+# card of its architecture (Ampere sm86 as the 3090 / A10, Ada as the 4090 / L4, A100 PCIe as A100 SXM,
+# H100 PCIe / NVL as H100 SXM; B200 as Hopper, whose 32 MiB cuBLAS workspace PyTorch also gives sm100).
 _NV = dict(interconnect="nvlink")
 _P3 = dict(interconnect="pcie3", link_gbs=15.75)
 _P4 = dict(interconnect="pcie4", link_gbs=31.5)
+_P5 = dict(interconnect="pcie5", link_gbs=63.0)
 GPUS: dict[str, GPUSpec] = {g.id: g for g in (
     GPUSpec("t4", "T4", 16 * GiB, (7, 5), False, 65, None, 320, int(15.0 * GiB), 370 * 2**20, 9 * 2**20,
             fp32_tflops=8.1, **_P3),
@@ -97,6 +136,26 @@ GPUS: dict[str, GPUSpec] = {g.id: g for g in (
             fp32_tflops=67, link_gbs=450, **_NV),
     GPUSpec("h200", "H200", 141 * GiB, (9, 0), True, 989, 989, 4800, int(139.8 * GiB), 520 * 2**20, 33 * 2**20,
             fp32_tflops=67, link_gbs=450, **_NV),
+    GPUSpec("rtx-a6000", "RTX A6000", 48 * GiB, (8, 6), True, 154.8, 154.8, 768, int(47.54 * GiB), 450 * 2**20,
+            9 * 2**20, fp32_tflops=38.7, **_P4),
+    GPUSpec("a40", "A40", 48 * GiB, (8, 6), True, 149.7, 149.7, 696, int(44.34 * GiB), 450 * 2**20, 9 * 2**20,
+            fp32_tflops=37.4, **_P4),
+    GPUSpec("l40", "L40", 48 * GiB, (8, 9), True, 181.05, 181.05, 864, int(44.40 * GiB), 480 * 2**20, 9 * 2**20,
+            fp32_tflops=90.5, **_P4),
+    GPUSpec("l40s", "L40S", 48 * GiB, (8, 9), True, 362.05, 362.05, 864, int(44.39 * GiB), 480 * 2**20, 9 * 2**20,
+            fp32_tflops=91.6, **_P4),
+    GPUSpec("rtx-6000-ada", "RTX 6000 Ada", 48 * GiB, (8, 9), True, 364.2, 364.2, 960, int(44.43 * GiB),
+            480 * 2**20, 9 * 2**20, fp32_tflops=91.1, **_P4),
+    GPUSpec("a100-pcie-40gb", "A100 PCIe 40GB", 40 * GiB, (8, 0), True, 312, 312, 1555, int(39.39 * GiB),
+            500 * 2**20, 9 * 2**20, fp32_tflops=19.5, **_P4),
+    GPUSpec("a100-pcie-80gb", "A100 PCIe 80GB", 80 * GiB, (8, 0), True, 312, 312, 1935, int(79.15 * GiB),
+            500 * 2**20, 9 * 2**20, fp32_tflops=19.5, **_P4),
+    GPUSpec("h100-pcie", "H100 PCIe", 80 * GiB, (9, 0), True, 756.5, 756.5, 2000, int(79.19 * GiB), 520 * 2**20,
+            33 * 2**20, fp32_tflops=51, **_P5),
+    GPUSpec("h100-nvl", "H100 NVL", 94 * GiB, (9, 0), True, 835.5, 835.5, 3900, int(93.00 * GiB), 520 * 2**20,
+            33 * 2**20, fp32_tflops=60, **_P5),
+    GPUSpec("b200", "B200", 180 * GiB, (10, 0), True, 2250, 2250, 8000, int(178.35 * GiB), 520 * 2**20, 33 * 2**20,
+            fp32_tflops=75, link_gbs=900, **_NV),
 )}
 
 # Between nodes (`mmtune plan --nodes M`): one 200 Gb/s HDR InfiniBand adapter per node (NVIDIA ConnectX-6
@@ -105,10 +164,16 @@ GPUS: dict[str, GPUSpec] = {g.id: g for g in (
 NODE_LINK_GBS = 25.0
 NODE_LINK_NAME = "200 Gb/s InfiniBand (one HDR adapter per node)"
 
-ALIASES = {"h100-80gb": "h100", "rtx6000": "quadro-rtx-6000", "3090": "rtx-3090", "4090": "rtx-4090"}
+ALIASES = {"h100-80gb": "h100", "rtx6000": "quadro-rtx-6000", "3090": "rtx-3090", "4090": "rtx-4090",
+           "h100-sxm": "h100", "h100-pcie-80gb": "h100-pcie", "h100-nvl-94gb": "h100-nvl", "a6000": "rtx-a6000",
+           "rtx-a6000-48gb": "rtx-a6000", "6000-ada": "rtx-6000-ada", "rtx6000-ada": "rtx-6000-ada",
+           "rtx-6000-ada-generation": "rtx-6000-ada", "l40s-48gb": "l40s", "a40-48gb": "a40",
+           "a100-40gb-pcie": "a100-pcie-40gb", "a100-80gb-pcie": "a100-pcie-80gb", "b200-180gb": "b200"}
 # Names sold in more than one memory size: a plan for the wrong one is off by half the card, so the
-# size must be said (`--gpu a100` used to mean the 80 GB card without a word).
-AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb")}
+# size must be said (`--gpu a100` used to mean the 80 GB card without a word). "RTX 6000" is both the
+# 24 GB Turing Quadro and the 48 GB Ada card (`rtx6000`, without the space, stays the Quadro's alias).
+AMBIGUOUS = {"a100": ("a100-40gb", "a100-80gb"), "v100": ("v100-16gb", "v100-32gb"),
+             "a100-pcie": ("a100-pcie-40gb", "a100-pcie-80gb"), "rtx-6000": ("quadro-rtx-6000", "rtx-6000-ada")}
 
 
 def get_gpu(name: str) -> GPUSpec:
@@ -133,10 +198,13 @@ def get_gpu(name: str) -> GPUSpec:
 # card's generation (PCI-SIG: Gen3 x16 15.75, Gen4 x16 31.5, Gen5 x16 63 GB/s per direction). The vendor sheets
 # name the generation: T4, V100 (host side of the SXM2 board), Quadro RTX 6000: PCIe Gen3 x16; RTX 3090 / 4090,
 # A10, L4: PCIe Gen4 x16; A100 SXM: "PCIe Gen4 64 GB/s" (both directions); H100 SXM / H200: "PCIe Gen5 128 GB/s"
-# (both directions). Independent of `link_gbs` (GPU to GPU, NVLink on SXM boards).
+# (both directions); RTX A6000, A40, L40, L40S, RTX 6000 Ada, A100 PCIe: PCIe Gen4 x16; H100 PCIe / NVL:
+# "PCIe Gen5 128 GB/s"; HGX B200: PCIe Gen5 x16 to the host. Independent of `link_gbs` (GPU to GPU, NVLink on
+# SXM boards).
 HOST_LINK_GBS = {"t4": 15.75, "v100-16gb": 15.75, "v100-32gb": 15.75, "quadro-rtx-6000": 15.75, "rtx-3090": 31.5,
                  "rtx-4090": 31.5, "a10": 31.5, "l4": 31.5, "a100-40gb": 31.5, "a100-80gb": 31.5, "h100": 63.0,
-                 "h200": 63.0}
+                 "h200": 63.0, "rtx-a6000": 31.5, "a40": 31.5, "l40": 31.5, "l40s": 31.5, "rtx-6000-ada": 31.5,
+                 "a100-pcie-40gb": 31.5, "a100-pcie-80gb": 31.5, "h100-pcie": 63.0, "h100-nvl": 63.0, "b200": 63.0}
 
 
 def host_link_gbs(spec: GPUSpec) -> float:
