@@ -1,0 +1,44 @@
+"""Broken setups from the fifth batch of public bug reports (docs/doctor.md, "Public bug reports, batch 4"):
+broken local model folders, run folders and configs, each rebuilt on a tiny twin; the ones mmtune missed or
+answered with a wrong fix, caught now, and their clean twins left alone.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from doctor_helpers import TINY_VL, context_for
+
+
+def _folder(tmp_path, name="m"):
+    """A tiny Qwen2-VL model folder as save_pretrained writes it (config, processor, real weights)."""
+    from mmtune.models.tiny import build_tiny
+
+    model, proc = build_tiny("tiny/qwen2-vl")
+    folder = tmp_path / name
+    model.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------- weights cut inside their data
+# https://github.com/QwenLM/Qwen/issues/462, https://github.com/PersuGPT/PersuGPT.github.io/issues/2: a shard
+# that stopped downloading ("SafetensorError: Error while deserializing header: MetadataIncompleteBuffer" /
+# "incomplete metadata, file not fully covered"). The header was whole, so MM024 passed it, and MM052's read of
+# the projector crashed (MM099, "a bug in mmtune"), in the doctor and in `mmtune train`'s fast checks.
+
+def test_weights_file_cut_inside_its_tensor_data(tmp_path, doctor):
+    folder = _folder(tmp_path)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    rep = doctor({**TINY_VL, "model": {"name": str(folder)}, "adapter": {"train_components": ["projector"]}},
+                 "MM024", "MM052", "MM009", "MM040")
+    assert not [f for f in rep.findings if f.code == "MM099"], rep.findings
+    found = [f for f in rep.errors if f.code == "MM024"]
+    assert found and "cut short" in found[0].message and "download the model again" in found[0].fix
+    whole = _folder(tmp_path, "whole")
+    clean = doctor({**TINY_VL, "model": {"name": str(whole)}, "adapter": {"train_components": ["projector"]}},
+                   "MM024", "MM052", "MM009", "MM040")
+    assert clean.errors == [], clean.errors
