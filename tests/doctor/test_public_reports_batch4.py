@@ -42,3 +42,18 @@ def test_weights_file_cut_inside_its_tensor_data(tmp_path, doctor):
     clean = doctor({**TINY_VL, "model": {"name": str(whole)}, "adapter": {"train_components": ["projector"]}},
                    "MM024", "MM052", "MM009", "MM040")
     assert clean.errors == [], clean.errors
+
+
+# ----------------------------------------------------------------------------- config.json without model_type
+# https://github.com/huggingface/transformers/issues/44496, https://github.com/valuesimplex/FinBERT/issues/13,
+# https://github.com/nghuyong/ERNIE-Pytorch/issues/41: "Unrecognized model in ... Should have a `model_type` key in
+# its config.json". mmtune stopped with the right error and the wrong fix ("pip install -U transformers").
+
+def test_config_json_without_model_type(tmp_path, doctor):
+    folder = _folder(tmp_path)
+    raw = json.loads((folder / "config.json").read_text())
+    raw.pop("model_type")
+    (folder / "config.json").write_text(json.dumps(raw))
+    rep = doctor({**TINY_VL, "model": {"name": str(folder)}}, fast=True)
+    fixes = [f.fix for f in rep.errors if "model_type" in f.message]
+    assert fixes and '"model_type": "qwen2_vl"' in fixes[0] and "pip install" not in fixes[0], rep.errors
