@@ -57,3 +57,24 @@ def test_config_json_without_model_type(tmp_path, doctor):
     rep = doctor({**TINY_VL, "model": {"name": str(folder)}}, fast=True)
     fixes = [f.fix for f in rep.errors if "model_type" in f.message]
     assert fixes and '"model_type": "qwen2_vl"' in fixes[0] and "pip install" not in fixes[0], rep.errors
+
+
+# ----------------------------------------------------------------------------- no chat template: train's message
+# https://github.com/OpenRLHF/OpenRLHF/issues/613, https://github.com/unslothai/unsloth/issues/2096 ("Cannot use
+# chat template functions because tokenizer.chat_template is not set"): the doctor's MM030 said so (an earlier
+# batch), but `mmtune train` stopped at the first record, blaming it ("fix or remove the record ... or set
+# data.on_bad_record=skip"), a fix that would have skipped every record.
+
+def test_train_without_a_chat_template_blames_the_model_not_a_record(tmp_path):
+    from mmtune.data.encode import Encoder
+    from mmtune.errors import ConfigError
+
+    def no_template(p):
+        p.chat_template = p.tokenizer.chat_template = None
+
+    ctx = context_for(tmp_path, TINY_VL, no_template)
+    with pytest.raises(ConfigError) as e:
+        Encoder.for_run(ctx.need("resolved"))
+    assert e.value.where == "model.name" and "no chat template" in e.value.what
+    assert "chat_template.jinja" in e.value.fix and "on_bad_record" not in e.value.fix
+    Encoder.for_run(context_for(tmp_path, TINY_VL).need("resolved"))  # the clean twin builds
