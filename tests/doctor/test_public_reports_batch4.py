@@ -78,3 +78,44 @@ def test_train_without_a_chat_template_blames_the_model_not_a_record(tmp_path):
     assert e.value.where == "model.name" and "no chat template" in e.value.what
     assert "chat_template.jinja" in e.value.fix and "on_bad_record" not in e.value.fix
     Encoder.for_run(context_for(tmp_path, TINY_VL).need("resolved"))  # the clean twin builds
+
+
+# ----------------------------------------------------------------------------- every record longer than max_length
+# https://github.com/hiyouga/LlamaFactory/issues/6844, https://github.com/modelscope/ms-swift/issues/6414: a cap
+# shorter than the image tokens drops (or breaks) every record. MM017 said so, but its fix offered
+# data.on_bad_record=skip twice, which would skip all of them (MM031: nothing left).
+
+def test_every_record_too_long_is_not_offered_skip(doctor):
+    rep = doctor({**TINY_VL, "data": {**TINY_VL["data"], "max_length": 20}}, "MM017")
+    found = [f for f in rep.errors if f.code == "MM017"]
+    assert found and "data.max_length=" in found[0].fix and "on_bad_record" not in found[0].fix, found
+
+
+def test_some_records_too_long_are_offered_skip_once(doctor, tmp_path):
+    rows = [{"messages": [{"role": "user", "content": "What is 2+1?"}, {"role": "assistant", "content": "3"}]},
+            {"messages": [{"role": "user", "content": "word " * 80}, {"role": "assistant", "content": "3"}]}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(path), "max_length": 48}}, "MM017")
+    found = [f for f in rep.errors if f.code == "MM017"]
+    assert found and found[0].fix.count("on_bad_record=skip") == 1, found
+
+
+# ----------------------------------------------------------------------------- an empty training file
+# https://github.com/DarioFT/ComfyUI-Qwen3-TTS/issues/15, https://github.com/huggingface/autotrain-advanced/issues/432
+# ("num_samples should be a positive integer value, but got num_samples=0": a data step that wrote an empty file).
+# `mmtune train` stopped clearly ("no usable records in ... (0 records)"); the doctor's MM031 said "fix the records
+# reported above" when none were reported.
+
+def test_empty_training_file(doctor, tmp_path):
+    empty = tmp_path / "train.jsonl"
+    empty.write_text("")
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(empty)}}, "MM031")
+    found = [f for f in rep.errors if f.code == "MM031"]
+    assert found and "no row at all" in found[0].message and "records reported above" not in found[0].fix, found
+    one = tmp_path / "one.jsonl"
+    one.write_text(json.dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]})
+                   + "\n")
+    rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(one)}, "train": {"micro_batch_size": 2}},
+                 "MM031")
+    assert [f.fix for f in rep.errors if f.code == "MM031"] == ["train.micro_batch_size=1"]
