@@ -119,3 +119,23 @@ def test_empty_training_file(doctor, tmp_path):
     rep = doctor({"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(one)}, "train": {"micro_batch_size": 2}},
                  "MM031")
     assert [f.fix for f in rep.errors if f.code == "MM031"] == ["train.micro_batch_size=1"]
+
+
+# ----------------------------------------------------------------------------- a TRL-style reward function
+# Found while rebuilding https://github.com/modelscope/ms-swift/issues/4751 (a custom GRPO reward returning None,
+# "TypeError: must be real number, not NoneType"): a reward written TRL's way, fn(completions, **kwargs) (as in
+# https://github.com/huggingface/trl/pull/3079), is called by mmtune as fn(completions, references). MM120 (fast, run
+# by `mmtune train` before it starts) imported it without trying the call, so the run stopped at its first GRPO step
+# with a raw "TypeError: ... takes 1 positional argument but 2 were given".
+
+def test_reward_written_for_trl_is_refused_before_the_run(tmp_path, monkeypatch, doctor):
+    (tmp_path / "my_rewards_b4.py").write_text(
+        "def trl_style(completions, **kwargs):\n    return [1.0 for _ in completions]\n"
+        "def ours(completions, references, **kwargs):\n    return [1.0 for _ in completions]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    tree = {**TINY_VL, "train": {"objective": "grpo", "grpo": {"rewards": [{"name": "my_rewards_b4:trl_style"}]}}}
+    rep = doctor(tree, "MM120")
+    assert [(f.code, f.severity) for f in rep.findings] == [("MM120", "error")], rep.findings
+    assert "fn(completions, references)" in rep.findings[0].message and "references" in rep.findings[0].fix
+    tree["train"]["grpo"]["rewards"] = [{"name": "my_rewards_b4:ours"}]
+    assert doctor(tree, "MM120").findings == []
