@@ -139,3 +139,49 @@ def test_reward_written_for_trl_is_refused_before_the_run(tmp_path, monkeypatch,
     assert "fn(completions, references)" in rep.findings[0].message and "references" in rep.findings[0].fix
     tree["train"]["grpo"]["rewards"] = [{"name": "my_rewards_b4:ours"}]
     assert doctor(tree, "MM120").findings == []
+
+
+# ----------------------------------------------------------------------------- CUDA_VISIBLE_DEVICES hides the GPUs
+# https://github.com/pytorch/examples/issues/115, https://github.com/thuml/Autoformer/issues/25,
+# https://github.com/thuml/Time-Series-Library/issues/10: CUDA_VISIBLE_DEVICES set to an id the machine lacks (or
+# '', as schedulers and CPU-forcing scripts set it) and training runs on the CPU, noticed from the step time.
+# mmtune's resolved run said "target: CPU (this machine)" without the reason; train.device=cuda blamed the machine.
+
+@pytest.mark.parametrize("value, words", [("", "hides every GPU"), ("1", "does this machine have GPU 1?")])
+def test_cuda_visible_devices_that_hides_the_gpus_is_named(monkeypatch, value, words):
+    import torch
+
+    from mmtune.errors import ConfigError
+    from mmtune.resolve import local_target
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
+    target = local_target("auto")
+    assert target.device == "cpu" and f"CUDA_VISIBLE_DEVICES={value!r}" in target.origin and words in target.origin
+    with pytest.raises(ConfigError) as e:
+        local_target("cuda")
+    assert e.value.where == "CUDA_VISIBLE_DEVICES" and "unset CUDA_VISIBLE_DEVICES" in e.value.fix
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert local_target("auto").origin == "this machine"  # nothing to explain without the variable
+    assert local_target("cpu").origin == "train.device=cpu"
+
+
+# ----------------------------------------------------------------------------- the launcher's mixed precision
+# https://github.com/huggingface/accelerate/issues/1432, https://github.com/huggingface/transformers/issues/32622:
+# `accelerate launch --mixed_precision fp16` (or an accelerate config file's `mixed_precision`) beside a training
+# script configured otherwise; which one wins is unclear to users. Here: a run configured for bf16.
+# mmtune passes train.precision to accelerate, which overrides the launcher's: the run is bf16 (clean), but nothing
+# said the launcher's choice was ignored. The precision decision says so now.
+
+def test_launcher_mixed_precision_that_the_run_overrides_is_said(tmp_path, monkeypatch):
+    from mmtune.config import load_config
+    from mmtune.resolve import local_target, resolve_run
+
+    p = tmp_path / "c.yaml"
+    p.write_text(f"model:\n  name: tiny/qwen2\noutput_dir: {tmp_path / 'run'}\ntrain:\n  precision: bf16\n  device: cpu\n")
+    cfg = load_config(p, [])
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "fp16")
+    d = resolve_run(cfg, local_target("cpu")).decision("train.precision")
+    assert d.value.startswith("bf16") and "mixed_precision=fp16" in d.reason and "train.precision=fp16" in d.reason
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    assert "ACCELERATE" not in resolve_run(cfg, local_target("cpu")).decision("train.precision").reason
