@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from .answer_tail import last_answer_start
 from .formats import BadRecord, isolated_method
 from .media_caps import MediaCaps
@@ -37,6 +37,18 @@ TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_id
 MANY_ANSWERS = 16
 
 
+def require_chat_template(processor, name: str) -> None:
+    """Every record is rendered by the chat template: a model folder without one (a base model, an export that
+    lost chat_template.jinja) is the model's error, said once at the start, not each record's (MM030)."""
+    tok = getattr(processor, "tokenizer", processor)
+    if not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
+        raise ConfigError(f"the processor / tokenizer of {name} has no chat template, so no record can be rendered "
+                          "as a conversation (transformers: \"Cannot use apply_chat_template because this processor "
+                          "does not have a chat template\")", where="model.name",
+                          fix="use the instruct/chat variant of the model, or copy chat_template.jinja from the base "
+                              "model into the folder")
+
+
 class Encoder:
     """The one code that says what a record becomes: `encode` (the tensors training sees) and
     `measure` (the same token counts without decoding pixels, for scans and the planner's worst case).
@@ -45,7 +57,9 @@ class Encoder:
 
     @classmethod
     def for_run(cls, resolved) -> Encoder:
-        return cls(resolved.need_processor(), resolved.family, resolved.cfg, media=resolved.media)
+        processor = resolved.need_processor()
+        require_chat_template(processor, resolved.cfg.model.name)
+        return cls(processor, resolved.family, resolved.cfg, media=resolved.media)
 
     def __init__(self, processor, family, cfg, media: MediaCaps | None = None):
         self.processor = processor

@@ -68,7 +68,30 @@ def reward_function(name: str, pattern: str | None = None):
         raise ConfigError(f"reward {name!r} cannot be imported: {e}", where="train.grpo.rewards",
                           fix="give pkg.module:function importable here, fn(completions, references) -> list of "
                               "floats (docs/preference.md)") from None
+    _takes_completions_and_references(fn, name)
     return fn
+
+
+def _takes_completions_and_references(fn, name: str) -> None:
+    """A ConfigError when `fn` cannot be called as the step calls it, fn(completions, references): TRL's rewards
+    are fn(completions, **kwargs), and such a function raised a TypeError at the first GRPO step, mid-run."""
+    import inspect
+
+    if not callable(fn):
+        return  # MM120 names what it is
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin without a signature: called as it is
+    try:
+        sig.bind(["a"], [["a"]])
+    except TypeError as e:
+        from ..errors import ConfigError
+
+        raise ConfigError(f"reward {name!r} cannot be called as fn(completions, references): its signature is "
+                          f"{name.partition(':')[2]}{sig} ({e})", where="train.grpo.rewards",
+                          fix="take the references as the second argument: def f(completions, references, **kw) -> "
+                              "list of floats (a TRL reward's fn(completions, **kwargs) needs it; docs/preference.md)") from None
 
 
 def score(fn, name: str, completions, references) -> list[float]:

@@ -84,8 +84,13 @@ def unreadable_weights(folder: Path) -> list[tuple[str, str]]:
                 if n > size - 8:
                     bad.append((f.name, f"its header claims {n} bytes but the file holds {size}: cut short"))
                     continue
-                json.loads(fh.read(n))
-        except (OSError, ValueError) as e:
+                header = json.loads(fh.read(n))
+            # The header parses, but the tensors it lists may lie past the end (a download stopped in the data):
+            # safetensors then stops with "incomplete metadata, file not fully covered".
+            end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+            if 8 + n + end > size:
+                bad.append((f.name, f"its tensors need {8 + n + end} bytes but the file holds {size}: cut short"))
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
             bad.append((f.name, f"its header does not parse ({type(e).__name__})"))
     return bad
 

@@ -116,8 +116,33 @@ def load_hf_config(name: str, revision: str | None = None, trust_remote_code: bo
             raise ModelLoadError(f"{name} is defined by its own code (config.json auto_map), which transformers "
                                  "runs only with trust_remote_code", where="model.name",
                                  fix="model.trust_remote_code=true   (after reading the repository's code)") from None
+        if "Should have a `model_type` key" in str(e):  # a hand-made or truncated config.json, not a version matter
+            raise _no_model_type(name, Path(src)) from None
         raise ModelLoadError(f"cannot read the config of {name}: {str(e).splitlines()[0]}", where="model.name",
                              fix="pip install -U transformers, or point model.name at a supported model") from None
+
+
+def _no_model_type(name: str, folder: Path) -> ModelLoadError:
+    """config.json without `model_type`: no transformers release reads it, so upgrading is not the fix; the
+    model type its `architectures` names, when this transformers knows the class, is."""
+    import json
+
+    from transformers.models.auto import modeling_auto
+
+    path = folder / "config.json"
+    try:
+        archs = json.loads(path.read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        archs = []
+    known = {cls: mt for k, v in vars(modeling_auto).items() if k.endswith("_MAPPING_NAMES") and isinstance(v, dict)
+             for mt, cls in v.items() if isinstance(cls, str)}
+    guess = next((known[a] for a in archs if a in known), None)
+    fix = (f'add "model_type": "{guess}" to {path} (its architectures name {archs[0]})' if guess else
+           f"copy config.json from the model this folder was trained from into {folder}, or save it with "
+           "save_pretrained (which writes model_type)")
+    return ModelLoadError(f"the config.json of {name} has no `model_type` key, which transformers needs to pick the "
+                          "model class (\"Unrecognized model ... Should have a `model_type` key\"); no transformers "
+                          "version reads it", where=str(path), fix=fix)
 
 
 def _download_fix(name: str) -> str:

@@ -8,7 +8,7 @@ start from one and re-derive nothing; `config.resolved.yaml` and the start-up su
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..config.schema import KBIT_METHODS, RunConfig
@@ -176,7 +176,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if cfg.model.weights == "random":
         decisions.append(decide_random_weights(cfg))
     precision, scaled, d = decide_precision(cfg.train.precision, target)
-    decisions.append(d)
+    from .launch_env import launcher_precision_note
+
+    note = launcher_precision_note(precision) if target.local else None
+    decisions.append(replace(d, reason=f"{d.reason}; {note}") if note else d)
     from ..models.construct import model_lacks_fa2
 
     attn, d = decide_attention(cfg.model.attn_implementation, target, precision, model_lacks_fa2(family))

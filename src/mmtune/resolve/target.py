@@ -106,16 +106,22 @@ def local_target(requested_device: str = "auto") -> Target:
     """This machine: its first CUDA GPU unless the config asks for the CPU (train.device)."""
     import torch
 
+    from .launch_env import hidden_gpus_note
+
     cuda = torch.cuda.is_available()
+    hidden = None if cuda else hidden_gpus_note()
     if requested_device == "cuda" and not cuda:
         from ..errors import ConfigError
 
-        raise ConfigError("train.device=cuda but no CUDA GPU is visible", where="train.device",
-                          fix="train.device=auto (uses the CPU here) or run on a machine with a GPU")
+        raise ConfigError("train.device=cuda but no CUDA GPU is visible" + (f" ({hidden})" if hidden else ""),
+                          where="CUDA_VISIBLE_DEVICES" if hidden else "train.device",
+                          fix=("unset CUDA_VISIBLE_DEVICES or name the GPUs (CUDA_VISIBLE_DEVICES=0)" if hidden else
+                               "train.device=auto (uses the CPU here) or run on a machine with a GPU"))
     world, nodes = launched_processes()
     if requested_device == "cpu" or not cuda:
-        return Target("cpu", None, "this machine" if requested_device != "cpu" else "train.device=cpu", local=True,
-                      processes=world, nodes=nodes)
+        origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
+        return Target("cpu", None, origin + (f"; {hidden}" if hidden and requested_device != "cpu" else ""),
+                      local=True, processes=world, nodes=nodes)
     return Target("cuda", _local_gpu_spec(), "this machine", local=True, processes=world, nodes=nodes)
 
 

@@ -7,6 +7,7 @@ record (file:line) and the fix.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from ..findings import error, info, warning
@@ -20,8 +21,18 @@ def _bad_findings(ctx, code: str):
         where, what, fix = split.examples[reason][0]
         total = split.ok + split.n_bad
         extra = "" if cfg.data.on_bad_record == "error" else " (they will be skipped and counted)"
-        yield make(f"{split.split}: {n} of {total} records: {reason}{extra}; first: {what}", where,
-                   (fix or "") + ("; or data.on_bad_record=skip" if cfg.data.on_bad_record == "error" else ""))
+        yield make(f"{split.split}: {n} of {total} records: {reason}{extra}; first: {what}", where, _fix(fix, cfg, n, total))
+
+
+def _fix(fix: str | None, cfg, n: int, total: int) -> str:
+    """The record's fix, with skipping offered once, and not at all when every record of the split is bad
+    (skipping them all leaves nothing to train on: MM031)."""
+    fix = fix or ""
+    if n >= total:
+        return re.sub(r"[;,] or data\.on_bad_record=skip\b[^;]*", "", fix)
+    if cfg.data.on_bad_record == "error" and "on_bad_record=skip" not in fix:
+        fix += "; or data.on_bad_record=skip"
+    return fix
 
 
 @check("MM014", "records have the fields their format needs", needs=("cfg", "scan"), failure_mode=14)
@@ -120,6 +131,11 @@ def dataset_size(ctx):
         return  # only the first N rows were read: the split's size is not known
     n, mbs = train.ok, cfg.train.micro_batch_size
     if n < mbs:
+        if not n and not train.rows:  # nothing to fix record by record: the file (or split) is empty
+            yield error(f"train: {train.spec} holds no row at all: there is nothing to train on", where="data.train",
+                        fix="point data.train at the file that holds the records (an empty file is often an export "
+                            "that failed or a path to the wrong copy)")
+            return
         yield error(f"train: {n} usable record(s), fewer than one micro-batch ({mbs})", where="data.train",
                     fix=f"train.micro_batch_size={max(1, n)}" if n else "fix the records reported above")
         return

@@ -287,12 +287,17 @@ def projector_biases(folder: Path, family) -> dict[str, float] | None:
     ("multi_modal_projector...", saved that way by transformers 5 too) or 5.x's ("model.multi_...")."""
     from safetensors import safe_open
 
+    from ...models.hub_files import unreadable_weights
+
     def is_projector(key: str) -> bool:
         return "projector" in (family.component_of(key), family.component_of("model." + key))
 
     out: dict[str, float] = {}
     found = False
+    skip = {f for f, _ in unreadable_weights(folder)}  # a file cut short or an LFS pointer: MM024's error
     for shard in sorted(folder.glob("*.safetensors")):
+        if shard.name in skip:
+            continue
         with safe_open(str(shard), "pt") as f:
             for key in f.keys():
                 if not is_projector(key):
