@@ -110,6 +110,17 @@ def trained_stop_token(ctx):
                           "in the checkpoint's tokenizer_config.json")
 
 
+def _probe_renders(ctx):
+    """The probe conversation rendered whole, its user turn alone, and that turn as a generation prompt
+    (add_generation_prompt=True); None where the template cannot render it (MM030's / the encoder's finding)."""
+    enc = _exact_encoder(ctx)
+    msgs = enc._template_messages(probe_record().messages)
+    try:
+        return enc.render(msgs), enc.render(msgs[:1]), enc.render(msgs[:1], add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - reported by MM030 / the encoder
+        return None
+
+
 @check("MM069", "the chat template writes the assistant header when asked for a generation prompt",
        needs=("cfg", "resolved", "processor_info"))
 def generation_prompt(ctx):
@@ -120,14 +131,10 @@ def generation_prompt(ctx):
     start there, so it writes the header itself or continues the user turn, and exact-match scores are
     wrong. Training is unaffected (the encoder finds each answer by its text), hence a warning. Templates
     whose answer follows the user turn directly (Mistral's `[/INST]`) need no header and stay silent."""
-    enc = _exact_encoder(ctx)
-    msgs = enc._template_messages(probe_record().messages)
-    try:
-        full = enc.render(msgs)
-        bare = enc.render(msgs[:1])
-        prompt = enc.render(msgs[:1], add_generation_prompt=True)
-    except Exception:  # noqa: BLE001 - a template that cannot render the probe is MM030's / the encoder's finding
+    rendered = _probe_renders(ctx)
+    if rendered is None:
         return
+    full, bare, prompt = rendered
     if prompt != bare or not full.startswith(bare):
         return
     start = full.find("7", len(bare))
@@ -153,14 +160,10 @@ def answer_follows_generation_prompt(ctx):
     generates: it has to write (or skip) that text itself, untrained, and exact-match scores fall. Sources:
     https://github.com/huggingface/trl/issues/5213, https://github.com/huggingface/trl/pull/3522. No generation
     prompt at all is MM069's finding; whitespace-only differences are left alone."""
-    enc = _exact_encoder(ctx)
-    msgs = enc._template_messages(probe_record().messages)
-    try:
-        full = enc.render(msgs)
-        bare = enc.render(msgs[:1])
-        prompt = enc.render(msgs[:1], add_generation_prompt=True)
-    except Exception:  # noqa: BLE001 - a template that cannot render the probe is MM030's / the encoder's finding
+    rendered = _probe_renders(ctx)
+    if rendered is None:
         return
+    full, bare, prompt = rendered
     if prompt == bare or not full.startswith(bare):
         return
     start = full.find("7", len(bare))
