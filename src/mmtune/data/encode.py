@@ -28,7 +28,7 @@ from .answer_tail import last_answer_start
 from .formats import BadRecord, isolated_method
 from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
-from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text
+from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
 from .records import answer_text as _answer_text
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
@@ -457,7 +457,7 @@ class Encoder:
                             "end the conversation with an assistant message holding the answer")
         self._check_text(record)
         tmessages = self._template_messages(record.messages)
-        full, spans = self._trained_text(tmessages, record)
+        full, spans = trained_only(*self._trained_text(tmessages, record), record)
         self._check_media(record, tmessages, full)
         return full, spans, None if self.text_only else self._load_media(record)
 

@@ -229,7 +229,9 @@ def _in_memory(kind: str, value, resolve, where: str) -> dict:
 
 def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str) -> dict:
     """A media value from a row: a path, an HF-datasets dict {bytes, path}, or an in-memory object."""
-    if isinstance(value, str):
+    if isinstance(value, str):  # a data: / file:// URL (ms-swift's base64 images) is read as a part's url is
+        if value.startswith(("data:", "file://")):
+            return _checked_part({"type": kind, "url": value}, resolve, where)
         return {"type": kind, "path": resolve(value, where)}
     if isinstance(value, (bytes, bytearray, memoryview)):  # a parquet / Arrow column of the file's bytes
         return _bytes_part(kind, value, None, where)

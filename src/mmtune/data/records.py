@@ -4,7 +4,8 @@ A `Record` is a conversation: `messages` is a list of `{"role", "content": [part
 `{"type": "text", "text": ...}` or a media part `{"type": "image"|"video"|"audio", "path": ...}`
 (path already resolved) or an in-memory object under the key named by its type
 (`{"type": "image", "image": <PIL.Image>}`). A video part may carry `"use_audio": true` to feed its
-own audio track too. The answer is the last assistant turn.
+own audio track too. The answer is the last assistant turn. An assistant message with `"train": False`
+(another tool's switch for it, data/foreign.py) is rendered but not trained on.
 """
 
 from __future__ import annotations
@@ -120,3 +121,12 @@ def media_label(part: dict) -> str:
     if part.get("path") is not None:
         return str(part["path"])
     return f"<in-memory {part.get('type')}>"
+
+
+def trained_only(full: str, spans: list, record: Record) -> tuple[str, list]:
+    """(text, spans) with the spans of assistant turns marked `"train": False` left out (spans are the
+    assistant turns', in order)."""
+    flags = [m.get("train", True) for m in record.messages if m.get("role") == "assistant"]
+    if all(flags) or len(flags) != len(spans):
+        return full, spans
+    return full, [s for s, keep in zip(spans, flags) if keep]

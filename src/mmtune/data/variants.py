@@ -7,6 +7,8 @@ Applied around `row_records.row_to_records`, so every reader (training, doctor, 
   or recognised under the default `messages` format when a row has `instruction` and `output` but no
   `messages`.
 - ms-swift `query`/`response` (+ `history`, `system`): recognised the same way.
+- TRL's `prompt`/`completion` (text or messages, + `images`): the prompt's turns, then the completion's;
+  only the completion is trained (TRL's completion_only_loss).
 - media lists without placeholders: a row with `images`/`videos`/`audios` and no `<image>`-style tag
   anywhere in its text gets its media at the start of the first user turn, as ms-swift places them.
 - OpenAI-style content parts: `{"type": "image_url", "image_url": {"url": ...}}` (a path, `file://`
@@ -99,6 +101,24 @@ def query_response_row(row: dict, where: str) -> dict:
     media = {lst: row.get(lst) for lst in MEDIA_LISTS.values()}
     return _conversation_row(row, row.get("system"), row.get("history"), text_value(row["query"], "query", where),
                              row.get("response"), media, where)
+
+
+def prompt_completion_row(row: dict, where: str) -> dict:
+    """TRL's prompt-completion layout: `prompt` (text, or the messages before the answer) then `completion`
+    (text, or the assistant messages). Only the completion is trained, as TRL's completion_only_loss does:
+    an assistant turn inside the prompt is kept as context with `loss: false` (data/foreign.py)."""
+    def turns(v, role: str, name: str) -> list:
+        if isinstance(v, str):
+            return [{"role": role, "content": v}]
+        if isinstance(v, list) and all(isinstance(m, dict) for m in v):
+            return list(v)
+        raise BadRecord("bad type", f"`{name}` is a {type(v).__name__}: TRL's {name} is text or a list of messages",
+                        where, f'write "{name}" as a string or [{{"role": ..., "content": ...}}, ...]')
+
+    prompt = [{**m, "loss": False} if m.get("role", m.get("from")) in ("assistant", "gpt") and "loss" not in m else m
+              for m in turns(row["prompt"], "user", "prompt")]
+    out = {k: v for k, v in row.items() if k not in ("prompt", "completion")}
+    return {**out, "messages": prompt + turns(row["completion"], "assistant", "completion")}
 
 
 # ------------------------------------------------------------------------------- content parts
@@ -203,6 +223,8 @@ def normalize_row(row: dict, fmt: str, columns: dict[str, str], where: str) -> t
             return _normalise_messages(alpaca_row(row, {}, where), {}, where), "messages", {}
         if "query" in row and "response" in row:
             return _normalise_messages(query_response_row(row, where), {}, where), "messages", {}
+        if "prompt" in row and "completion" in row:
+            return _normalise_messages(prompt_completion_row(row, where), {}, where), "messages", {}
     return _normalise_messages(row, columns, where), fmt, columns
 
 

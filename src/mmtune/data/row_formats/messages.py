@@ -3,6 +3,7 @@ media in the parts or in top-level `images`/`videos`/`audios` lists that fill `<
 
 from __future__ import annotations
 
+from ..foreign import check_part, check_text, turn_trained
 from ..formats import (
     _PLACEHOLDER_KIND,
     _PLACEHOLDER_RE,
@@ -53,7 +54,10 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
         if role is None or content is None:
             raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(map(str, m)))})",
                             where, "each message needs role (user/assistant/system) and content")
+        trained = turn_trained(m, i, role, where)
         if isinstance(content, str):
+            if role != "assistant":
+                check_text(content, i, where)
             parts = _split_placeholders(content, queues) if any(n_given.values()) else [{"type": "text", "text": content}]
         elif isinstance(content, list):
             parts = []
@@ -66,15 +70,18 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
                     text = p.get("text")
                     if not isinstance(text, str):  # a chat part's text is a string, by the format's definition
                         raise bad_type(f"message {i}'s text part", text, where, "give the text as a string")
+                    if role != "assistant":
+                        check_text(text, i, where)
                     parts.extend(_split_placeholders(text, queues) if any(n_given.values())
                                  else [{**p, "text": text}])
                 elif (p.get("path"), p.get("url"), p.get("bytes"), p.get(p["type"])) == (None,) * 4 and queues[p["type"]]:
                     parts.append(queues[p["type"]].pop(0))  # {"type": "image"} with the file in the top-level list
                 else:
+                    check_part(p, i, where)
                     parts.append(_checked_part(p, resolve, where))
         else:
             raise bad_type(f"message {i}'s content", content, where, "content is a string or a list of parts")
-        messages.append({"role": role, "content": parts})
+        messages.append({"role": role, "content": parts} if trained else {"role": role, "content": parts, "train": False})
     first = next((m["role"] for m in messages if m["role"] != "system"), None)
     if first == "assistant":
         raise BadRecord("bad conversation", "an assistant turn comes before any user turn", where,
@@ -92,6 +99,10 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
     if not any(m["role"] == "assistant" for m in messages):
         raise BadRecord("no answer", "record has no assistant turn (nothing to learn or score)", where,
                         "end the conversation with an assistant message holding the answer, or set data.on_bad_record=skip")
+    if not any(m["role"] == "assistant" and m.get("train", True) for m in messages):
+        raise BadRecord("no answer", "every assistant turn is marked not to be trained (loss: false / weight: 0 / "
+                        "training: false): nothing to learn", where, "let at least one answer be trained, or remove "
+                        "the record")
     held = next((p["type"] for m in messages if m["role"] == "assistant" for p in m["content"] if p["type"] in MEDIA_TYPES), None)
     if held:  # trained as input beside the answer, dropped from eval's prompt: no model here writes media
         raise BadRecord("bad conversation", f"an assistant turn holds a {held}: the models read media, they do not "
