@@ -205,3 +205,33 @@ def test_bos_written_by_the_template_and_the_tokenizer_is_not_doubled(tmp_path):
     assert ids[0] == bos and ids.count(bos) == 1 and trained == ["3", "<|im_end|>"]
     prompt = enc.encode_prompt(Record("r0", "x", TEXT))["input_ids"].tolist()
     assert prompt[0] == bos and prompt.count(bos) == 1
+
+
+# ----------------------------------------------------------------------------- pinned: eval loss is train's loss
+# https://github.com/huggingface/transformers/issues/24839, https://github.com/huggingface/transformers/issues/39241,
+# https://github.com/huggingface/transformers/issues/41898: eval_loss changes with the eval batch size (a mean of
+# per-batch means). mmtune's eval_loss is the training loss's token sum over the whole set, divided once.
+
+def test_eval_loss_is_the_token_mean_whatever_the_batch_size(tmp_path):
+    import torch
+
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.evaluate.run_eval import eval_loss_sums
+    from mmtune.loss import loss_sum
+
+    answers = ["3", "There are 4 squares in the image and 2 circles and 7 stars", "yes", "The answer is 12 and red"]
+    records = [[TEXT[0], {"role": "assistant", "content": a}] for a in answers]
+    tree = {"model": {"name": str(_folder(tmp_path))}, "data": {"train": str(_data(tmp_path, records))},
+            "output_dir": str(tmp_path / "run"), "train": {"precision": "fp32", "device": "cpu"}}
+    path = tmp_path / "eval.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    run = build_run(load_config(path, []))
+    model, recs = run.unwrapped_model(), run.train_set.records
+    sums = {b: eval_loss_sums(model, run.encoder, run.collator, recs, device="cpu", batch_size=b,
+                              autocast=run.accelerator.autocast) for b in (1, 3)}
+    (s1, n1), (s3, n3) = sums[1], sums[3]
+    assert n1 == n3 and s1 / n1 == pytest.approx(s3 / n3, rel=1e-6)
+    with torch.no_grad():  # one record at a time through the training loss: the same token sum
+        singles = [loss_sum(model, run.collator([run.encoder.encode(r)])) for r in recs]
+    assert sum(float(s) for s, _ in singles) == pytest.approx(s1, rel=1e-6)
