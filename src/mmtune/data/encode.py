@@ -11,12 +11,11 @@ family-specific is assumed beyond "the processor only rewrites media placeholder
 
 Checks, each a BadRecord (a DataError with a `reason` that skip policies count under):
 - placeholders in the rendered text vs media parts, per record (failure mode 16);
-- the encoded length against `data.max_length`; a record is never truncated, since that could cut
-  media tokens (failure mode 17);
+- the encoded length against `data.max_length`; a record is never truncated, since that could cut media tokens (17);
 - media files that are missing or undecodable (failure mode 18), via mmtune.data.media;
 - text holding one of the tokenizer's turn tokens (`<|im_end|>` in an answer: "special token in text").
 Anything else a record makes the tokenizer or processor raise is that record's BadRecord too
-(`formats.isolated`, around encode / measure / encode_prompt).
+(`formats.isolated`, around encode / measure / encode_prompt); a system turn the template refuses, system_turn.py.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
 from .records import answer_text as _answer_text
+from .system_turn import render as _render
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 # Past this many answers in one record, its length is checked from one tokenization before the per-answer
@@ -155,7 +155,7 @@ class Encoder:
                 for p in parts]
 
     def render(self, tmessages: list[dict], add_generation_prompt: bool = False) -> str:
-        return self.processor.apply_chat_template(tmessages, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return _render(self, tmessages, add_generation_prompt)
 
     def _trained_text(self, tmessages: list[dict], record: Record) -> tuple[str, list[tuple[int, int]]]:
         """The rendered conversation as training sees it, and the character spans [start, end) of every

@@ -104,6 +104,10 @@ def isolated(where: str):
     that still reaches this boundary as a failure, so it stays a safety net, not a hiding place."""
     try:
         yield
+    except BadRecord as e:
+        if e.where:
+            raise
+        raise BadRecord(e.reason, e.what, where, e.fix) from None  # raised where the record was not known (system_turn)
     except (MMTuneError, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the record boundary itself; the reason names the type

@@ -172,8 +172,16 @@ class _Loop:
                                  loss_impl=cfg.train.loss_impl, objective=run.objective,
                                  during_backward=getattr(self.loader, "open_window", nullcontext))
         self.step += 1
+        if cfg.train.nan_guard and res.nonfinite_grad and math.isfinite(res.loss):
+            raise MMTuneError(
+                f"the gradient norm became {res.grad_norm} at step {self.step} while the loss was finite "
+                f"({res.loss:.4g}): an overflow in the backward; the update was skipped, so the weights are unchanged",
+                where=f"records {self._step_records(ids)[:8]}",
+                fix="a loss that large at the start points at the model's weights (values near the dtype's limit: "
+                    "check the checkpoint); otherwise lower train.lr or check these records. train.nan_guard=false "
+                    "skips such steps and trains on")
         if cfg.train.nan_guard and not math.isfinite(res.loss):
-            bad = [i if isinstance(i, str) else run.train_set.records[i].id for b in ids for i in flat_indices(b)]
+            bad = self._step_records(ids)
             raise MMTuneError(
                 f"loss became {res.loss} at step {self.step}",
                 where=f"records {bad[:8]}",
@@ -181,6 +189,9 @@ class _Loop:
                      if run.resolved.precision == "fp16" else "lower train.lr or check these records"))
         self.res = res
         return res
+
+    def _step_records(self, ids) -> list:
+        return [i if isinstance(i, str) else self.run.train_set.records[i].id for b in ids for i in flat_indices(b)]
 
     def log(self, res, micro, wait, clocks, bar) -> None:
         """The step's times and counts into the summary's counters, its row into the metrics, the display."""

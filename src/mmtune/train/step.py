@@ -19,6 +19,7 @@ planner's trace are the same for every objective.
 
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
@@ -39,7 +40,8 @@ class StepResult:
     answer_tokens: int  # answer tokens in the step (all ranks)
     input_tokens: int  # all non-pad tokens processed by this rank
     grad_norm: float | None
-    skipped: bool = False  # fp16 overflow: the scaler skipped the update
+    skipped: bool = False  # fp16 overflow: the scaler skipped the update (or a non-finite gradient norm did)
+    nonfinite_grad: bool = False  # the gradient norm was nan / inf without a GradScaler: the update was skipped
     # With auxiliary losses: {"lm_loss": ..., "aux/<name>": unweighted mean or None when no record of the
     # step has a target}; `loss` is then lm_loss + sum(weight * aux).
     parts: dict = field(default_factory=dict)
@@ -125,8 +127,15 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         norm = accelerator.clip_grad_norm_(trainable_params, max_grad_norm)
         full = getattr(norm, "full_tensor", None)  # sharded gradients (FSDP2): the norm is a DTensor
         grad_norm = float(full() if full is not None else norm) if norm is not None else None
-    optimizer.step()
-    skipped = bool(getattr(optimizer, "step_was_skipped", False))
+    # A non-finite gradient norm beside a finite loss (an overflow in the backward only): clipping multiplies
+    # every gradient by max_norm / nan, and the update writes NaN into the weights, which the next step's loss
+    # shows, blaming that step's records (or the run ends and saves them). fp16's GradScaler skips such a step
+    # itself; without one (bf16, fp32) the update is skipped here and said (StepResult.nonfinite_grad).
+    nonfinite_grad = (grad_norm is not None and not math.isfinite(grad_norm) and not deepspeed
+                      and getattr(accelerator, "scaler", None) is None)
+    if not nonfinite_grad:
+        optimizer.step()
+    skipped = nonfinite_grad or bool(getattr(optimizer, "step_was_skipped", False))
     if not skipped:
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -134,7 +143,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     if not terms:
         logged = objective.parts({k: world_tokens(float(v)) for k, v in stat_sums.items()}, global_tokens)
         return StepResult(loss=lm_loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
-                          grad_norm=grad_norm, skipped=skipped, parts=logged)
+                          grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=logged)
     parts, loss = {"lm_loss": lm_loss}, lm_loss
     for term, weight, n, acc in terms:
         value = None
@@ -144,4 +153,4 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         parts[f"aux/{term.name}"] = value
         parts[f"aux_weight/{term.name}"] = weight
     return StepResult(loss=loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
-                      grad_norm=grad_norm, skipped=skipped, parts=parts)
+                      grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=parts)

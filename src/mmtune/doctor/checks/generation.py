@@ -64,8 +64,8 @@ def system_rendered(ctx):
     msgs = [{"role": "system", "content": enc._content([{"type": "text", "text": marker}])},
             *enc._template_messages(probe_record().messages)]
     who = f"{n} record(s) with a system message" if n else "data.system_prompt"
-    try:
-        text = enc.render(msgs)
+    try:  # the template itself (the encoder's render says a refused system turn in its own words: system_turn.py)
+        text = enc.processor.apply_chat_template(msgs, tokenize=False)
     except Exception as e:  # noqa: BLE001 - jinja raises its own TemplateError (e.g. "System role not supported")
         yield error(f"the chat template rejects a system message ({type(e).__name__}: {e}); {who} cannot be "
                     "rendered", where="data.system_prompt" if not n else "model.name",
