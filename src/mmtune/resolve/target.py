@@ -125,14 +125,23 @@ def local_target(requested_device: str = "auto") -> Target:
     return Target("cuda", _local_gpu_spec(), "this machine", local=True, processes=world, nodes=nodes)
 
 
+def catalog_match(device_name: str, total_memory: int) -> GPUSpec | None:
+    """The catalog entry of a device torch names `device_name` ("NVIDIA GeForce RTX 4070 Ti SUPER") with
+    `total_memory` bytes: the longest catalog name inside it ("RTX 4070 Ti SUPER", not "RTX 4070"; "L40S", not
+    "L40"), then the closest memory size (the 8 and 12 GB RTX 3060 share a name); None when no name is in it."""
+    name = device_name.lower()
+    hits = [g for g in GPUS.values() if g.name.lower() in name and abs(g.memory_bytes - total_memory) < 8 * 2**30]
+    return max(hits, key=lambda g: (len(g.name), -abs(g.memory_bytes - total_memory)), default=None)
+
+
 def _local_gpu_spec() -> GPUSpec:
     """The catalog entry of this machine's GPU, or a spec read from the device itself."""
     import torch
 
     props = torch.cuda.get_device_properties(0)
-    for g in GPUS.values():
-        if g.name.lower() in props.name.lower() and abs(g.memory_bytes - props.total_memory) < 8 * 2**30:
-            return g
+    found = catalog_match(props.name, props.total_memory)
+    if found is not None:
+        return found
     major, minor = props.major, props.minor
     bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
     return GPUSpec("cuda", props.name, props.total_memory, (major, minor), bf16, 100.0,

@@ -25,6 +25,10 @@ def bf16_supported(ctx):
 
 @check("MM025", "FlashAttention-2 is supported by the target GPU", needs=("cfg",), fast=True, failure_mode=5)
 def fa2_supported(ctx):
+    """sm80+ (GPUSpec.fa2). Consumer Blackwell (sm_120, RTX 50xx) runs FlashAttention-2's Ampere kernels (Tri Dao
+    in flash-attention#1853: "The Ampere code (FA2) should run fine on sm_120"; setup.py builds sm_120 with CUDA 12.8+,
+    FLASH_ATTN_CUDA_ARCHS default "80;90;100;120"), but only from a build that has them (#1638, #2168: "no kernel
+    image is available" from wheels without sm_120): said as an info, not refused."""
     cfg = ctx.need("cfg")
     if cfg.model.attn_implementation != "flash_attention_2":
         return
@@ -35,6 +39,13 @@ def fa2_supported(ctx):
             yield error(f"model.attn_implementation=flash_attention_2 but {gpu.name} is sm_{major}{minor}; "
                         "FlashAttention-2 needs sm_80+ (Ampere or newer)", where="model.attn_implementation",
                         fix="model.attn_implementation=sdpa")
+        elif gpu.compute_capability >= (12, 0):
+            yield info(f"FlashAttention-2 runs on {gpu.name} (sm_120) from a flash-attn built with CUDA 12.8+ for sm_120 "
+                       "(its setup.py adds sm_120 only then); a build without it stops at the first attention with "
+                       "\"no kernel image is available for execution on the device\" (flash-attention#1638)",
+                       where="model.attn_implementation",
+                       fix="on the GPU machine, with CUDA 12.8+: FLASH_ATTN_CUDA_ARCHS=120 pip install flash-attn "
+                           "--no-build-isolation (or model.attn_implementation=sdpa)")
     if ctx.has("resolved") and ctx.need("resolved").precision == "fp32":
         yield error("FlashAttention-2 only runs in fp16/bf16, and the run is fp32",
                     where="train.precision", fix="train.precision=bf16 (or fp16 on GPUs without bf16)")
