@@ -125,7 +125,7 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
     run = build_run(cfg, with_data=False, with_optimizer=False)
     model = run.unwrapped_model()
     if ckpt is not None:
-        load_trainable(model, ckpt, strict=False)
+        load_trainable(model, ckpt, strict=False, base=cfg.model.name)
     model.eval()
     # The resolved run's processor (media caps applied once) and pad id: what evaluation used.
     return ChatSession(model=model, encoder=Encoder.for_run(run.resolved), pad_id=run.resolved.pad_token_id,

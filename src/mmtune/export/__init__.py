@@ -63,7 +63,7 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None, pu
         if merge and kind == "full":
             notes.append("nothing to merge: this run trained every weight (adapter.method=full), so the export is "
                          "the model itself, as without --merge")
-        _write(ckpt, staged, merge=merge)
+        notes += _write(ckpt, staged, merge=merge)
         notes += _explain(staged, ckpt, run_dir, kind, load_path=push_to_hub or str(out.resolve()))
         (staged / MARKER).write_text(json.dumps({"run": str(run_dir.resolve()), "checkpoint": str(ckpt.resolve()),
                                                  "merged": kind == "merged", "kind": kind, "notes": notes}, indent=1))
@@ -182,15 +182,17 @@ def _swap_into_place(staged: Path, out: Path, tmp: Path) -> None:
         staged.rename(out)
 
 
-def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
+def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
+    """The export written into `out`; returns the notes it needs (a merge that had to untie weights)."""
     if (ckpt / "model").is_dir():
         shutil.copytree(ckpt / "model", out)
-        return out
+        return []
     if not (ckpt / "adapter").is_dir():
-        return _gather_full_model(ckpt, out)
+        _gather_full_model(ckpt, out)
+        return []
     if not merge:
         shutil.copytree(ckpt / "adapter", out)
-        return out
+        return []
     from peft import PeftModel
 
     from ..build import load_model
@@ -207,7 +209,15 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
         dtype = resolved.compute_dtype
         loaded = load_model(resolved, device="cpu")
         bar.advance()
-        model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
+        notes = untie_trained_embeddings(loaded.model, ckpt / "adapter")
+        try:
+            model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
+        except RuntimeError as e:  # peft's load_state_dict: "size mismatch for ... copying a param with shape"
+            if "size mismatch" not in str(e):
+                raise
+            from ..train.checkpoint import base_changed
+
+            raise base_changed(ckpt, cfg.model.name, _first_mismatch(str(e))) from None
         bar.advance()
         merged = model.merge_and_unload()
         merged.to(dtype)
@@ -216,7 +226,56 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> Path:
         if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):
             loaded.processor.save_pretrained(str(out))
         bar.advance()
-    return out
+    return notes
+
+
+def untie_trained_embeddings(model, adapter_dir: Path) -> list[str]:
+    """A base whose lm_head is its input embedding matrix (tie_word_embeddings, e.g. Qwen2-VL-2B, Qwen2.5-VL-3B)
+    and an adapter that changes one of the two (LoRA on lm_head, lm_head or the embeddings
+    trained in full): training changed one side only, but merging into the one shared matrix changes both, and
+    a merged folder saved as tied keeps one of them (https://github.com/huggingface/transformers/issues/45127).
+    Here lm_head gets a copy of its own before the adapter is merged, and the config says the two are apart,
+    so the merged model computes what was trained. Returns the note saying so (empty: nothing to untie)."""
+    import torch
+
+    inp, outp = model.get_input_embeddings(), model.get_output_embeddings()
+    w_in, w_out = getattr(inp, "weight", None), getattr(outp, "weight", None)
+    if w_in is None or w_out is None or w_in.data_ptr() != w_out.data_ptr():
+        return []
+    names = [n for n, m in model.named_modules() if n and (m is inp or m is outp)]
+    touched = sorted({n for n in names for k in _adapter_keys(adapter_dir)
+                      if k.removeprefix("base_model.model.").startswith(n + ".")})
+    if not touched:
+        return []  # the adapter leaves both alone: the merged model may stay tied
+    outp.weight = torch.nn.Parameter(w_out.detach().clone(), requires_grad=False)
+    for c in {id(c): c for c in (model.config, model.config.get_text_config())}.values():
+        if hasattr(c, "tie_word_embeddings"):
+            c.tie_word_embeddings = False
+    return [f"the base model ties lm_head to the input embeddings (tie_word_embeddings) and the adapter changes "
+            f"{', '.join(touched)}: the merged model stores the two apart (tie_word_embeddings=false), as they "
+            "were trained, so it is larger than the base by one embedding matrix"]
+
+
+def _adapter_keys(adapter_dir: Path) -> list[str]:
+    from safetensors import safe_open
+
+    path = adapter_dir / "adapter_model.safetensors"
+    if not path.is_file():
+        return []
+    with safe_open(str(path), "pt") as f:
+        return list(f.keys())
+
+
+def _first_mismatch(text: str) -> str:
+    """peft's first 'size mismatch for NAME: copying a param with shape A from checkpoint, the shape in current
+    model is B', shortened to 'NAME: saved (..), the base model (..)'."""
+    import re
+
+    m = re.search(r"size mismatch for ([^:]+): copying a param with shape torch\.Size\(\[([^\]]*)\]\) from "
+                  r"checkpoint, the shape in current model is torch\.Size\(\[([^\]]*)\]\)", text)
+    if not m:
+        return text.strip().splitlines()[-1][:200]
+    return f"{m.group(1)}: saved ({m.group(2)}), the base model ({m.group(3)})"
 
 
 def _refuse_random_weights(ckpt: Path) -> None:
@@ -247,7 +306,7 @@ def _gather_full_model(ckpt: Path, out: Path) -> Path:
     resolved = resolve_run(cfg, local_target("cpu"), for_training=True)
     loaded, adapters = build_model_and_adapters(resolved, device="cpu")
     model = adapters.model
-    load_trainable(model, ckpt, strict=False)
+    load_trainable(model, ckpt, strict=False, base=cfg.model.name)
     model.to(resolved.compute_dtype)
     model.save_pretrained(str(out), safe_serialization=True)
     if loaded.processor is not None and hasattr(loaded.processor, "save_pretrained"):

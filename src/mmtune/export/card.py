@@ -77,6 +77,8 @@ def write_card(out: Path, *, kind: str, cfg, run_dir: Path, ckpt: Path, load_pat
               f"- system prompt: {json.dumps(cfg.data.system_prompt) if cfg.data.system_prompt else '(none)'}", ""]
     lines += _eval_section(summary)
     lines += ["## Load it", ""]
+    if kind == "adapter":
+        lines += [f"> **Requirement**: {peft_requirement()}", ""]
     if processor_note:
         lines += [f"> **Requirement**: {processor_note}", ""]
     lines += _transformers_code(kind, arch, base, load_path, cfg) + [""]
@@ -87,6 +89,18 @@ def write_card(out: Path, *, kind: str, cfg, run_dir: Path, ckpt: Path, load_pat
     path = out / "README.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def peft_requirement() -> str:
+    """The peft that reads this adapter_config.json: it holds every LoraConfig key of the peft that wrote it, and
+    peft 0.13 and older refuse a key they do not know (measured on an export of peft 0.21.2: 0.12.0 and 0.13.0
+    raise, 0.14.0 and 0.15.0 drop the unknown keys with a warning; https://github.com/huggingface/peft/issues/2275)."""
+    import peft
+    import transformers
+
+    return (f"peft>=0.14 (older peft stops with \"TypeError: LoraConfig.__init__() got an unexpected keyword "
+            f"argument\" on this adapter_config.json); written with peft {peft.__version__} and transformers "
+            f"{transformers.__version__}")
 
 
 def _summary(run_dir: Path) -> dict:

@@ -314,11 +314,25 @@ def export_weights(model, run, folder: Path, state_dict: dict | None = None) -> 
         run.processor.save_pretrained(str(target))
 
 
-def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
+def base_changed(ckpt: Path, base: str, example: str):
+    """The error for a checkpoint whose trained tensors do not fit the base model its own run names (chat,
+    export and serve rebuild the model from the run's config.resolved.yaml): the model at model.name is not
+    the one it was trained on (replaced, re-downloaded as another size or revision)."""
+    from ..errors import MMTuneError
+
+    run = ckpt.parent if (ckpt.parent / "config.resolved.yaml").is_file() else ckpt
+    return MMTuneError(f"the trained tensors of {ckpt} do not fit the model at model.name={base} (e.g. {example}): "
+                       "that is not the model this run was trained on", where=f"{ckpt}: model.name",
+                       fix=f"put the model the run was trained on back at {base} (model.name in "
+                           f"{run / 'config.resolved.yaml'})")
+
+
+def load_trainable(model, ckpt: Path, *, strict: bool = True, base: str | None = None) -> None:
     """Copy the checkpoint's trainable tensors into `model` (by parameter name, unwrapped model).
 
     strict: every trainable parameter of the model must be in the checkpoint (resume); evaluation only
-    needs every saved tensor to have a home.
+    needs every saved tensor to have a home. base: the model.name of the checkpoint's own run, when `model`
+    was rebuilt from it (chat, export): tensors that do not fit then mean that model is another one now.
     """
     import torch
     from safetensors.torch import load_file
@@ -332,6 +346,8 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
     params = dict(model.named_parameters())
     missing = [n for n, p in params.items() if p.requires_grad and n not in saved] if strict else []
     unexpected = [n for n in saved if n not in params]
+    if unexpected and base is not None:
+        raise base_changed(ckpt, base, f"{unexpected[0]} has no place in it")
     if missing or unexpected:
         from ..errors import MMTuneError
 
@@ -344,6 +360,8 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True) -> None:
     # A shape that differs (another adapter rank) would fail inside copy_ as a bare RuntimeError.
     shapes = [f"{n}: saved {tuple(t.shape)}, this run {tuple(params[n].shape)}" for n, t in saved.items()
               if tuple(t.shape) != tuple(params[n].shape)]
+    if shapes and base is not None:
+        raise base_changed(ckpt, base, shapes[0].replace("this run", "the base model"))
     if shapes:
         from ..errors import MMTuneError
 

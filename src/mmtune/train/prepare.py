@@ -45,7 +45,8 @@ def prepare_output(run) -> Start:
         from . import resume_guard
 
         meta = read_meta(ckpt)
-        changes = resume_guard.check(ckpt, cfg, meta["step"], meta.get("data"), st.data)
+        changes = resume_guard.check(ckpt, cfg, meta["step"], meta.get("data"), st.data,
+                                     processes=run.accelerator.num_processes)
         state = load_checkpoint(run, ckpt)
         st.step, st.position, st.best = state["step"], state["position"], state["best"]
         st.eval_metrics = meta.get("metrics", {})

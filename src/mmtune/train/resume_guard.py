@@ -85,21 +85,71 @@ def saved_config(ckpt: Path) -> dict | None:
     return saved
 
 
-def compare(ckpt: Path, cfg, saved_data: dict | None, now_data: dict | None = None
-            ) -> tuple[dict[str, tuple], dict[str, str]]:
+def compare(ckpt: Path, cfg, saved_data: dict | None, now_data: dict | None = None,
+            processes: int | None = None) -> tuple[dict[str, tuple], dict[str, str]]:
     """(every difference {key: (then, now)}, those no resume can apply {key: why}) between a checkpoint
     and the config in force (the resolved one: what train runs and what the checkpoint recorded) with
-    the data as it is now. Used by train and by the doctor's MM023 alike."""
+    the data as it is now, and -- `processes` given -- the global batch on this many processes. Used by
+    train and by the doctor's MM023 alike."""
     from .data_fingerprint import changes, fingerprint
 
     saved = saved_config(ckpt)
     diffs = differences(saved, cfg.model_dump(mode="json")) if saved is not None else {}
     diffs.update(changes(saved_data, now_data if now_data is not None else fingerprint(cfg)))
+    diffs.update(global_batch_change(ckpt, saved, cfg, processes))
     return diffs, {k: CANNOT_APPLY[k] for k in diffs if k in CANNOT_APPLY}
 
 
-def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None, now_data: dict | None = None
-          ) -> dict[str, tuple]:
+GLOBAL_BATCH = "train.global_batch"  # micro-batch x accumulation x processes: not a key of its own
+
+
+def saved_processes(ckpt: Path) -> int | None:
+    """How many processes wrote the checkpoint (its state.json records it); None where it does not say."""
+    try:
+        tree = json.loads((ckpt / "state.json").read_text(encoding="utf-8")).get("tree")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    n = tree.get("world_size") if isinstance(tree, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def _batch(processes: int, micro: int, accum: int) -> str:
+    return f"{processes * micro * accum} per step ({processes} process(es) x micro-batch {micro} x accumulation {accum})"
+
+
+def global_batch_change(ckpt: Path, saved: dict | None, cfg, processes: int | None) -> dict[str, tuple]:
+    """The global batch (micro-batch x accumulation x processes) the checkpoint was trained with against this
+    launch's, where the number of processes changed: resuming a 2-GPU run on 1 GPU halves what each step
+    averages over, as halving train.grad_accum would (which the guard compares), and no config key says so.
+    Empty when the number of processes is the same (grad_accum / micro_batch_size are compared as keys) or
+    when the global batch is kept (grad_accum scaled to the new number of processes)."""
+    then = saved_processes(ckpt) if processes else None
+    train = (saved or {}).get("train") if isinstance(saved, dict) else None
+    if not then or then == processes or not isinstance(train, dict):
+        return {}
+    micro, accum = train.get("micro_batch_size"), train.get("grad_accum")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accum)):
+        return {}
+    now_micro, now_accum = cfg.train.micro_batch_size, cfg.train.grad_accum
+    if then * micro * accum == processes * now_micro * now_accum:
+        return {}
+    return {GLOBAL_BATCH: (_batch(then, micro, accum), _batch(processes, now_micro, now_accum))}
+
+
+def _global_batch_fix(ckpt: Path, cfg, processes: int | None) -> str:
+    """How to keep the checkpoint's global batch on this launch: its number of processes, or the accumulation
+    that makes up for the new one."""
+    then = saved_processes(ckpt)
+    saved = (saved_config(ckpt) or {}).get("train") or {}
+    total = then * saved["micro_batch_size"] * saved["grad_accum"]
+    per_step = cfg.train.micro_batch_size * (processes or 1)
+    keep = f"or train.grad_accum={total // per_step} to keep {total} per step (with train.accept_changes=true); " \
+        if total % per_step == 0 else ""
+    return f"launch on {then} process(es) as the checkpoint was written (torchrun --nproc_per_node {then}); {keep}"
+
+
+def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None, now_data: dict | None = None,
+          processes: int | None = None) -> dict[str, tuple]:
     """The accepted differences (empty when none); raises ConfigError when there are unaccepted ones, or
     ones that cannot be applied (whatever train.accept_changes says)."""
     from ..errors import ConfigError
@@ -109,7 +159,7 @@ def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None, now_data: 
                           where=str(ckpt),
                           fix=f"train.max_steps={step} or more (with train.accept_changes=true), or train.resume=false "
                               "to start over")
-    diffs, fixed = compare(ckpt, cfg, saved_data, now_data)
+    diffs, fixed = compare(ckpt, cfg, saved_data, now_data, processes)
     if fixed:
         lines = "; ".join(f"{k}: {diffs[k][0]!r} -> {diffs[k][1]!r} ({why})" for k, why in fixed.items())
         raise ConfigError(
@@ -123,7 +173,10 @@ def check(ckpt: Path, cfg, step: int, saved_data: dict | None = None, now_data: 
         raise ConfigError(
             f"resuming from {ckpt.name} with a config{' or data' if data else ''} that changes the run: {lines}",
             where=str(ckpt),
-            fix="restore those values" + (" (and the data as it was)" if data else "") + " to resume exactly; or add "
+            fix=(_global_batch_fix(ckpt, cfg, processes) if GLOBAL_BATCH in diffs else "")
+                + ("" if set(diffs) == {GLOBAL_BATCH} else "restore those values" + (" (and the data as it was)" if
+                                                                                      data else "") + " to resume exactly; ")
+                + "or add "
                 "train.accept_changes=true to continue with the new values on purpose (they are applied and "
                 "recorded); or train.resume=false / a new output_dir to start over")
     return diffs

@@ -118,11 +118,12 @@ def tied_lm_head(ctx):
         [targets] if isinstance(targets, str) and "lm_head" in targets else [])
     if named and cfg.adapter.method != "full":
         yield warning(f"adapter.target_modules puts LoRA on lm_head ({', '.join(named)}), which is tied to the "
-                      "input embeddings: merging the adapter (`mmtune export --merge`) adds the update to the shared "
-                      "matrix, so the input embeddings change too, or the merged head is dropped when the model is "
-                      "saved tied", where="adapter.target_modules",
-                      fix=f"leave lm_head out of adapter.target_modules ({_TIED_SOURCES}; unsloth#9331 measured the "
-                          "trained head discarded at merge)")
+                      "input embeddings: a merge by other tools (peft's merge_and_unload, then save_pretrained) adds "
+                      "the update to the shared matrix, so the input embeddings change too, or drops the merged head "
+                      "when the model is saved tied; `mmtune export --merge` stores lm_head apart instead "
+                      "(tie_word_embeddings=false, one more embedding matrix)", where="adapter.target_modules",
+                      fix=f"merge with mmtune export --merge, or leave lm_head out of adapter.target_modules "
+                          f"({_TIED_SOURCES}; unsloth#9331 measured the trained head discarded at merge)")
 
 
 @check("MM040", "the checkpoint is not already quantized (bnb / GPTQ / AWQ) for a run that trains its weights",

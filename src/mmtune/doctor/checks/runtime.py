@@ -156,6 +156,7 @@ def config_in_force(ctx):
     checkpoint's config.json recorded) against the checkpoint train would resume, through the resume
     guard's own comparison (train/resume_guard.py), data fingerprint included. Comparing the user's
     config with config.resolved.yaml warned on every unchanged restart (automatic decisions differ)."""
+    import os
     from pathlib import Path
 
     import yaml
@@ -182,7 +183,10 @@ def config_in_force(ctx):
     effective = ctx.need("resolved").cfg
     try:
         meta = read_meta(ckpt)
-        diffs, fixed = resume_guard.compare(ckpt, effective, meta.get("data"))
+        # the global batch only where the launch says how many processes there are (torchrun / accelerate
+        # set WORLD_SIZE, as for `mmtune train`'s own pre-start check); a plain `mmtune doctor` does not know
+        launched = ctx.need("resolved").target.processes if os.environ.get("WORLD_SIZE") else None
+        diffs, fixed = resume_guard.compare(ckpt, effective, meta.get("data"), processes=launched)
     except MMTuneError as e:
         yield error(f"{out} holds {ckpt.name}, which mmtune train cannot resume: {e.what}", where="output_dir",
                     fix=e.fix or "train.resume=false to start over")
