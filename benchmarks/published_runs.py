@@ -37,7 +37,16 @@ GIB = 2**30
 # torchtune's torch.cuda.memory_stats()["active_bytes.all.peak"]: the bytes of blocks in use, which on one
 # stream is max_memory_allocated.
 MEASURES = {"max_memory_reserved": "peak_reserved_bytes", "unstated": "process_total_bytes",
-            "nvidia_smi": "process_total_bytes", "peak_memory_active": "peak_allocated_bytes"}
+            "nvidia_smi": "process_total_bytes", "peak_memory_active": "peak_allocated_bytes",
+            "oom_lower_bound": "process_total_bytes"}
+# `measures: oom_lower_bound`: a run that ran out of memory. Its figure is not the run's peak but a floor under
+# it, read from the OOM message: "X GiB is allocated by PyTorch" + "Tried to allocate Y GiB" (bound_on:
+# allocated, the planned peak allocated must reach X + Y), "this process has P GiB memory in use" + Y
+# (bound_on: process_total), or, where the message gives no numbers, the card's capacity itself (bound_on:
+# process_total: an OOM says the process needed more than the card). Such a row has no signed error: it is
+# reported as "bound held" (planned >= bound) or "bound violated" (the plan is below what the run is known to
+# have needed), with the plan's fits / does not fit on the row's card, and never enters the error summaries.
+BOUND_ON = {"allocated": "peak_allocated_bytes", "reserved": "peak_reserved_bytes", "process_total": "process_total_bytes"}
 UNITS = {"GiB": 1.0, "G": 1e9 / GIB}  # "G": a table that does not say; read as 10^9 bytes
 REQUIRED = ("id", "group", "source", "model", "method", "seq", "quote", "published", "measures")
 RESULT_KEYS = ("rows", "summary", "step_summary", "kind_summary", "layers", "alloc_conf")
@@ -73,6 +82,8 @@ def load_runs(path: Path = RUNS) -> dict:
             problems.append(f"{where}: unknown source {row.get('source')!r}")
         if row.get("measures") not in MEASURES:
             problems.append(f"{where}: measures {row.get('measures')!r} is not one of {sorted(MEASURES)}")
+        if row.get("measures") == "oom_lower_bound" and row.get("bound_on", "process_total") not in BOUND_ON:
+            problems.append(f"{where}: bound_on {row.get('bound_on')!r} is not one of {sorted(BOUND_ON)}")
         if row.get("unit", "GiB") not in UNITS:
             problems.append(f"{where}: unit {row.get('unit')!r} is not one of {sorted(UNITS)}")
         if row.get("id") in seen:
@@ -142,6 +153,7 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
     model = model_folder(row["model"], spec.get("models", {}), root)
     cfg = load_config(None, overrides_for(row, model))
     declared = Declared(images=[tuple(row["image"])] if row.get("image") else [],
+                        audio_seconds=[float(row["audio_s"])] if row.get("audio_s") else [],
                         tokens=row.get("record_tokens") or row["seq"],
                         lengths=record_lengths(spec["sources"][row["source"]].get("lengths"), row["seq"]))
     token = DECODER_LAYERS.set(layers) if layers else None
@@ -161,12 +173,17 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
             os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)
         else:
             os.environ["PYTORCH_CUDA_ALLOC_CONF"] = saved
-    field = MEASURES[row["measures"]]
+    oom = row["measures"] == "oom_lower_bound"
+    field = BOUND_ON[row.get("bound_on", "process_total")] if oom else MEASURES[row["measures"]]
     planned = getattr(r, field) / GIB
     published = row["published"] * UNITS[row.get("unit", "GiB")]
     out = {"id": row["id"], "group": row["group"], "published": row["published"], "unit": row.get("unit", "GiB"),
            "published_gib": round(published, 3), "measures": row["measures"], "compared_with": field,
-           "planned_gib": round(planned, 3), "error_pct": round(100 * (planned - published) / published, 2)}
+           "planned_gib": round(planned, 3)}
+    if oom:  # a floor under the run's peak, not the peak: held or violated, never a signed error
+        out["oom_bound"] = oom_verdict(planned, published, r.fits)
+    else:
+        out["error_pct"] = round(100 * (planned - published) / published, 2)
     if row.get("unit") == "G":  # the other reading of an unstated unit
         out["error_pct_if_gib"] = round(100 * (planned - row["published"]) / row["published"], 2)
     out["kinds"] = kinds_of(row)
@@ -182,6 +199,23 @@ def plan_row(row: dict, spec: dict, root: Path, layers: int | None = None, alloc
             "media_tokens": {k: v["max"] for k, v in r.media_tokens.items() if v["max"]},
             "breakdown_gib": {k: round(v / GIB, 3) for k, v in r.breakdown.items() if v},
             "peak_phase": r.peak_phase, "plan_s": round(time.perf_counter() - t0, 1)}
+
+
+def oom_verdict(planned_gib: float, bound_gib: float, plan_fits: bool) -> dict:
+    """An out-of-memory row: the bound held when the plan reaches what the run is known to have needed
+    (planned >= bound); `plan_fits` is the plan's verdict on the row's card (a right call on an OOM is "does not
+    fit"); `below_bound_pct` how far under the bound a violated plan is."""
+    held = planned_gib >= bound_gib
+    return {"held": held, "plan_fits": bool(plan_fits),
+            "below_bound_pct": 0.0 if held else round(100 * (bound_gib - planned_gib) / bound_gib, 2)}
+
+
+def oom_summary(results: list[dict]) -> dict | None:
+    rows = [r for r in results if "oom_bound" in r]
+    if not rows:
+        return None
+    return {"rows": len(rows), "bound_held": sum(r["oom_bound"]["held"] for r in rows),
+            "plan_says_does_not_fit": sum(not r["oom_bound"]["plan_fits"] for r in rows)}
 
 
 def _line(group: str, e: list[float]) -> dict:
@@ -220,6 +254,11 @@ def _table(title: str, summary: list[dict]) -> list[str]:
     return lines
 
 
+def _held(b: dict) -> str:
+    fit = "plan: fits" if b["plan_fits"] else "plan: does not fit"
+    return f"held, {fit}" if b["held"] else f"VIOLATED by {b['below_bound_pct']:.1f} %, {fit}"
+
+
 def render(results: list[dict], summary: list[dict], kind_summary: list[dict] = (), step_summary: list[dict] = ()) -> str:
     lines = [f"{'row':32s} {'compared with':>13s} {'published':>9s} {'planned':>8s} {'error':>8s}  "
              f"{'step s pub':>10s} {'planned':>7s} {'error':>8s}  tokens  peak phase",
@@ -227,9 +266,15 @@ def render(results: list[dict], summary: list[dict], kind_summary: list[dict] = 
     for r in results:
         step = (f"{r['published_step_s']:10.2f} {r['planned_step_s']:7.2f} {r['step_error_pct']:+7.1f}%"
                 if "step_error_pct" in r else f"{'-':>10s} {r['planned_step_s']:7.2f} {'':>8s}")
+        err = f"{r['error_pct']:+7.1f}%" if "error_pct" in r else f"{'-':>8s}"
         lines.append(f"{r['id']:32s} {r['compared_with'].split('_bytes')[0]:>13s} {r['published_gib']:9.2f} "
-                     f"{r['planned_gib']:8.2f} {r['error_pct']:+7.1f}%  {step}  {r['tokens']!s:>6s}  {r['peak_phase']}"
-                     + (f"  (published read as GiB: {r['error_pct_if_gib']:+.1f}%)" if "error_pct_if_gib" in r else ""))
+                     f"{r['planned_gib']:8.2f} {err}  {step}  {r['tokens']!s:>6s}  {r['peak_phase']}"
+                     + (f"  (published read as GiB: {r['error_pct_if_gib']:+.1f}%)" if "error_pct_if_gib" in r else "")
+                     + (f"  [OOM bound {_held(r['oom_bound'])}]" if "oom_bound" in r else ""))
+    oom = oom_summary(results)
+    if oom:
+        lines += ["", f"out-of-memory rows (published = a lower bound on the run's peak): {oom['rows']} rows, bound held "
+                      f"on {oom['bound_held']}, plan says does not fit on {oom['plan_says_does_not_fit']}"]
     lines += _table("peak memory, by source group", summary)
     if kind_summary:
         lines += _table("peak memory, by kind of run (a row in each of its kinds)", kind_summary)
@@ -262,8 +307,9 @@ def main(argv=None) -> int:
         for row in rows:
             res = plan_row(row, spec, Path(tmp), layers=args.layers, alloc_conf=args.alloc_conf)
             results.append(res)
+            what = f"{res['error_pct']:+.1f} %" if "error_pct" in res else f"OOM bound {_held(res['oom_bound'])}"
             print(f"{res['id']:32s} published {res['published_gib']:6.2f} planned {res['planned_gib']:6.2f} GiB "
-                  f"({res['error_pct']:+.1f} %) [{res['plan_s']} s]", flush=True)
+                  f"({what}) [{res['plan_s']} s]", flush=True)
     summary = summarise(results)
     kind_summary = summarise(results, by="kinds")
     step_summary = summarise(results, key="step_error_pct")
@@ -272,7 +318,8 @@ def main(argv=None) -> int:
     if args.out:
         write_results(args.out + ".json", {"layers": args.layers, "alloc_conf": args.alloc_conf,
                                            "rows": results, "summary": summary, "kind_summary": kind_summary,
-                                           "step_summary": step_summary}, started)
+                                           "step_summary": step_summary, "oom_summary": oom_summary(results)},
+                      started)
         Path(args.out + ".txt").write_text(text_header(started) + "\n" + text + "\n")
     return 0
 

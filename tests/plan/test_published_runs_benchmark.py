@@ -113,3 +113,32 @@ def test_one_row_runs_through_the_script(tmp_path):
     assert tt["planned_gib"] == tt["peak_allocated_gib"] > 0 and tt["tokens"] == 4096
     assert [s["group"] for s in data["summary"]] == ["swift1-full", "torchtune-full", "all"]
     assert "swift1-full-512" in out.with_suffix(".txt").read_text()
+
+
+def test_oom_rows_are_bounds_not_errors():
+    """An out-of-memory report's figure is a floor under the run's peak (allocated + tried-to-allocate, or the
+    card): the row is "held" when the plan reaches it and "violated" when the plan is below what the run is known
+    to have needed; it carries no signed error, so it never enters a summary line."""
+    pr = _module()
+    assert pr.oom_verdict(30.0, 23.69, plan_fits=False) == {"held": True, "plan_fits": False, "below_bound_pct": 0.0}
+    v = pr.oom_verdict(20.0, 25.0, plan_fits=True)
+    assert v == {"held": False, "plan_fits": True, "below_bound_pct": 20.0}
+    res = [{"group": "g", "bound": False, "held_out": True, "error_pct": 5.0, "kinds": ["LoRA (16-bit)"]},
+           {"group": "heldout-oom-reports", "bound": False, "held_out": True, "oom_bound": v, "kinds": ["LoRA (16-bit)"]}]
+    assert {s["group"] for s in pr.summarise(res)} == {"g", "all held-out"}
+    assert {s["group"]: s["rows"] for s in pr.summarise(res, by="kinds")} == {"held-out LoRA (16-bit)": 1, "all held-out": 1}
+    assert pr.oom_summary(res) == {"rows": 1, "bound_held": 0, "plan_says_does_not_fit": 0}
+    spec = pr.load_runs()
+    oom = [r for r in spec["rows"] if r["measures"] == "oom_lower_bound"]
+    assert len(oom) >= 9 and all(r.get("held_out") and r.get("gpu") and r.get("url") for r in oom)
+    assert {r.get("bound_on", "process_total") for r in oom} <= set(pr.BOUND_ON)
+
+
+def test_load_runs_rejects_an_unknown_bound(tmp_path):
+    pr = _module()
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("sources: {s: {url: https://github.com/x}}\nrows:\n"
+                   "  - {id: a, group: g, source: s, model: m, method: lora, seq: 8, quote: q, published: 1,"
+                   " measures: oom_lower_bound, bound_on: free}\n")
+    with pytest.raises(ValueError, match="bound_on 'free'"):
+        pr.load_runs(bad)
