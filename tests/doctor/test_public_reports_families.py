@@ -53,3 +53,75 @@ def test_qwen3_vl_video_processor_left_as_it_is_without_a_cap():
     before = (dict(real.size), real.cap_pixels_per_frame, real.get_num_of_video_patches(16, 480, 640))
     set_pixel_caps(SimpleNamespace(video_processor=real), None, None)
     assert (dict(real.size), real.cap_pixels_per_frame, real.get_num_of_video_patches(16, 480, 640)) == before
+
+
+# ----------------------------------------------------------------------------- Qwen2.5-VL: frames sharing a time
+# https://github.com/QwenLM/Qwen3-VL/issues/1031 ("Videos > 5 FPS have frames that overlap in time, because
+# tokens_per_second is 2"), https://github.com/EvolvingLMMs-Lab/lmms-eval/issues/1393 ("fps > 2 can break
+# temporal position ids"): Qwen2.5-VL's temporal position advances tokens_per_second a second, one step per
+# temporal patch (2 frames), truncated to an integer. mmtune hands the processor the real sampled rate, so a
+# short clip sampled uniformly (8 frames of a 1 s clip: 8 fps) gets second_per_grid_ts 0.25 and, with the real
+# model's tokens_per_second=2, its 4 temporal patches share 2 positions. The doctor was silent.
+
+def _mp4(path, frames: int, rate: int):
+    import av
+    import numpy as np
+
+    rs = np.random.RandomState(0)
+    with av.open(str(path), "w") as out:
+        vs = out.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=rate)
+        vs.width, vs.height, vs.pix_fmt = 64, 48, "yuv420p"
+        for _ in range(frames):
+            out.mux(vs.encode(av.VideoFrame.from_ndarray(rs.randint(0, 255, (48, 64, 3), dtype=np.uint8),
+                                                         format="rgb24")))
+        out.mux(vs.encode(None))
+    return path.name
+
+
+def _video_ctx(tmp_path, clip: str, **model):
+    import json
+
+    from doctor_helpers import context_for
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    f = tmp_path / f"{clip}.jsonl"
+    row = {"messages": [{"role": "user", "content": "<video>What happens?"}, {"role": "assistant", "content": "a"}],
+           "videos": [clip]}
+    f.write_text((json.dumps(row) + "\n") * 2)
+    ctx = context_for(tmp_path, {"model": {"name": "tiny/qwen2.5-vl", **model}, "data": {"train": str(f)}})
+    config, _ = tiny_config_and_processor("tiny/qwen2.5-vl")
+    config.vision_config.tokens_per_second = 2  # the released Qwen2.5-VL's (the twin's is 4)
+    ctx.put("model_config", config)
+    return ctx, config
+
+
+def test_premise_a_fast_sampled_clip_gives_frame_groups_one_temporal_position(tmp_path):
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
+
+    from mmtune.compat.rope_index import RopeIndex
+    from mmtune.data.encode import Encoder
+    from mmtune.data.sources import load_records
+
+    _mp4(tmp_path / "one_second.mp4", frames=10, rate=10)
+    ctx, config = _video_ctx(tmp_path, "one_second.mp4")
+    enc = Encoder.for_run(ctx.need("resolved"))
+    out = enc.encode(load_records(str(tmp_path / "one_second.mp4.jsonl"), ctx.need("cfg").data)[0])
+    assert out["video_grid_thw"].tolist() == [[4, 4, 4]] and float(out["second_per_grid_ts"]) == 0.25
+    pos = RopeIndex(Qwen2_5_VLModel, config)(out)[0][out["mm_token_type_ids"].reshape(-1) == 2]
+    assert len(set(pos.tolist())) == 2  # 4 temporal patches, 2 positions
+
+
+def test_frames_sampled_faster_than_the_time_axis_is_a_warning(tmp_path):
+    from doctor_helpers import run_codes
+
+    _mp4(tmp_path / "one_second.mp4", frames=10, rate=10)
+    _mp4(tmp_path / "twenty_seconds.mp4", frames=40, rate=2)
+    ctx, _ = _video_ctx(tmp_path, "one_second.mp4")  # 8 frames (model.video_frames) of 1 s
+    found = [f for f in run_codes(ctx, "MM066").findings if f.code == "MM066"]
+    assert len(found) == 1 and found[0].severity == "warning", found
+    assert "8 fps" in found[0].message and "one_second.mp4.jsonl:1" in found[0].where
+    assert "model.video_fps=2" in found[0].fix
+    for clip, model in (("twenty_seconds.mp4", {}), ("one_second.mp4", {"video_fps": 4.0})):
+        ctx, _ = _video_ctx(tmp_path, clip, **model)  # 0.4 fps; 4 fps, the fastest that keeps every step
+        assert run_codes(ctx, "MM066").findings == [], clip
