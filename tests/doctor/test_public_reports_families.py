@@ -9,7 +9,6 @@ from types import SimpleNamespace
 
 import pytest
 
-
 # ----------------------------------------------------------------------------- Qwen3-VL: a per-clip pixel budget
 # https://github.com/huggingface/transformers/issues/48062, https://github.com/huggingface/transformers/pull/48071,
 # https://github.com/QwenLM/Qwen3-VL/issues/1836: Qwen3-VL's video processor reads size["longest_edge"] as the
