@@ -5,6 +5,7 @@ tokens a video costs, the positions it gets), and keeps the clean twin.
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -124,3 +125,38 @@ def test_frames_sampled_faster_than_the_time_axis_is_a_warning(tmp_path):
     for clip, model in (("twenty_seconds.mp4", {}), ("one_second.mp4", {"video_fps": 4.0})):
         ctx, _ = _video_ctx(tmp_path, clip, **model)  # 0.4 fps; 4 fps, the fastest that keeps every step
         assert run_codes(ctx, "MM066").findings == [], clip
+
+
+# ----------------------------------------------------------------------------- LLaVA processor without patch_size
+# https://github.com/Blaizzy/mlx-vlm/issues/93, https://github.com/MNeMoNiCuZ/joy-caption-batch/issues/28,
+# https://github.com/huggingface/transformers/pull/33424: "Expanding inputs for image tokens in LLaVa should be done
+# in processing. Please add `patch_size` and `vision_feature_select_strategy`". A folder saved before that has
+# neither in processor_config.json; the doctor blamed every record (MM018, "unsupported operand type(s) for //")
+# and then found no usable record (MM031). Now the folder's processor file is named once, with the values to add.
+
+def _llava_folder(tmp_path, drop: tuple[str, ...]):
+    from mmtune.models.tiny import build_tiny
+
+    model, proc = build_tiny("tiny/llava")
+    folder = tmp_path / ("old" if drop else "whole")
+    model.save_pretrained(folder)
+    proc.save_pretrained(folder)
+    raw = json.loads((folder / "processor_config.json").read_text())
+    for k in drop:
+        raw.pop(k)
+    (folder / "processor_config.json").write_text(json.dumps(raw))
+    return folder
+
+
+def test_llava_processor_saved_without_patch_size_is_the_folders_error(tmp_path, doctor):
+    tree = {"model": {"name": None}, "data": {"train": "synthetic:counting", "synthetic_train_size": 4},
+            "adapter": {"train_components": ["projector"]}}
+    old = _llava_folder(tmp_path, ("patch_size", "vision_feature_select_strategy"))
+    rep = doctor({**tree, "model": {"name": str(old)}}, "MM002", "MM018", "MM031")
+    said = [f for f in rep.errors if "no patch_size" in f.message]
+    assert said and said[0].where.endswith("processor_config.json"), rep.findings
+    assert '"patch_size": 14' in said[0].fix and '"vision_feature_select_strategy": "default"' in said[0].fix
+    assert not [f for f in rep.findings if f.code in ("MM018", "MM031")], rep.findings  # not every record's fault
+    whole = _llava_folder(tmp_path, ())
+    clean = doctor({**tree, "model": {"name": str(whole)}}, "MM002", "MM018", "MM031")
+    assert clean.errors == [], clean.errors
