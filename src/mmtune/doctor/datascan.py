@@ -67,6 +67,7 @@ class SplitScan:
     modalities: Counter = field(default_factory=Counter)  # media items by type
     untimed_videos: int = 0  # video items with no frame rate (frames folders, in-memory frames): MM066
     untimed_first: str = ""  # where the first one is
+    video_rate_max: tuple[float, str] = (0.0, "")  # the fastest rate a video file's frames are sampled at: MM066
     signatures: Counter = field(default_factory=Counter)  # records by media kinds: text, image, image+video
     video_audio: dict = field(default_factory=dict)  # "audio" / "plain" video records -> (count, first): MM033
     clean_path: str | None = None
@@ -399,6 +400,24 @@ def _untimed_video(part) -> bool:
     return part.get("path") is not None and Path(part["path"]).is_dir()
 
 
+def _video_rate(part, model_cfg, rec, scan: SplitScan) -> None:
+    """The rate a video file's frames are taken at (frames sampled / the clip's seconds): uniform sampling of a
+    short clip is fast (8 frames of 1 s: 8 fps). MM066 compares the fastest with the model's time axis."""
+    from ..data import media_probe
+    from ..errors import DataError
+
+    try:
+        total, seconds, _, _ = media_probe._video_file_header(part)
+    except DataError:
+        return  # a clip that cannot be read is MM018's
+    if not seconds:
+        return
+    fps = model_cfg.video_fps
+    n = max(1, int(seconds * fps)) if fps else min(model_cfg.video_frames, total or model_cfg.video_frames)
+    if n / seconds > scan.video_rate_max[0]:
+        scan.video_rate_max = (n / seconds, rec.where())
+
+
 def _audio_past_window(rec, window: float, scan: SplitScan) -> None:
     """Count the record's audio clips (files, and videos' own audio tracks) longer than the encoder's window
     (MM082): the processor keeps only their first `window` seconds. One header read per clip, only when the
@@ -431,6 +450,8 @@ def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
         if part["type"] == "video" and _untimed_video(part):
             scan.untimed_videos += 1
             scan.untimed_first = scan.untimed_first or rec.where()
+        elif part["type"] == "video" and part.get("path") is not None:
+            _video_rate(part, encoder.cfg.model, rec, scan)
     from ..data.audio_in_video import add_kind
 
     add_kind(scan.video_audio, rec)  # videos with and without their audio track: one forward flag (MM033)

@@ -3,6 +3,7 @@ torchvision is absent. Media caps are the resolved run's (mmtune.resolve), not d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ..errors import ModelLoadError
@@ -31,7 +32,7 @@ def load_processor_from(src: str, family: Family, cfg):
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
+        proc = AutoProcessor.from_pretrained(src, trust_remote_code=cfg.model.trust_remote_code)
     except OSError as e:
         raise ModelLoadError(f"cannot load the processor of {cfg.model.name}: {e}", where="model.name",
                              fix=f"mmtune download {cfg.model.name}") from None
@@ -40,6 +41,38 @@ def load_processor_from(src: str, family: Family, cfg):
         if err is None:
             raise
         raise err from None
+    _check_expansion_keys(proc, Path(src))
+    return proc
+
+
+def _check_expansion_keys(proc, folder: Path) -> None:
+    """A LLaVA-style processor (LLaVA, LLaVA-NeXT, LLaVA-OneVision ...) writes each image's tokens from its
+    `patch_size` and `vision_feature_select_strategy`; a folder saved before transformers moved that expansion
+    into the processor (transformers#33424) has neither in its processor_config.json. Its processor then fails
+    on every image ("unsupported operand type(s) for //: 'int' and 'NoneType'"), which read as every record's
+    fault and left none to train (https://github.com/Blaizzy/mlx-vlm/issues/93,
+    https://github.com/MNeMoNiCuZ/joy-caption-batch/issues/28). Said once, as the folder's, with the values from
+    its config.json."""
+    if not hasattr(proc, "vision_feature_select_strategy") or not hasattr(proc, "patch_size"):
+        return
+    missing = [k for k in ("patch_size", "vision_feature_select_strategy") if getattr(proc, k, None) is None]
+    if not missing:
+        return
+    try:
+        config = _json(folder / "config.json")
+    except (OSError, ValueError):
+        config = {}
+    vision = config.get("vision_config") if isinstance(config.get("vision_config"), dict) else {}
+    known = {"patch_size": vision.get("patch_size"),
+             "vision_feature_select_strategy": config.get("vision_feature_select_strategy")}
+    add = ", ".join(f'"{k}": {json.dumps(known[k])}' for k in missing if known[k] is not None)
+    raise ModelLoadError(
+        f"the processor saved in {folder} has no {' and no '.join(missing)}: it cannot count an image's tokens, so "
+        "every image record would fail (a folder saved before transformers' processors expanded the image tokens)",
+        where=str(folder / "processor_config.json"),
+        fix=(f"add {add} to {folder / 'processor_config.json'} (values from its config.json)" if add else
+             f"add {' and '.join(missing)} to {folder / 'processor_config.json'} (the vision tower's patch size and "
+             "the model's vision_feature_select_strategy)") + ", or copy the base model's processor files into the folder")
 
 
 def _missing_backend(e: Exception, name: str, cls: str | None):

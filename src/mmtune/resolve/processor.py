@@ -166,12 +166,52 @@ def _is_pixel_capped(sub) -> bool:
     return hasattr(sub, "merge_size") and (edge is not None or getattr(sub, "max_pixels", None) is not None)
 
 
+def _per_clip_budget(sub) -> bool:
+    """Qwen3-VL's video processor reads size["longest_edge"] as the pixels of the whole clip (t * h * w, every
+    frame sharing it), not of one frame; its `cap_pixels_per_frame` switch (transformers 5.24) caps each
+    frame instead. mmtune's CPU stand-in (FramesVideoProcessor) caps per frame, as Qwen2-VL's does."""
+    return hasattr(sub, "cap_pixels_per_frame") and hasattr(sub, "max_video_tokens")
+
+
+def _cap_each_frame(sub, max_pixels: int) -> None:
+    """model.max_pixels per frame on a per-clip-budget video processor: each frame capped at max_pixels (the
+    processor's per-frame cap, in merged-patch units), and the clip's budget wide enough never to cut below it
+    at the most frames the processor takes. Without this the value would be the whole clip's budget: 16
+    frames under max_pixels=200704 came out 96x128 each instead of 384x512 (transformers#48062)."""
+    factor = int(sub.patch_size) * int(sub.merge_size)
+    sub.cap_pixels_per_frame = True
+    sub.max_video_tokens = max_pixels / (factor * factor)
+    budget = max_pixels * int(getattr(sub, "max_frames", None) or 768)
+    size = getattr(sub, "size", None)
+    shortest = _size_get(size, "shortest_edge")
+    # the capped path floors a frame at 1.05 x shortest_edge: keep that floor under the cap
+    floor = min(shortest, int(max_pixels / 1.05)) if shortest else shortest
+    if isinstance(size, dict):
+        sub.size = dict(size, longest_edge=budget, shortest_edge=floor)
+    elif size is not None:
+        size.longest_edge, size.shortest_edge = budget, floor
+
+
+def _frame_cap(sub):
+    """The per-frame pixel cap of a per-clip-budget video processor set by _cap_each_frame, else None."""
+    if not (_per_clip_budget(sub) and sub.cap_pixels_per_frame):
+        return None
+    factor = int(sub.patch_size) * int(sub.merge_size)
+    return round(sub.max_video_tokens * factor * factor)
+
+
 def set_pixel_caps(processor, min_pixels: int | None, max_pixels: int | None) -> None:
-    """Set min/max pixels on every pixel-budget processor part, whatever holds them (attribute, dict or SizeDict)."""
+    """Set min/max pixels on every pixel-budget processor part, whatever holds them (attribute, dict or SizeDict).
+    Both are per image / per frame (the config's meaning), also where a video processor budgets per clip."""
     for _, sub in _pixel_parts(processor):
         if not _is_pixel_capped(sub):
             continue
-        for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels)):
+        if max_pixels is not None and _per_clip_budget(sub):
+            _cap_each_frame(sub, max_pixels)
+            max_pixels_here = None
+        else:
+            max_pixels_here = max_pixels
+        for key, value in (("min_pixels", min_pixels), ("max_pixels", max_pixels_here)):
             if value is None:
                 continue
             size = getattr(sub, "size", None)
@@ -195,7 +235,8 @@ def read_pixel_caps(processor) -> dict[str, tuple[int | None, int | None]]:
             v = size.get(_EDGE[key]) if isinstance(size, dict) else getattr(size, _EDGE[key], None)
             return v if v is not None else getattr(sub, key, None)
 
-        out[name] = (get("min_pixels"), get("max_pixels"))
+        cap = _frame_cap(sub)
+        out[name] = (get("min_pixels"), cap if cap is not None else get("max_pixels"))
     return out
 
 

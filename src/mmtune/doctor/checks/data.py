@@ -255,6 +255,7 @@ def video_time_positions(ctx):
     scan, resolved = ctx.need("scan"), ctx.need("resolved")
     if not resolved.family.time_aware_video:  # Family.time_aware_video
         return
+    yield from _frames_sharing_a_time(ctx, scan)
     untimed = [s for s in scan.splits if s.untimed_videos]
     if not untimed:
         return
@@ -269,6 +270,32 @@ def video_time_positions(ctx):
                   where=untimed[0].untimed_first,
                   fix="give these videos as files (mp4, webm, ...), which carry their frame rate, or extract the "
                       f"folders' frames at {assumed:g} fps")
+
+
+def _frames_sharing_a_time(ctx, scan):
+    """Qwen2.5-VL / Qwen2.5-Omni advance a video's temporal position by `tokens_per_second` (Omni:
+    `position_id_per_seconds`) a second, one step per `temporal_patch_size` frames, and truncate it to an
+    integer: frames sampled faster than tokens_per_second x temporal_patch_size a second give consecutive
+    temporal patches the same position (https://github.com/QwenLM/Qwen3-VL/issues/1031), so the model cannot
+    tell their order. Qwen3-VL writes timestamps as text instead and has no such attribute: silent."""
+    hf = ctx.need("model_config")
+    found = [c for c in (hf, getattr(hf, "thinker_config", None)) if c is not None]
+    per_second = tps = None
+    for c in found:
+        per_second = per_second or getattr(c, "position_id_per_seconds", None) or getattr(
+            getattr(c, "vision_config", None), "tokens_per_second", None)
+        tps = tps or getattr(getattr(c, "vision_config", None), "temporal_patch_size", None)
+    fastest = max((s.video_rate_max for s in scan.splits), default=(0.0, ""))
+    if not per_second or not fastest[0]:
+        return
+    limit = float(per_second) * int(tps or 2)
+    if fastest[0] > limit:
+        yield warning(f"video frames sampled at up to {fastest[0]:.3g} fps: this model's temporal positions advance "
+                      f"{per_second:g} a second, one step per {int(tps or 2)} frames, so above {limit:g} fps "
+                      "consecutive frame groups get the same temporal position (the step is truncated to a whole "
+                      "number) and the model cannot tell their order", where=fastest[1],
+                      fix=f"model.video_fps={limit / 2:g} (at most {limit:g}), or fewer model.video_frames for short "
+                          "clips")
 
 
 @check("MM083", "preference pairs have a rejected answer and share the prompt's media", needs=("cfg", "scan"))
