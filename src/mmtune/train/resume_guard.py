@@ -123,10 +123,14 @@ def global_batch_change(ckpt: Path, saved: dict | None, cfg, processes: int | No
     averages over, as halving train.grad_accum would (which the guard compares), and no config key says so.
     Empty when the number of processes is the same (grad_accum / micro_batch_size are compared as keys) or
     when the global batch is kept (grad_accum scaled to the new number of processes)."""
+    from .deepspeed_checkpoint import has_deepspeed
+
     then = saved_processes(ckpt) if processes else None
     train = (saved or {}).get("train") if isinstance(saved, dict) else None
     if not then or then == processes or not isinstance(train, dict):
         return {}
+    if has_deepspeed(ckpt):  # its partitions load on the world size that wrote them only: refused as that
+        return {}              # (deepspeed_checkpoint.load_deepspeed), which no accumulation could make up for
     micro, accum = train.get("micro_batch_size"), train.get("grad_accum")
     if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (micro, accum)):
         return {}
