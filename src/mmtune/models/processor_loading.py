@@ -102,8 +102,6 @@ def _missing_backend(e: Exception, name: str, cls: str | None):
 def _saved_by_mmtune(folder: Path) -> bool:
     """The folder's image processor is one of mmtune's (a twin's, saved by a run here): transformers cannot
     name it, with or without torchvision."""
-    import json
-
     import transformers
 
     kind = json.loads((folder / "processor_config.json").read_text()).get("image_processor", {}).get("image_processor_type")
@@ -111,8 +109,6 @@ def _saved_by_mmtune(folder: Path) -> bool:
 
 
 def _json(path: Path) -> dict:
-    import json
-
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
@@ -150,8 +146,6 @@ def processor_without_torchvision(folder: Path, family: Family):
     `FramesVideoProcessor` (same patch layout, PIL + numpy), the image part into the PIL image
     processor, so a saved tiny or merged Qwen-VL/Omni folder reloads on a CPU-only machine.
     """
-    import json
-
     import transformers
     from transformers import AutoTokenizer
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
