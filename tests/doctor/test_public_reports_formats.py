@@ -129,6 +129,26 @@ def test_data_url_in_the_images_list_is_the_image(tmp_path, encoder):
     assert inline["pixel_values"].equal(by_path["pixel_values"])
 
 
+# https://github.com/QwenLM/Qwen2.5-VL (README, "Using 🤗 Transformers to Chat": `{"type": "image", "image":
+# "file:///path/to/your/image.jpg"}` and `"data:image;base64,/9j/..."`, as qwen_vl_utils reads them): Qwen's own
+# message layout puts the URL in the part's `image` value. mmtune read that value as a relative path: "media file
+# not found: <folder>/file:///..." and "<folder>/data:image;base64,...". A broken data URL is named as one.
+
+def test_qwen_vl_utils_urls_in_a_parts_image_value_are_the_image(tmp_path, encoder):
+    f = _file(tmp_path, [])
+    data = base64.b64encode((tmp_path / "a.png").read_bytes()).decode()
+    values = ["a.png", f"file://{tmp_path / 'a.png'}", "data:image;base64," + data, "data:image;base64,!!not-base64"]
+    f.write_text("".join(json.dumps({"messages": [
+        {"role": "user", "content": [{"type": "image", "image": v}, {"type": "text", "text": "Colour?"}]},
+        {"role": "assistant", "content": "red"}]}) + "\n" for v in values))
+    rs = _load(f)
+    assert len(rs) == 3 and rs.skipped == {"bad media": 1}, rs.problems
+    assert rs.problems[0][1] == "the image data: URL holds invalid base64"
+    by_path, by_file_url, inline = (encoder.encode(r) for r in rs)
+    assert by_file_url["pixel_values"].equal(by_path["pixel_values"])
+    assert inline["pixel_values"].equal(by_path["pixel_values"])
+
+
 # ----------------------------------------------------------------------------- qwen_vl_utils' per-image sizes
 # https://github.com/Yuliang-Liu/MonkeyOCR/issues/354, https://github.com/2U1/Qwen-VL-Series-Finetune/issues/9:
 # Qwen's own message layout with per-item `resized_height` / `resized_width` (or `max_pixels`, `fps`, `nframes`).

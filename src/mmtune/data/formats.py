@@ -212,10 +212,20 @@ def _bytes_part(kind: str, data, name, where: str) -> dict:
     return {"type": kind, "bytes": bytes(data), "name": name if isinstance(name, str) and name else f"<{kind} bytes>"}
 
 
+def _from_string(kind: str, value: str, resolve: Callable[[str, str], str], where: str) -> dict:
+    """A media value given as a string, wherever a record holds one (a row's image column, a part's `image`
+    value): a path, or a data: / file:// URL, read as a part's `url` is. qwen_vl_utils' messages write every
+    image this way (`{"type": "image", "image": "file:///a.jpg"}` or `"data:image;base64,..."`), as do ms-swift's
+    base64 images; read as a path, such a URL was "media file not found: <folder>/data:image;base64,...")."""
+    if value.startswith(("data:", "file://")):
+        return _checked_part({"type": kind, "url": value}, resolve, where)
+    return {"type": kind, "path": resolve(value, where)}
+
+
 def _in_memory(kind: str, value, resolve, where: str) -> dict:
-    """`{"type": kind, kind: value}`: an object decoded in memory; a string is taken as a path."""
+    """`{"type": kind, kind: value}`: an object decoded in memory; a string is a path or URL (_from_string)."""
     if isinstance(value, str):
-        return {"type": kind, "path": resolve(value, where)}
+        return _from_string(kind, value, resolve, where)
     ok = {"image": lambda v: hasattr(v, "convert") and hasattr(v, "mode"),
           # every frame an image or an HxW(xC) array: a list of file names is no clip (it failed per frame)
           "video": lambda v: (isinstance(v, (list, tuple)) and len(v) > 0 and all(
@@ -233,10 +243,8 @@ def _in_memory(kind: str, value, resolve, where: str) -> dict:
 
 def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str) -> dict:
     """A media value from a row: a path, an HF-datasets dict {bytes, path}, or an in-memory object."""
-    if isinstance(value, str):  # a data: / file:// URL (ms-swift's base64 images) is read as a part's url is
-        if value.startswith(("data:", "file://")):
-            return _checked_part({"type": kind, "url": value}, resolve, where)
-        return {"type": kind, "path": resolve(value, where)}
+    if isinstance(value, str):
+        return _from_string(kind, value, resolve, where)
     if isinstance(value, (bytes, bytearray, memoryview)):  # a parquet / Arrow column of the file's bytes
         return _bytes_part(kind, value, None, where)
     if isinstance(value, dict) and ("bytes" in value or "path" in value):
