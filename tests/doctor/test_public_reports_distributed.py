@@ -185,3 +185,25 @@ def test_qlora_computes_in_the_run_dtype_and_trains_on_the_cpu(tmp_path):
     train(run)
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2]
+
+
+# ----------------------------------------------------------------------------- the vision tower kept out of 4-bit
+# https://github.com/unslothai/unsloth/issues/1347 (Qwen2-VL answers nonsense only when loaded in 4-bit),
+# https://github.com/unslothai/unsloth/pull/4209 (llm_int8_skip_modules not reaching a VLM's tower). mmtune quantizes
+# the decoder's linear layers only: the tower, projector and lm_head stay in the compute dtype (the resolved run says
+# so; MM004 reports a quantized tower as an error).
+
+def test_qlora_quantizes_the_decoder_only():
+    from mmtune.adapters import host_component_of
+    from mmtune.config.loader import validate
+    from mmtune.doctor.pieces import build_adapted
+    from mmtune.resolve import local_target, resolve_run
+
+    pytest.importorskip("bitsandbytes")
+    resolved = resolve_run(validate({**TINY_VL, "adapter": {"method": "qlora"}, "train": {"precision": "bf16"}}),
+                           local_target("cpu"))
+    assert "vision/audio/projector/lm_head stay in the compute dtype" in resolved.decision("adapter.method").reason
+    a = build_adapted(resolved)
+    four_bit = {host_component_of(a.loaded.family, n + ".weight") for n, m in a.result.model.named_modules()
+                if type(m).__name__ == "Linear4bit"}
+    assert four_bit == {"decoder"}

@@ -208,8 +208,8 @@ def no_grad_findings(reached: dict[str, set], where=lambda n: n):
                         "(enable_input_require_grads) and non-reentrant checkpointing; or freeze them")
 
 
-@check("MM013", "DDP-safe gradients: no modality-dependent unused parameters the run does not handle "
-       "(LoRA), non-reentrant checkpointing",
+@check("MM013", "DDP-safe gradients: no modality-dependent unused parameters the run does not handle, "
+       "non-reentrant checkpointing",
        needs=("cfg", "grad_model"), failure_mode=13)
 def modality_dependent(ctx):
     g = ctx.need("grad_model")
