@@ -120,6 +120,14 @@ def component_of(family: Family, name: str) -> str:
     return family.component_of(base_name(name))
 
 
+def host_component_of(family: Family, name: str) -> str:
+    """The component a parameter lives in, a LoRA weight counted in the component of the layer it adapts
+    (`visual.blocks.0.attn.qkv.lora_A.default.weight` -> vision): what decides which batches reach it."""
+    if is_lora_param(name):
+        return family.component_of(base_name(_LORA.split(name)[0]) + ".")
+    return family.component_of(base_name(name))
+
+
 def _linear_modules(model) -> list[str]:
     from torch import nn
 
@@ -307,7 +315,7 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
         seen.add(id(p))
         comp = component_of(family, n)
         if comp == "lora":
-            host = family.component_of(base_name(_LORA.split(n)[0]) + ".")
+            host = host_component_of(family, n)
             lora_by[host] = lora_by.get(host, 0) + n_params(p)
             lora_n += n_params(p)
         else:

@@ -416,18 +416,21 @@ DDP_MAY_BE_UNUSED = ("vision", "audio", "projector")
 
 
 def ddp_unused_components(family, model) -> list[str]:
-    """Components trained in full (not LoRA) that may get no gradient in a step; for these the run sets
-    DDP's find_unused_parameters (the doctor's MM011 / MM013 read the same rule)."""
-    from .adapters import component_of
+    """Components whose trainable weights may get no gradient in a step; for these the run sets DDP's
+    find_unused_parameters (the doctor's MM011 / MM013 read the same rule). A tower's or projector's weights,
+    trained in full or LoRA placed on its layers (`vision:qkv`), see no gradient on a text-only batch: DDP
+    then stops at the next step ("Expected to have finished reduction in the prior iteration"; run on 2 gloo
+    ranks with LoRA on the tiny Qwen2-VL's vision blocks and mixed image / text records)."""
+    from .adapters import host_component_of
 
-    comps = {component_of(family, n) for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n}
+    comps = {host_component_of(family, n) for n, p in model.named_parameters() if p.requires_grad}
     return sorted(comps & set(DDP_MAY_BE_UNUSED))
 
 
 def _configure_ddp(run: Run) -> None:
     """DDP must be told when some trainable parameters may get no gradient in a step: encoders and
-    projectors trained in full see no gradient on a text-only batch (failure mode 13). LoRA on the
-    decoder alone always gets gradients, so the cheaper default is kept there."""
+    projectors (trained in full, or carrying LoRA) see no gradient on a text-only batch (failure mode 13).
+    LoRA on the decoder alone always gets gradients, so the cheaper default is kept there."""
     if run.accelerator.num_processes == 1:
         return
     from accelerate.utils import DistributedDataParallelKwargs
@@ -437,5 +440,5 @@ def _configure_ddp(run: Run) -> None:
         media = media or ["parameters of later stages"]
     if media:
         run.accelerator.ddp_handler = DistributedDataParallelKwargs(find_unused_parameters=True)
-        run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} trained in full can get "
-                             "no gradient on batches without that modality")
+        run.decisions.append(f"DDP find_unused_parameters=True: {', '.join(media)} (trained in full or through "
+                             "LoRA) can get no gradient on batches without that modality")

@@ -62,10 +62,11 @@ def test_mm012_optimizer_groups_by_identity():
 
 
 def test_mm013_modality_dependent_gradients(doctor):
-    # LoRA on the vision tower: its LoRA weights get no gradient from text batches, and the run does not set
-    # find_unused_parameters for LoRA (build.ddp_unused_components): DDP would fail
+    # LoRA on the vision tower: its LoRA weights get no gradient from text batches; the run sets DDP
+    # find_unused_parameters for them too (build.ddp_unused_components; batch 9 of the public reports): an info
     rep = doctor({**TINY_VL, "adapter": {"target_modules": ["q_proj", "vision:qkv"]}}, "MM013")
-    assert "MM013" in rep.codes("warning") and "lora_" in rep.findings[-1].where, rep.findings
+    assert rep.codes("info") == {"MM013"} and rep.codes("warning") == set(), rep.findings
+    assert "lora_" in rep.findings[-1].where
     assert doctor(TINY_VL, "MM013").findings == []
 
 

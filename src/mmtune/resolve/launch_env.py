@@ -4,6 +4,10 @@
   scripts do to force the CPU, hides every GPU from torch, and an id past the machine's GPUs (`=1` on a one-GPU
   machine) hides them as well. A run with `train.device=auto` then trains on the CPU; the target names the variable,
   so the reason is on the start screen, not found later from the step time.
+- `LOCAL_WORLD_SIZE` (torchrun's `--nproc_per_node`, accelerate's `--num_processes` on one machine) above the GPUs
+  torch sees: a script that takes GPU `LOCAL_RANK` stops with "CUDA error: invalid device ordinal"; accelerate
+  (1.15, what mmtune runs) takes `LOCAL_RANK % device_count`, so two ranks share a GPU and NCCL refuses them at the
+  first collective ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device"). Refused at start instead.
 - `ACCELERATE_MIXED_PRECISION` (`accelerate launch --mixed_precision`, or the accelerate config file's
   `mixed_precision`) is not what a run trains in: mmtune passes its own `train.precision` to accelerate, which
   overrides the launcher's. When the two differ, the precision decision says so.
@@ -36,3 +40,25 @@ def launcher_precision_note(precision: str) -> str | None:
     return (f"accelerate launch asked for mixed_precision={asked} (ACCELERATE_MIXED_PRECISION: --mixed_precision or "
             f"the accelerate config file), which the run's own precision overrides; "
             f"train.precision={_ACCELERATE.get(asked.strip().lower(), asked)} follows the launcher")
+
+
+def local_processes() -> int:
+    """Processes the launcher started on this machine (torchrun / accelerate set LOCAL_WORLD_SIZE)."""
+    raw = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or "1"
+    return max(1, int(raw))
+
+
+def too_many_processes(visible_gpus: int) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when this machine's launch started more processes than torch sees GPUs, else None."""
+    local = local_processes()
+    if local <= visible_gpus:
+        return None
+    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
+    shown = f" (CUDA_VISIBLE_DEVICES={cvd!r})" if cvd is not None else ""
+    extra = f"local rank {visible_gpus}" if local - 1 == visible_gpus else f"local ranks {visible_gpus}..{local - 1}"
+    return (f"the launch started {local} processes on this machine (LOCAL_WORLD_SIZE={local}: torchrun's "
+            f"--nproc_per_node) but torch sees {visible_gpus} GPU(s){shown}: one process per GPU, so {extra} "
+            f"would share a GPU with another rank, which NCCL refuses ('Duplicate GPU "
+            "detected'; scripts that take GPU LOCAL_RANK stop with 'invalid device ordinal')",
+            f"launch with --nproc_per_node {visible_gpus} (one process per visible GPU)"
+            + (", or name more GPUs in CUDA_VISIBLE_DEVICES" if cvd is not None else ""))

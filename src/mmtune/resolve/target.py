@@ -106,7 +106,7 @@ def local_target(requested_device: str = "auto") -> Target:
     """This machine: its first CUDA GPU unless the config asks for the CPU (train.device)."""
     import torch
 
-    from .launch_env import hidden_gpus_note
+    from .launch_env import hidden_gpus_note, too_many_processes
 
     cuda = torch.cuda.is_available()
     hidden = None if cuda else hidden_gpus_note()
@@ -122,6 +122,11 @@ def local_target(requested_device: str = "auto") -> Target:
         origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
         return Target("cpu", None, origin + (f"; {hidden}" if hidden and requested_device != "cpu" else ""),
                       local=True, processes=world, nodes=nodes)
+    crowded = too_many_processes(torch.cuda.device_count())
+    if crowded is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(crowded[0], where="LOCAL_WORLD_SIZE (the launcher's processes per node)", fix=crowded[1])
     return Target("cuda", _local_gpu_spec(), "this machine", local=True, processes=world, nodes=nodes)
 
 

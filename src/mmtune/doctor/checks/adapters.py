@@ -208,8 +208,8 @@ def no_grad_findings(reached: dict[str, set], where=lambda n: n):
                         "(enable_input_require_grads) and non-reentrant checkpointing; or freeze them")
 
 
-@check("MM013", "DDP-safe gradients: no modality-dependent unused parameters the run does not handle "
-       "(LoRA), non-reentrant checkpointing",
+@check("MM013", "DDP-safe gradients: no modality-dependent unused parameters the run does not handle, "
+       "non-reentrant checkpointing",
        needs=("cfg", "grad_model"), failure_mode=13)
 def modality_dependent(ctx):
     g = ctx.need("grad_model")
@@ -220,17 +220,18 @@ def modality_dependent(ctx):
 
 def partial_grad_findings(sigs, reached, where=lambda n: n, family=None):
     """Parameters only some batch kinds reach break DDP without find_unused_parameters; the run sets
-    it for the components build.ddp_unused_components names, so those are only an info."""
-    from ...adapters import component_of
+    it for the components build.ddp_unused_components names (their LoRA weights too), so those are only
+    an info. What is left (a decoder parameter only some batches reach) stays a warning."""
+    from ...adapters import host_component_of
     from ...build import DDP_MAY_BE_UNUSED
 
     partial = {n: s for n, s in reached.items() if s and len(s) < len(sigs)}
     if family is not None:
-        handled = {n for n in partial if "lora_" not in n and component_of(family, n) in DDP_MAY_BE_UNUSED}
+        handled = {n for n in partial if host_component_of(family, n) in DDP_MAY_BE_UNUSED}
         if handled:
-            comps = sorted({component_of(family, n) for n in handled})
-            yield info(f"{len(handled)} parameter(s) of {', '.join(comps)} (trained in full) get gradients only "
-                       "from some batch kinds; the run sets DDP find_unused_parameters=True for them",
+            comps = sorted({host_component_of(family, n) for n in handled})
+            yield info(f"{len(handled)} parameter(s) of {', '.join(comps)} (trained in full or through LoRA) get "
+                       "gradients only from some batch kinds; the run sets DDP find_unused_parameters=True for them",
                        where=where(next(iter(handled))))
         partial = {n: s for n, s in partial.items() if n not in handled}
     if partial:
@@ -240,8 +241,8 @@ def partial_grad_findings(sigs, reached, where=lambda n: n, family=None):
                       f"{name}: only from {sorted(srcs)}, not {missing}); under DDP a rank with such a batch "
                       "fails with 'Expected to mark a variable ready only once' / unused parameters",
                       where=where(name),
-                      fix="mmtune sets find_unused_parameters for mixed-modality data; or keep the "
-                          "component frozen (adapter.train_components=[]), or keep one modality per dataset")
+                      fix="keep the component frozen (adapter.train_components=[]) or its layers out of "
+                          "adapter.target_modules, or keep one modality per dataset")
 
 
 def reentrant_findings(model):
