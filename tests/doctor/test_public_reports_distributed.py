@@ -124,6 +124,10 @@ def test_more_processes_per_node_than_gpus_is_refused_at_start(monkeypatch):
     from mmtune.resolve.launch_env import too_many_processes
 
     assert too_many_processes(2) is None
+    # a launcher that sets only WORLD_SIZE (16 processes over two 8-GPU nodes) is not judged by it
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    monkeypatch.setenv("WORLD_SIZE", "16")
+    assert too_many_processes(8) is None
     # a CPU run starts as many processes as it likes (gloo)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert local_target("cpu").processes == 4

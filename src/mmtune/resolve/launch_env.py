@@ -43,9 +43,10 @@ def launcher_precision_note(precision: str) -> str | None:
 
 
 def local_processes() -> int:
-    """Processes the launcher started on this machine (torchrun / accelerate set LOCAL_WORLD_SIZE)."""
-    raw = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or "1"
-    return max(1, int(raw))
+    """Processes the launcher started on this machine (torchrun / accelerate set LOCAL_WORLD_SIZE); 1 when it is
+    unset or unreadable. Not WORLD_SIZE: on several nodes that counts every node's processes."""
+    raw = os.environ.get("LOCAL_WORLD_SIZE", "1").strip()
+    return max(1, int(raw)) if raw.isdigit() else 1
 
 
 def too_many_processes(visible_gpus: int) -> tuple[str, str] | None:
