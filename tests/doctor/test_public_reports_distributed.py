@@ -129,6 +129,7 @@ def test_more_processes_per_node_than_gpus_is_refused_at_start(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "16")
     assert too_many_processes(8) is None
     # a CPU run starts as many processes as it likes (gloo)
+    monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert local_target("cpu").processes == 4
 
