@@ -18,6 +18,13 @@ accepted answers per item) and returns one number; higher is better except where
   thousands separators, number words, "about 12", "COUNT: 17"). An answer with no number scores as an
   answer of 0 (its error is the reference count) and is counted: compute() adds `unparsable`.
 - f1: token-level F1 against the best reference, SQuAD's normalisation (articles and punctuation dropped).
+
+compute() scores the final answer: a reasoning block (`<think>...</think>`, Qwen3 / Qwen3-VL / DeepSeek-R1;
+R1's generation prompt opens `<think>` itself, so only the closing tag may be generated) is dropped from
+predictions and references alike, since the benchmarks' scorers compare answers, not reasoning. A thinking
+model writes "<think>\n\n</think>\n\n7" for "7" even when its data has no reasoning
+(https://github.com/hiyouga/LlamaFactory/issues/9392), which every metric above scored wrong
+(https://github.com/EleutherAI/lm-evaluation-harness/pull/3240). predictions.jsonl keeps the raw text.
 """
 
 from __future__ import annotations
@@ -263,10 +270,21 @@ def compute(names, preds, refs) -> dict[str, float]:
         from ..errors import ConfigError
 
         raise ConfigError(f"unknown metric(s) {unknown}", where="eval.metrics", fix=f"choose from {sorted(METRICS)}")
+    preds = [final_answer(p) for p in preds]
+    refs = [[final_answer(r) for r in rs] for rs in refs]
     out = {n: METRICS[n](preds, refs) for n in names}
     if {"mae", "rmse"} & set(names):
         out["unparsable"] = unparsable(preds, refs)
     return out
+
+
+THINK_END = "</think>"
+
+
+def final_answer(text: str) -> str:
+    """The text after the last closing reasoning tag, stripped; the text itself (stripped) without one."""
+    text = str(text)
+    return (text.rsplit(THINK_END, 1)[1] if THINK_END in text else text).strip()
 
 
 def greater_is_better(name: str) -> bool:
