@@ -246,3 +246,39 @@ def test_evaluation_is_greedy_whatever_generation_config_says(tmp_path):
         torch.manual_seed(1)
         b = model.generate(**batch, max_new_tokens=8, pad_token_id=resolved.pad_token_id)
     assert not torch.equal(a, b)
+
+
+# ----------------------------------------------------------------------------- a batch of images of different sizes
+# https://github.com/EvolvingLMMs-Lab/lmms-eval/issues/970 (Qwen2-VL-2B on OCRBench: 0.763 at batch size 1, 0.605 at 2),
+# https://github.com/vllm-project/vllm/issues/13346 (Qwen2-VL-7B: batched answers unlike the single ones),
+# https://github.com/QwenLM/Qwen3-VL/issues/1956. mmtune's evaluation batches records with images of their own sizes
+# (per-image patch grids, left padding, the model's own rope index): pinned with a real batched generate of a wide
+# and a tall image against each record alone.
+
+def test_batched_eval_of_images_of_different_sizes_matches_one_at_a_time(tmp_path):
+    import torch
+    from doctor_helpers import TINY_VL, context_for
+    from PIL import Image
+
+    from mmtune.build import build_model_and_adapters
+    from mmtune.data.encode import Encoder
+    from mmtune.data.records import Record
+    from mmtune.evaluate.run_eval import generate_answers
+
+    sizes = [(112, 56), (56, 168), (84, 84)]
+    records = []
+    for i, (w, h) in enumerate(sizes):
+        path = tmp_path / f"im{i}.png"
+        Image.effect_noise((w, h), 40 + 20 * i).convert("RGB").save(path)
+        records.append(Record(f"r{i}", f"q.jsonl:{i + 1}", [
+            {"role": "user", "content": [{"type": "image", "path": str(path)}, {"type": "text", "text": "Describe" + " it" * i}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "a"}]}]))
+    resolved = context_for(tmp_path, TINY_VL).need("resolved")
+    torch.manual_seed(0)
+    model = build_model_and_adapters(resolved)[0].model
+    enc = Encoder.for_run(resolved)
+    grids = [tuple(enc.encode_prompt(r)["image_grid_thw"][0].tolist()) for r in records]
+    assert len(set(grids)) == 3  # premise: three patch grids
+    kw = dict(device="cpu", dtype=None, pad_id=resolved.pad_token_id, max_new_tokens=6, autocast=nullcontext)
+    alone = [generate_answers(model, enc, [r], batch_size=1, **kw)[0] for r in records]
+    assert generate_answers(model, enc, records, batch_size=3, **kw) == alone
