@@ -212,6 +212,20 @@ def test_metrics_pins_trailing_period_and_whitespace():
     assert M.compute(["exact_match"], ["3.", " 3\n", "Three"], [["3"], ["3"], ["3"]])["exact_match"] == 1.0
 
 
+# https://github.com/OpenBMB/UltraRAG/pull/510 (a gold answer "A" normalised to the empty string: accuracy 1.0 whatever
+# the model answered), https://github.com/EvolvingLMMs-Lab/lmms-eval/pull/794 ('Black.' against ten 'black' scored 0).
+# mmtune's exact_match, vqa_accuracy and f1 drop articles: an empty generation scored 1.0 against a choice "A".
+
+def test_an_empty_answer_never_matches_a_one_letter_choice():
+    from mmtune.evaluate import metrics as M
+
+    names = ["exact_match", "vqa_accuracy", "f1"]
+    assert M.compute(names, ["", "the", "B"], [["A"], ["A"], ["A"]]) == {n: 0.0 for n in names}
+    assert M.compute(names, ["A", "a.", "(A)"], [["A"], ["A"], ["a"]]) == {n: 1.0 for n in names}
+    # articles inside a longer answer still go, and the scorer's normalisation of both sides stays (lmms-eval#794)
+    assert M.compute(names, ["The cat", "Black."], [["cat"], ["black"] * 10]) == {n: 1.0 for n in names}
+
+
 # ----------------------------------------------------------------------------- sampling defaults in generation_config
 # https://github.com/modelscope/evalscope/issues/736 (the official Qwen2.5-VL-7B-Instruct scored differently on two
 # evaluations), https://github.com/macrocosm-os/finetuning/pull/89 (answers differed up to 15 % of the time across

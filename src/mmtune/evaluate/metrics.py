@@ -84,8 +84,16 @@ def _process_punctuation(text: str) -> str:
 
 def _process_digit_article(text: str) -> str:
     words = [_MANUAL_MAP.get(w, w) for w in text.lower().split()]
-    words = [w for w in words if w not in _ARTICLES]
+    words = _drop_articles(words)
     return " ".join(_CONTRACTIONS.get(w, w) for w in words)
+
+
+def _drop_articles(words: list[str]) -> list[str]:
+    """The words without articles, unless the answer is nothing but articles: a multiple-choice "A" would
+    normalise to "", which an empty generation equals, so every empty answer scored right against it
+    (https://github.com/OpenBMB/UltraRAG/pull/510). Such an answer keeps its words: "A" matches "a" only."""
+    kept = [w for w in words if w not in _ARTICLES]
+    return kept if kept else words
 
 
 def vqa_normalize(text: str) -> str:
@@ -245,7 +253,7 @@ def _squad_normalize(text: str) -> str:
     import string
 
     text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    return " ".join(w for w in text.split() if w not in _ARTICLES)
+    return " ".join(_drop_articles(text.split()))
 
 
 def f1(preds, refs) -> float:
