@@ -12,6 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mmtune"
 RANKS = {
     "errors": 0,
     "console": 1, "gpus": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
+    "evaluate.stops": 1,  # the token ids generation stops at: evaluation, chat, serve and the doctor's MM063 agree
     "evaluate.rewards": 1,  # GRPO's rewards are the metrics: config checks names, objectives score with them
     "aux_losses": 1,  # the auxiliary-loss registry: config checks names at load time; train and plan run them
     "config": 2,
@@ -30,7 +31,7 @@ RANKS = {
     "cli": 9,
 }
 # Leaf modules inside a part, ranked on their own: pure functions that anything may use.
-LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source", "evaluate.rewards"}
+LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source", "evaluate.rewards", "evaluate.stops"}
 # Sideways imports between parts of one rank, and why each is needed. Anything else is a bug.
 SIDEWAYS = {
     ("train", "evaluate"): "the loop evaluates during training",

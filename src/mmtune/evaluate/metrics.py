@@ -18,6 +18,13 @@ accepted answers per item) and returns one number; higher is better except where
   thousands separators, number words, "about 12", "COUNT: 17"). An answer with no number scores as an
   answer of 0 (its error is the reference count) and is counted: compute() adds `unparsable`.
 - f1: token-level F1 against the best reference, SQuAD's normalisation (articles and punctuation dropped).
+
+compute() scores the final answer: a reasoning block (`<think>...</think>`, Qwen3 / Qwen3-VL / DeepSeek-R1;
+R1's generation prompt opens `<think>` itself, so only the closing tag may be generated) is dropped from
+predictions and references alike, since the benchmarks' scorers compare answers, not reasoning. A thinking
+model writes "<think>\n\n</think>\n\n7" for "7" even when its data has no reasoning
+(https://github.com/hiyouga/LlamaFactory/issues/9392), which every metric above scored wrong
+(https://github.com/EleutherAI/lm-evaluation-harness/pull/3240). predictions.jsonl keeps the raw text.
 """
 
 from __future__ import annotations
@@ -77,8 +84,16 @@ def _process_punctuation(text: str) -> str:
 
 def _process_digit_article(text: str) -> str:
     words = [_MANUAL_MAP.get(w, w) for w in text.lower().split()]
-    words = [w for w in words if w not in _ARTICLES]
+    words = _drop_articles(words)
     return " ".join(_CONTRACTIONS.get(w, w) for w in words)
+
+
+def _drop_articles(words: list[str]) -> list[str]:
+    """The words without articles, unless the answer is nothing but articles: a multiple-choice "A" would
+    normalise to "", which an empty generation equals, so every empty answer scored right against it
+    (https://github.com/OpenBMB/UltraRAG/pull/510). Such an answer keeps its words: "A" matches "a" only."""
+    kept = [w for w in words if w not in _ARTICLES]
+    return kept if kept else words
 
 
 def vqa_normalize(text: str) -> str:
@@ -238,7 +253,7 @@ def _squad_normalize(text: str) -> str:
     import string
 
     text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
-    return " ".join(w for w in text.split() if w not in _ARTICLES)
+    return " ".join(_drop_articles(text.split()))
 
 
 def f1(preds, refs) -> float:
@@ -263,10 +278,21 @@ def compute(names, preds, refs) -> dict[str, float]:
         from ..errors import ConfigError
 
         raise ConfigError(f"unknown metric(s) {unknown}", where="eval.metrics", fix=f"choose from {sorted(METRICS)}")
+    preds = [final_answer(p) for p in preds]
+    refs = [[final_answer(r) for r in rs] for rs in refs]
     out = {n: METRICS[n](preds, refs) for n in names}
     if {"mae", "rmse"} & set(names):
         out["unparsable"] = unparsable(preds, refs)
     return out
+
+
+THINK_END = "</think>"
+
+
+def final_answer(text: str) -> str:
+    """The text after the last closing reasoning tag, stripped; the text itself (stripped) without one."""
+    text = str(text)
+    return (text.rsplit(THINK_END, 1)[1] if THINK_END in text else text).strip()
 
 
 def greater_is_better(name: str) -> bool:

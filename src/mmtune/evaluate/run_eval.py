@@ -16,8 +16,11 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     them without calling the root module."""
     from ..console import TaskBar
     from ..data.collate import Collator
+    from .stops import model_stop_ids
 
     tok = getattr(encoder.processor, "tokenizer", encoder.processor)
+    # the tokenizer's eos and the model's generation_config eos ids (Llama 3's <|eot_id|>, Gemma's <end_of_turn>)
+    stops = model_stop_ids(model, tok)
     collate = Collator(pad_id, dtype, padding_side="left")
     answers: list[str] = []
     model.eval()
@@ -28,7 +31,7 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
             if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
                 batch = balance.balance([batch], collate, prompt=True)[0]
             new = generate_batch(model, batch, device=device, autocast=autocast, pad_id=pad_id,
-                                 eos_token_id=tok.eos_token_id, max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=stops, max_new_tokens=max_new_tokens, do_sample=False,
                                  **({"streamer": streamer} if streamer is not None else {}))
             new = new[:len(chunk)]  # rows added by `balance` come last
             answers.extend(s.strip() for s in tok.batch_decode(new, skip_special_tokens=True))

@@ -24,7 +24,9 @@ def apply_checkpointing(model, family, context_fn=None) -> str:
     if getattr(model, "supports_gradient_checkpointing", False):
         # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
         enable_checkpointing(model, context_fn)
-        model.config.use_cache = False
+        # config.use_cache is left as the model has it: every training forward passes use_cache=False itself
+        # (loss.py, objectives/), while the config is what checkpoints and exports save, so a False here would
+        # ship an inference model without its KV cache (https://github.com/hiyouga/LlamaFactory/issues/1161).
         text_input_grads_only(model)
         return "on (non-reentrant)"
     return f"off: {type(model).__name__} does not support it"
@@ -68,7 +70,6 @@ def enable_part_checkpointing(model, context_fn=None) -> list[str]:
         if not name or any(name.startswith(d + ".") for d in done):
             continue
         if getattr(mod, "supports_gradient_checkpointing", False) and hasattr(mod, "config"):
-            enable_checkpointing(mod, context_fn)
-            mod.config.use_cache = False
+            enable_checkpointing(mod, context_fn)  # its config.use_cache kept: see apply_checkpointing
             done.append(name)
     return done

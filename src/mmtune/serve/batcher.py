@@ -52,12 +52,13 @@ class Job:
     def cancel(self) -> None:
         self.cancelled.set()
 
-    def step(self, token: int, tok, eos_id) -> None:
-        """One generated token: extend the text, decide whether this row is done, send what is final."""
+    def step(self, token: int, tok, eos_ids) -> None:
+        """One generated token: extend the text, decide whether this row is done, send what is final.
+        `eos_ids`: the ids generation stops at (evaluate/stops.py)."""
         if self.cancelled.is_set():
             self._end("cancelled")
             return
-        if token == eos_id and not self.sampling.ignore_eos:
+        if token in eos_ids and not self.sampling.ignore_eos:
             self.eos_seen = 1
             self._end("stop")
             return
@@ -123,8 +124,10 @@ class Batcher:
         self._cond = threading.Condition()
         self._running = False
         self._thread: threading.Thread | None = None
+        from ..evaluate.stops import model_stop_ids
+
         tok = session.encoder.tokenizer
-        self._tok, self._eos = tok, tok.eos_token_id
+        self._tok, self._eos = tok, model_stop_ids(session.model, tok)  # evaluation's stop set (evaluate/stops.py)
 
     # ------------------------------------------------------------------ admission (called from the event loop)
     def try_admit(self) -> bool:
@@ -253,7 +256,7 @@ class Batcher:
             self.stats.generated_tokens += len(j.tokens)
 
 
-def _criteria(jobs: list[Job], tok, eos_id):
+def _criteria(jobs: list[Job], tok, eos_ids):
     """transformers' per-row stopping criterion: called after each step with the sequences so far, it feeds
     each unfinished row its new token and answers which rows are done."""
     import torch
@@ -264,7 +267,7 @@ def _criteria(jobs: list[Job], tok, eos_id):
             last = input_ids[:, -1].tolist()
             for j, t in zip(jobs, last):
                 if j.finish is None:
-                    j.step(t, tok, eos_id)
+                    j.step(t, tok, eos_ids)
             return torch.tensor([j.finish is not None for j in jobs] + [True] * (len(last) - len(jobs)),
                                 dtype=torch.bool, device=input_ids.device)
 

@@ -83,7 +83,8 @@ def system_rendered(ctx):
        needs=("cfg", "resolved", "processor_info"))
 def trained_stop_token(ctx):
     """The encoder trains each answer plus the end-of-turn token the template writes after it; generation
-    (evaluation, `mmtune chat`) stops at the tokenizer's eos. A template that writes no special token after
+    (evaluation, `mmtune chat`, `mmtune serve`) stops at the tokenizer's eos and the eos ids the model's
+    generation_config.json lists (evaluate/stops.py). A template that writes no special token after
     the answer never teaches the model to stop; one whose turn end is not the eos (a base model's tokenizer:
     eos <|endoftext|>, turns end with <|im_end|>) teaches a stop generation does not honour. Either way
     generated answers run on to eval.max_new_tokens. Padding never masks it: labels are padded with -100 by
@@ -102,12 +103,22 @@ def trained_stop_token(ctx):
                       "eval.max_new_tokens", where="model.name",
                       fix="use the model's instruct/chat template (one that ends each turn with a token such as "
                           "eos), or a tokenizer whose template appends eos_token after assistant turns")
-    elif tok.eos_token_id is not None and last != tok.eos_token_id:
-        yield warning(f"answers are trained to end with {name!r} (id {last}) but generation stops at the tokenizer's "
-                      f"eos {tok.eos_token!r} (id {tok.eos_token_id}): generated answers run past the turn end to "
-                      "eval.max_new_tokens (a base model's tokenizer with a chat template?)", where="model.name",
-                      fix=f"use the instruct variant of the model, or set the tokenizer's eos_token to {name!r} "
-                          "in the checkpoint's tokenizer_config.json")
+        return
+    # Generation stops at the tokenizer's eos and the ids generation_config.json lists (evaluate/stops.py):
+    # Llama 3 Instruct and Gemma 3 it end turns with a token only that list names, which is right.
+    from ...evaluate.stops import folder_stop_ids
+    from .model_setup import model_dir
+
+    stops = folder_stop_ids(model_dir(ctx.need("cfg")), tok)
+    if stops and last not in stops:
+        names = ", ".join(f"{tok.convert_ids_to_tokens(i)!r} (id {i})" for i in stops)
+        yield warning(f"answers are trained to end with {name!r} (id {last}) but generation stops at {names} (the "
+                      "tokenizer's eos and generation_config.json's eos_token_id): generated answers run past the "
+                      "turn end to eval.max_new_tokens (a base model's tokenizer with a chat template?)",
+                      where="model.name",
+                      fix=f"use the instruct variant of the model, or add {last} to eos_token_id in the checkpoint's "
+                          f"generation_config.json (or set the tokenizer's eos_token to {name!r} in its "
+                          "tokenizer_config.json)")
 
 
 def _probe_renders(ctx):
