@@ -15,6 +15,7 @@ from .formats import BadRecord, check_format, format_module, isolated
 from .records import RecordSet
 from .row_records import row_to_records
 from .rows import iter_rows, stream_rows
+from .windows_paths import posix_form, windows_drive
 
 
 def make_resolver(base: Path, media_root: str | None):
@@ -32,6 +33,12 @@ def make_resolver(base: Path, media_root: str | None):
         if "://" in p:
             raise BadRecord("missing media", f"media {p!r} is a URL; mmtune reads local files only", where,
                             "download the files and give local paths (relative to data.media_root)")
+        drive = windows_drive(p)
+        if drive:
+            raise BadRecord("missing media", f"media path '{p[:160]}' is a Windows path (drive {drive}), which this "
+                            "machine cannot open", where,
+                            "write media paths relative to the data file's folder (images/cat.jpg; '\\' is read as "
+                            "'/'), or relative to data.media_root set to the folder that holds them here")
         try:
             q = Path(p).expanduser()
             full = q if q.is_absolute() else root / q
@@ -39,6 +46,8 @@ def make_resolver(base: Path, media_root: str | None):
         except (OSError, ValueError, RuntimeError) as e:  # a name too long, a NUL byte, ~user unknown
             raise BadRecord("missing media", f"media path {p[:120]!r} cannot be looked up ({e})"[:300], where,
                             "give the media file's path, relative to data.media_root or the data file's folder") from None
+        if not exists and (windows := posix_form(root, p)) is not None:
+            full, exists = windows, True  # a path written on Windows (windows_paths.py)
         if not exists:
             raise BadRecord("missing media", f"media file not found: {full}", where,
                             f"check the path; relative paths resolve against "
