@@ -8,6 +8,10 @@
   torch sees: a script that takes GPU `LOCAL_RANK` stops with "CUDA error: invalid device ordinal"; accelerate
   (1.15, what mmtune runs) takes `LOCAL_RANK % device_count`, so two ranks share a GPU and NCCL refuses them at the
   first collective ("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device"). Refused at start instead.
+- Several GPU processes with a torch built without NCCL (the Windows and macOS wheels): accelerate starts the
+  process group with NCCL for CUDA devices, so every rank stops in `init_process_group` with "Distributed package
+  doesn't have NCCL built in" (after the launcher's own rendezvous, which on Windows fails first in torch 2.4's
+  libuv TCPStore). Refused at start, naming the platform, instead.
 - `ACCELERATE_MIXED_PRECISION` (`accelerate launch --mixed_precision`, or the accelerate config file's
   `mixed_precision`) is not what a run trains in: mmtune passes its own `train.precision` to accelerate, which
   overrides the launcher's. When the two differ, the precision decision says so.
@@ -63,3 +67,20 @@ def too_many_processes(visible_gpus: int) -> tuple[str, str] | None:
             "detected'; scripts that take GPU LOCAL_RANK stop with 'invalid device ordinal')",
             f"launch with --nproc_per_node {visible_gpus} (one process per visible GPU)"
             + (", or name more GPUs in CUDA_VISIBLE_DEVICES" if cvd is not None else ""))
+
+
+def no_nccl(processes: int) -> tuple[str, str] | None:
+    """(what is wrong, the fix) when a launch of several GPU processes meets a torch without NCCL, else None."""
+    if processes <= 1:
+        return None
+    import sys
+
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_nccl_available():
+        return None
+    return (f"the launch started {processes} GPU processes (WORLD_SIZE={processes}) but this torch ({sys.platform}) "
+            "has no NCCL, which accelerate starts the process group with for CUDA devices: every rank would stop "
+            "with \"Distributed package doesn't have NCCL built in\" (Windows and macOS builds of torch have none)",
+            "train on one GPU (mmtune train CONFIG, no torchrun / accelerate launch), or launch several GPUs under "
+            "Linux (WSL2 on Windows)")

@@ -106,7 +106,7 @@ def local_target(requested_device: str = "auto") -> Target:
     """This machine: its first CUDA GPU unless the config asks for the CPU (train.device)."""
     import torch
 
-    from .launch_env import hidden_gpus_note, too_many_processes
+    from .launch_env import hidden_gpus_note, no_nccl, too_many_processes
 
     cuda = torch.cuda.is_available()
     hidden = None if cuda else hidden_gpus_note()
@@ -127,6 +127,11 @@ def local_target(requested_device: str = "auto") -> Target:
         from ..errors import ConfigError
 
         raise ConfigError(crowded[0], where="LOCAL_WORLD_SIZE (the launcher's processes per node)", fix=crowded[1])
+    nccl_missing = no_nccl(world)
+    if nccl_missing is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(nccl_missing[0], where="WORLD_SIZE (the launcher's processes)", fix=nccl_missing[1])
     return Target("cuda", _local_gpu_spec(), "this machine", local=True, processes=world, nodes=nodes)
 
 
