@@ -22,6 +22,11 @@ BASE_PRELOAD = ("torch", "transformers", "PIL.Image", "mmtune.data.encode", "mmt
                 "mmtune.data.media", "mmtune.train.loop")
 
 
+# A micro-batch up to this size crosses from a CPU run's worker by value (see ByValue); a larger one through torch's
+# shared memory, whose fixed cost per tensor is then small next to copying it through a pipe.
+BY_VALUE_BYTES = 8 << 20
+
+
 @dataclass(frozen=True)
 class LoaderPlan:
     num_workers: int = 0
@@ -35,6 +40,9 @@ class LoaderPlan:
     # That thread encodes only while the step's backward runs (and while the loop waits for it): the backward takes
     # Python's GIL only to free the tensors Python saw, the forward after every op (train/prefetch.py).
     thread_in_backward: bool = False
+    # ByValue's size limit: a larger micro-batch takes torch's shared memory; None: every micro-batch by value (a
+    # CUDA run whose /dev/shm is too small for torch's way: resolve/shm.py).
+    by_value_limit: int | None = BY_VALUE_BYTES
 
     @property
     def by_value(self) -> bool:
@@ -78,10 +86,6 @@ def start_server(plan: LoaderPlan, processor) -> None:
     forkserver.ensure_running()
 
 
-# A micro-batch up to this size crosses from a CPU run's worker by value (see ByValue); a larger one through torch's
-# shared memory, whose fixed cost per tensor is then small next to copying it through a pipe.
-BY_VALUE_BYTES = 8 << 20
-
 
 class Carried:
     """A tensor on its way from a worker, as a numpy array (bf16 / fp16 viewed as int16: numpy has no bf16)."""
@@ -118,7 +122,7 @@ class ByValue:
     /dev/shm, which containers often keep at 64 MB (where torch's workers die of a bus error). Not with pinned
     memory (a CUDA run): the pin-memory thread pins torch's tensors; a batch past BY_VALUE_BYTES keeps torch's way."""
 
-    def __init__(self, collate, limit: int = BY_VALUE_BYTES):
+    def __init__(self, collate, limit: int | None = BY_VALUE_BYTES):
         self.collate, self.limit = collate, limit
 
     def __call__(self, items):
@@ -126,7 +130,7 @@ class ByValue:
 
         batch = self.collate(items)
         tensors = [v for v in batch.values() if isinstance(v, torch.Tensor)]
-        if sum(t.numel() * t.element_size() for t in tensors) > self.limit:
+        if self.limit is not None and sum(t.numel() * t.element_size() for t in tensors) > self.limit:
             return batch
         return {k: Carried(v) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 

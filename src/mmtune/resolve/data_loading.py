@@ -111,10 +111,14 @@ def _cores_beside_step(target, cores, load, torch_threads) -> tuple[float, float
     return cores - torch_threads, load, f"{cores} cores, {torch_threads} torch thread(s), load average {load:.2f}"
 
 
-def decide_loader(cfg, target):
+def decide_loader(cfg, target, *, shm_free: int | None = -1):
     """(LoaderPlan, Decision or None): how train.num_workers DataLoader workers start and feed the loop.
-    None with 0 workers, or under data.streaming (records are read in the training process)."""
+    None with 0 workers, or under data.streaming (records are read in the training process). `shm_free`:
+    free bytes of /dev/shm where the run executes (-1: this machine's, measured for a local CUDA run)."""
+    import dataclasses
+
     from ..data.workers import LoaderPlan, has_forkserver
+    from .shm import shm_free_bytes, shm_needed
 
     n = cfg.train.num_workers
     if n == 0 or cfg.data.streaming:
@@ -122,6 +126,11 @@ def decide_loader(cfg, target):
     method = "forkserver" if has_forkserver() else "spawn"
     cuda = target.device == "cuda"
     plan = LoaderPlan(num_workers=n, start_method=method, persistent=True, prefetch_factor=2, pin_memory=cuda)
+    if cuda and target.local and shm_free == -1:
+        shm_free = shm_free_bytes()
+    small_shm = cuda and shm_free is not None and shm_free >= 0 and shm_free < shm_needed(n, plan.prefetch_factor)
+    if small_shm:  # torch's hand-over would die of SIGBUS in /dev/shm (resolve/shm.py): by value, unpinned
+        plan = dataclasses.replace(plan, pin_memory=False, by_value_limit=None)
     start = ("forked from a fork server started before the model loads, which imports torch, transformers and "
              "the processor's classes once while the model builds (spawned workers each imported them "
              "before their first micro-batch: ~20 s of step 1 on a loaded 2-core CPU, benchmarks/data_wait.py)"
@@ -129,7 +138,15 @@ def decide_loader(cfg, target):
                                              "transformers before its first micro-batch")
     return plan, Decision("train.num_workers",
                           f"{n} worker(s), {method}, persistent across epochs, {plan.prefetch_factor} micro-batches "
-                          f"prefetched each, pinned memory {'on' if cuda else 'off (no CUDA device)'}"
+                          f"prefetched each, pinned memory {'on' if plan.pin_memory else 'off'}"
+                          f"{'' if cuda else ' (no CUDA device)'}"
                           + (", micro-batches handed over by value (no /dev/shm)" if plan.by_value else ""),
                           f"train.num_workers={n}: {start}; never forked from the training process (a forked child "
-                          "cannot use CUDA); persistent so each worker's encode cache lasts across epochs")
+                          "cannot use CUDA); persistent so each worker's encode cache lasts across epochs"
+                          + (f"; /dev/shm has {shm_free / 2**20:.0f} MiB free, less than the "
+                             f"{shm_needed(n, plan.prefetch_factor) / 2**20:.0f} MiB that {n} worker(s) x "
+                             f"{plan.prefetch_factor} micro-batches in flight may take there (a Docker container's "
+                             "default is 64 MB: workers die of 'Bus error'), so micro-batches cross by value through "
+                             "the workers' pipes, unpinned (docker run --shm-size=8g gives torch's faster way back)"
+                             if small_shm else ""),
+                          changed=small_shm)

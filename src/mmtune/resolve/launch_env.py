@@ -12,6 +12,9 @@
   process group with NCCL for CUDA devices, so every rank stops in `init_process_group` with "Distributed package
   doesn't have NCCL built in" (after the launcher's own rendezvous, which on Windows fails first in torch 2.4's
   libuv TCPStore). Refused at start, naming the platform, instead.
+- An Apple GPU (MPS): mmtune trains on CUDA GPUs or the CPU (accelerate is started with cpu=True for a CPU target,
+  so nothing lands on MPS, where bf16 autocast, fp16 training and many ops are missing: "BFloat16 is not supported
+  on MPS", "not currently implemented for the MPS device"). A Mac's run is a CPU run; the target says so and why.
 - `ACCELERATE_MIXED_PRECISION` (`accelerate launch --mixed_precision`, or the accelerate config file's
   `mixed_precision`) is not what a run trains in: mmtune passes its own `train.precision` to accelerate, which
   overrides the launcher's. When the two differ, the precision decision says so.
@@ -84,3 +87,14 @@ def no_nccl(processes: int) -> tuple[str, str] | None:
             "with \"Distributed package doesn't have NCCL built in\" (Windows and macOS builds of torch have none)",
             "train on one GPU (mmtune train CONFIG, no torchrun / accelerate launch), or launch several GPUs under "
             "Linux (WSL2 on Windows)")
+
+
+def mps_note() -> str | None:
+    """A note when torch sees an Apple GPU (MPS) that the run will not use, else None."""
+    import torch
+
+    mps = getattr(torch.backends, "mps", None)
+    if mps is None or not mps.is_available():
+        return None
+    return ("the Apple GPU (MPS) is not used: mmtune trains on CUDA GPUs or the CPU (MPS lacks bf16 autocast and "
+            "ops training needs); plan a CUDA GPU with mmtune plan --gpu NAME")

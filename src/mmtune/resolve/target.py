@@ -106,7 +106,7 @@ def local_target(requested_device: str = "auto") -> Target:
     """This machine: its first CUDA GPU unless the config asks for the CPU (train.device)."""
     import torch
 
-    from .launch_env import hidden_gpus_note, no_nccl, too_many_processes
+    from .launch_env import hidden_gpus_note, mps_note, no_nccl, too_many_processes
 
     cuda = torch.cuda.is_available()
     hidden = None if cuda else hidden_gpus_note()
@@ -120,8 +120,8 @@ def local_target(requested_device: str = "auto") -> Target:
     world, nodes = launched_processes()
     if requested_device == "cpu" or not cuda:
         origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
-        return Target("cpu", None, origin + (f"; {hidden}" if hidden and requested_device != "cpu" else ""),
-                      local=True, processes=world, nodes=nodes)
+        note = None if requested_device == "cpu" else hidden or mps_note()
+        return Target("cpu", None, origin + (f"; {note}" if note else ""), local=True, processes=world, nodes=nodes)
     crowded = too_many_processes(torch.cuda.device_count())
     if crowded is not None:
         from ..errors import ConfigError

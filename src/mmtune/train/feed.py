@@ -119,7 +119,7 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     if by_value:
         from ..data.workers import ByValue, received
 
-        collate = ByValue(collate)
+        collate = ByValue(collate, plan.by_value_limit)
     loader = iter(make_dataloader(dataset, collate, _FromStream(stream_args), plan=plan, seed=run.cfg.train.seed))
     if by_value:
         loader = (received(mb) for mb in loader)
