@@ -122,16 +122,13 @@ def local_target(requested_device: str = "auto") -> Target:
         origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
         note = None if requested_device == "cpu" else hidden or mps_note()
         return Target("cpu", None, origin + (f"; {note}" if note else ""), local=True, processes=world, nodes=nodes)
-    crowded = too_many_processes(torch.cuda.device_count())
-    if crowded is not None:
-        from ..errors import ConfigError
+    # A launch these GPUs cannot take stops here, before anything is built (launch_env.py).
+    for problem, where in ((too_many_processes(torch.cuda.device_count()), "LOCAL_WORLD_SIZE (the launcher's processes "
+                            "per node)"), (no_nccl(world), "WORLD_SIZE (the launcher's processes)")):
+        if problem is not None:
+            from ..errors import ConfigError
 
-        raise ConfigError(crowded[0], where="LOCAL_WORLD_SIZE (the launcher's processes per node)", fix=crowded[1])
-    nccl_missing = no_nccl(world)
-    if nccl_missing is not None:
-        from ..errors import ConfigError
-
-        raise ConfigError(nccl_missing[0], where="WORLD_SIZE (the launcher's processes)", fix=nccl_missing[1])
+            raise ConfigError(problem[0], where=where, fix=problem[1])
     return Target("cuda", _local_gpu_spec(), "this machine", local=True, processes=world, nodes=nodes)
 
 
