@@ -6,7 +6,7 @@ ignored setting (failure mode 19). Names listed in the issue are stable API: scr
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -452,6 +452,10 @@ class TrainConfig(Section):
                             "train.strategy=fsdp FSDP2's CPUOffloadPolicy (parameter and gradient shards too), with "
                             "zero2 / zero3 DeepSpeed's offload_optimizer; refused on one process and under ddp "
                             "(docs/distributed.md#optimizer-offload)")
+    dist_timeout_minutes: Literal["auto"] | Annotated[float, Field(gt=0)] = Field(
+        "auto", description="several processes: how long a rank waits at a collective (while rank 0 alone saves a "
+                            "checkpoint) before the process group ends the run; auto: the time to write and read back "
+                            "one checkpoint at 50 MiB/s, at least 30 (docs/distributed.md#collective-timeout)")
     stages: list[StageConfig] = Field(
         default_factory=list, description="staged unfreezing, e.g. [{until: 100, train: [projector]}, "
                                           "{train: [projector, decoder_lora]}]")
