@@ -6,7 +6,7 @@ ignored setting (failure mode 19). Names listed in the issue are stable API: scr
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
@@ -452,7 +452,7 @@ class TrainConfig(Section):
                             "train.strategy=fsdp FSDP2's CPUOffloadPolicy (parameter and gradient shards too), with "
                             "zero2 / zero3 DeepSpeed's offload_optimizer; refused on one process and under ddp "
                             "(docs/distributed.md#optimizer-offload)")
-    dist_timeout_minutes: Literal["auto"] | Annotated[float, Field(gt=0)] = Field(
+    dist_timeout_minutes: Literal["auto"] | float = Field(
         "auto", description="several processes: how long a rank waits at a collective (while rank 0 alone saves a "
                             "checkpoint) before the process group ends the run; auto: the time to write and read back "
                             "one checkpoint at 50 MiB/s, at least 30 (docs/distributed.md#collective-timeout)")
@@ -467,6 +467,13 @@ class TrainConfig(Section):
                            "train.grpo); docs/preference.md")
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+
+    @field_validator("dist_timeout_minutes")
+    @classmethod
+    def _positive_timeout(cls, v):
+        if v != "auto" and not v > 0:
+            raise ValueError(f"{v:g} minutes: a timeout must be more than 0 (or auto)")
+        return v
 
     @model_validator(mode="before")
     @classmethod
