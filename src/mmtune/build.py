@@ -62,6 +62,7 @@ class Run:
 
 def make_accelerator(resolved: ResolvedRun):
     from accelerate import Accelerator
+    from accelerate.utils import InitProcessGroupKwargs
 
     from .compat.accelerate_state import reset_accelerate_state
 
@@ -70,21 +71,45 @@ def make_accelerator(resolved: ResolvedRun):
     reset_accelerate_state()
     from .sharding import start_offload_process_group
 
-    start_offload_process_group(resolved)  # FSDP2 CPU offload on GPUs: gloo beside NCCL for the CPU shards
+    timeout = _group_timeout(resolved)  # train.dist_timeout_minutes (resolve/dist_timeout.py); None: one process
+    start_offload_process_group(resolved, timeout)  # FSDP2 CPU offload on GPUs: gloo beside NCCL for the CPU shards
     cpu = resolved.device == "cpu"
+    # accelerate passes it to init_process_group, or to deepspeed.init_distributed under ZeRO
+    handlers = [InitProcessGroupKwargs(timeout=timeout)] if timeout is not None else None
     if resolved.strategy in ("zero2", "zero3") and resolved.target.processes > 1:
         from .compat.accelerate_state import deepspeed_accelerator
 
         # Not Accelerator(cpu=True, ...): accelerate would drop DeepSpeed there and run DDP (compat docstring).
-        accelerator = deepspeed_accelerator(cpu, mixed_precision=resolved.accelerate_mixed_precision,
+        accelerator = deepspeed_accelerator(cpu, timeout=timeout, kwargs_handlers=handlers,
+                                            mixed_precision=resolved.accelerate_mixed_precision,
                                             **_deepspeed_kwargs(resolved))
     else:
-        accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=cpu)
+        accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=cpu, kwargs_handlers=handlers)
+    if timeout is not None:
+        _keep_group_timeout(timeout)
     if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
         from .compat.accelerate_state import enable_cpu_fp16
 
         enable_cpu_fp16(accelerator)
     return accelerator
+
+
+def _group_timeout(resolved: ResolvedRun):
+    from datetime import timedelta
+
+    minutes = resolved.dist_timeout_minutes
+    return timedelta(minutes=minutes) if minutes is not None else None
+
+
+def _keep_group_timeout(timeout) -> None:
+    """The decided timeout on the group in force, also where it was not started with it: a group started
+    before this run (a second run in one process, the user's own init_process_group) keeps its own, and
+    accelerate leaves out a timeout equal to its default (10 min), which gloo would read as its 30."""
+    from .compat.process_group import process_group_timeout, set_process_group_timeout
+
+    current = process_group_timeout()
+    if current is not None and current != timeout:
+        set_process_group_timeout(timeout)
 
 
 def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:

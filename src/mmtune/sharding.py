@@ -115,7 +115,7 @@ def full_state_dict(model, *, trainable_only: bool) -> dict:
 OFFLOAD_BACKEND = "cpu:gloo,cuda:nccl"
 
 
-def start_offload_process_group(resolved) -> None:
+def start_offload_process_group(resolved, timeout=None) -> None:
     """FSDP2 CPU offload on GPUs: the gradient shards are CPU DTensors, so gradient clipping all-reduces CPU
     tensors, which NCCL cannot ("No backend type associated with device type cpu", pytorch#148532). The
     process group is started here with gloo for CPU tensors beside NCCL, before accelerate would start an
@@ -127,7 +127,7 @@ def start_offload_process_group(resolved) -> None:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        dist.init_process_group(backend=OFFLOAD_BACKEND)
+        dist.init_process_group(backend=OFFLOAD_BACKEND, **({"timeout": timeout} if timeout is not None else {}))
         return
     backend = str(dist.get_backend())
     if "gloo" not in backend and "cpu" not in backend and resolved.cfg.train.max_grad_norm:

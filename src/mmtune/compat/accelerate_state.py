@@ -57,7 +57,7 @@ def enable_cpu_fp16(accelerator) -> None:
     accelerator.scaler = torch.amp.GradScaler("cpu")
 
 
-def deepspeed_accelerator(cpu: bool, **kwargs):
+def deepspeed_accelerator(cpu: bool, timeout=None, **kwargs):
     """An Accelerator running DeepSpeed (`deepspeed_plugin` in kwargs), also on CPU ranks.
 
     accelerate 1.15 turns DeepSpeed on only for `cpu=False`: with `cpu=True` it silently drops the plugin
@@ -72,15 +72,17 @@ def deepspeed_accelerator(cpu: bool, **kwargs):
     accelerate also leaves `ACCELERATE_USE_DEEPSPEED=true` in the environment once a plugin was given,
     which a later Accelerator in the same process (the next run of a test, `eval` after `train`) reads as
     "launched by accelerate with DeepSpeed" and turns DeepSpeed on from environment defaults; the
-    variable is put back as it was. Checked on accelerate 1.15 with DeepSpeed 0.19.8 (CPU, gloo).
+    variable is put back as it was. `timeout`: the process group's, given to the CPU group started here (on
+    GPUs accelerate passes kwargs_handlers' InitProcessGroupKwargs to deepspeed.init_distributed).
+    Checked on accelerate 1.15 with DeepSpeed 0.19.8 (CPU, gloo).
     """
     import os
 
     from accelerate import Accelerator, PartialState
     from accelerate.utils import DistributedType
 
-    if cpu:
-        PartialState(cpu=True)
+    if cpu:  # the group is started here, so the process group's timeout (train.dist_timeout_minutes) too
+        PartialState(cpu=True, **({"timeout": timeout} if timeout is not None else {}))
     before = os.environ.get("ACCELERATE_USE_DEEPSPEED")
     shared = need_attr(PartialState, "_shared_state", "accelerate", _FEATURE)  # read only: PartialState() would start it
     if shared:

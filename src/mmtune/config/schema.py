@@ -452,6 +452,10 @@ class TrainConfig(Section):
                             "train.strategy=fsdp FSDP2's CPUOffloadPolicy (parameter and gradient shards too), with "
                             "zero2 / zero3 DeepSpeed's offload_optimizer; refused on one process and under ddp "
                             "(docs/distributed.md#optimizer-offload)")
+    dist_timeout_minutes: Literal["auto"] | float = Field(
+        "auto", description="several processes: how long a rank waits at a collective (while rank 0 alone saves a "
+                            "checkpoint) before the process group ends the run; auto: the time to write and read back "
+                            "one checkpoint at 50 MiB/s, at least 30 (docs/distributed.md#collective-timeout)")
     stages: list[StageConfig] = Field(
         default_factory=list, description="staged unfreezing, e.g. [{until: 100, train: [projector]}, "
                                           "{train: [projector, decoder_lora]}]")
@@ -463,6 +467,13 @@ class TrainConfig(Section):
                            "train.grpo); docs/preference.md")
     dpo: DPOConfig = Field(default_factory=DPOConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+
+    @field_validator("dist_timeout_minutes")
+    @classmethod
+    def _positive_timeout(cls, v):
+        if v != "auto" and not v > 0:
+            raise ValueError(f"{v:g} minutes: a timeout must be more than 0 (or auto)")
+        return v
 
     @model_validator(mode="before")
     @classmethod

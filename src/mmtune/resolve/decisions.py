@@ -343,6 +343,7 @@ SHARDED = ("fsdp", "zero3")  # strategies that shard the weights themselves (eve
 # `auto` keeps a full copy per GPU (ddp, the fastest) while weights + trainable state take at most this
 # share of one GPU's memory; the rest is for activations, which no strategy shards.
 DDP_STATE_SHARE = 0.5
+LORA_SHARE = 50  # LoRA's trainable weights: at most 1/50 of the model (2 %), as the run's estimates count them
 
 
 def decide_strategy(requested: str, target, adapter, stages, model_params) -> tuple[str, Decision]:
@@ -385,7 +386,7 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
         return "ddp", Decision(key, "ddp", f"auto: {n} CPU processes (no GPU memory to save)", changed=True)
     total, weight_bytes = model_params()
     size = f"{total / 1e9:.1f} B" if total >= 1e9 else f"{total / 1e6:.1f} M"
-    trainable = total if adapter.method == "full" else total // 50  # LoRA + trained towers: a few % at most
+    trainable = total if adapter.method == "full" else total // LORA_SHARE  # LoRA + trained towers: a few % at most
     per_gpu = total * weight_bytes + trainable * (4 + 4 + 8)  # fp32 master + gradient + Adam moments
     mem = target.gpu.memory_bytes
     gib = 2 ** 30

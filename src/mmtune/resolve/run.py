@@ -74,6 +74,7 @@ class ResolvedRun:
     cuda_alloc_conf: str = ""
     offload: str = "none"  # train.offload as done: none | fsdp | zero-cpuadam | zero-torch (resolve/offload.py)
     padding_mask: bool = True  # training batches give the model their attention_mask (decide_padding_mask)
+    dist_timeout_minutes: float | None = None  # the process group's timeout; None: one process (dist_timeout.py)
     patch_embed_matmul: bool = False  # the vision patch embedding runs as one matmul (decide_patch_embed)
     processor_error: MMTuneError | None = field(default=None, compare=False)
 
@@ -121,6 +122,7 @@ class ResolvedRun:
             "precision": self.precision, "loss_scaling": self.loss_scaling,
             "attn_implementation": self.attn_implementation, "quantization": self.quantization,
             "strategy": self.strategy, "offload": self.offload, "cuda_alloc_conf": self.cuda_alloc_conf,
+            "dist_timeout_minutes": self.dist_timeout_minutes,
             "objective": self.cfg.train.objective, "padding_mask": self.padding_mask,
             "patch_embed_matmul": self.patch_embed_matmul,
             "pad_token_id": self.pad_token_id, "processor": self.processor_source,
@@ -186,8 +188,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     decisions.append(d)
     kernels = decide_attention_kernels(attn, target, precision)
     decisions.append(kernels)
-    strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages,
-                                  lambda: _model_params(cfg, family, precision))
+    counts = _ModelCounts(cfg, family, precision)  # one meta build, only for the decisions that ask
+    strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages, counts.params)
     from .quantization import decide_kbit
 
     quant, kbit_decisions, adapter_updates = decide_kbit(cfg.adapter, strategy, precision)
@@ -202,6 +204,12 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     decisions.append(decide_trainable_dtype(cfg.train, precision))
+    from .dist_timeout import decide_dist_timeout
+
+    dist_timeout, d = decide_dist_timeout(cfg.train.dist_timeout_minutes, target.processes, strategy,
+                                          lambda: counts.checkpoint_bytes(cfg))
+    if d:
+        decisions.append(d)
     alloc_conf = ""  # the CPU has no caching allocator to set
     if target.gpu is not None:
         import os
@@ -289,7 +297,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
                   loss_scaling=scaled, attn_implementation=attn, quantization=quant, strategy=strategy,
                   offload=offload, trainable=trainable, padding_mask=padding_mask,
                   patch_embed_matmul=patch_embed_matmul, loader=loader,
-                  cuda_alloc_conf=alloc_conf,
+                  cuda_alloc_conf=alloc_conf, dist_timeout_minutes=dist_timeout,
                   metrics=tuple(cfg.eval.metrics), greater_is_better=greater, splits=tuple(splits))
 
     from .processor import load_run_processor
@@ -331,16 +339,39 @@ def _value_at(cfg, dotted: str) -> str:
     return repr(node) if isinstance(node, str) else str(node)
 
 
-def _model_params(cfg, family, precision: str) -> tuple[int, int]:
-    """(parameters, bytes per weight) of the model, counted on a meta build of its config (no weights);
-    only `train.strategy=auto` on several GPUs asks."""
-    import torch
+class _ModelCounts:
+    """Parameters of the model, in all and by component, counted once on a meta build of its config (no
+    weights), and only when a decision asks: `train.strategy=auto` and the timeout of several processes."""
 
-    from ..models.construct import build_on_meta
-    from ..models.model_config import structure_config
+    def __init__(self, cfg, family, precision: str):
+        self.cfg, self.family, self.precision, self._counts = cfg, family, precision, None
 
-    model = build_on_meta(family, structure_config(cfg), torch.float32, "sdpa")
-    return sum(p.numel() for p in model.parameters()), 4 if precision == "fp32" else 2
+    def _count(self) -> tuple[int, dict[str, int]]:
+        if self._counts is None:
+            import torch
+
+            from ..models.construct import build_on_meta
+            from ..models.model_config import structure_config
+
+            model = build_on_meta(self.family, structure_config(self.cfg), torch.float32, "sdpa")
+            by: dict[str, int] = {}
+            for name, p in model.named_parameters():
+                comp = self.family.component_of(name)
+                by[comp] = by.get(comp, 0) + p.numel()
+            self._counts = sum(by.values()), by
+        return self._counts
+
+    def params(self) -> tuple[int, int]:
+        """(parameters, bytes per weight)."""
+        return self._count()[0], 4 if self.precision == "fp32" else 2
+
+    def checkpoint_bytes(self, cfg) -> tuple[int, str]:
+        from .dist_timeout import checkpoint_bytes
+
+        total, by = self._count()
+        a = cfg.adapter
+        return checkpoint_bytes(a.method, total, by, tuple(a.train_components), tuple(a.freeze_components),
+                                self.precision, cfg.train.fp32_trainable)
 
 
 def _loss_impl(fields: dict, decisions: list, target, processor) -> None:
