@@ -85,8 +85,6 @@ def make_accelerator(resolved: ResolvedRun):
                                             **_deepspeed_kwargs(resolved))
     else:
         accelerator = Accelerator(mixed_precision=resolved.accelerate_mixed_precision, cpu=cpu, kwargs_handlers=handlers)
-    if timeout is not None:
-        _keep_group_timeout(timeout)
     if resolved.loss_scaling:  # fp16 on the CPU: accelerate's fp16 path, which it only enables on GPUs
         from .compat.accelerate_state import enable_cpu_fp16
 
@@ -99,17 +97,6 @@ def _group_timeout(resolved: ResolvedRun):
 
     minutes = resolved.dist_timeout_minutes
     return timedelta(minutes=minutes) if minutes is not None else None
-
-
-def _keep_group_timeout(timeout) -> None:
-    """The decided timeout on the group in force, also where it was not started with it: a group started
-    before this run (a second run in one process, the user's own init_process_group) keeps its own, and
-    accelerate leaves out a timeout equal to its default (10 min), which gloo would read as its 30."""
-    from .compat.process_group import process_group_timeout, set_process_group_timeout
-
-    current = process_group_timeout()
-    if current is not None and current != timeout:
-        set_process_group_timeout(timeout)
 
 
 def _deepspeed_kwargs(resolved: ResolvedRun) -> dict:
