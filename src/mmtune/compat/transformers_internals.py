@@ -6,6 +6,7 @@ torchvision absent (it is absent here).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from . import broken, installed_version, need_attr
@@ -25,6 +26,23 @@ def model_from_config(cls, config, **kwargs):
         return cls.from_config(config, **kwargs)
     build = need_attr(cls, "_from_config", _LIB, "model building from a config (tiny twins, the planner's meta model)")
     return build(config, **kwargs)
+
+
+@contextlib.contextmanager
+def zero3_init_lifted():
+    """No `deepspeed.zero.Init` around the models built inside: transformers builds every model under it while a
+    ZeRO-3 config is registered with it (a module-level weakref that accelerate's DeepSpeed plugin sets, and that
+    outlives the run: the next run of the same process resolves under it). A structure-only build on meta (the
+    resolved run's parameter counts, the planner) cannot be partitioned ("Cannot copy out of meta tensor"); the
+    registration is lifted for it and put back as it was. Checked on transformers 5.23 and 5.24."""
+    import transformers.integrations.deepspeed as hf_ds
+
+    saved = getattr(hf_ds, "_hf_deepspeed_config_weak_ref", None)
+    hf_ds.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_ds._hf_deepspeed_config_weak_ref = saved
 
 
 # ------------------------------------------------------------------ processors without torchvision

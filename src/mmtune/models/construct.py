@@ -51,7 +51,9 @@ def build_on_meta(family: Family, config, dtype, attn: str):
     such as CLIP's `position_ids` keep their values for the planner's fake step (they are small)."""
     from accelerate import init_empty_weights
 
-    with init_empty_weights(include_buffers=False):
+    from ..compat.transformers_internals import zero3_init_lifted
+
+    with init_empty_weights(include_buffers=False), zero3_init_lifted():  # never partitioned: it is for counting
         model = build_from_config(family, config, dtype, attn)
     # Tied input / output embeddings come out of accelerate's empty init as two meta tensors (checked on
     # transformers 5.24, accelerate 1.15): tie them again, or the plan counts Gemma 3's 262k x d embedding twice.
