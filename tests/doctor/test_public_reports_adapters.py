@@ -135,3 +135,36 @@ def test_plain_lora_names_stay_out_of_llava_s_clip_tower(doctor):
     rep = doctor({**tree, "adapter": {"target_modules": ".*(q_proj|v_proj)"}}, "MM010")
     assert "MM010" in rep.codes("warning"), rep.findings
     assert "vision" in next(f for f in rep.findings if f.severity == "warning").message
+
+
+# ----------------------------------------------------------------------------- other tools' adapter keys
+# https://github.com/hiyouga/LlamaFactory/issues/5848, https://github.com/hiyouga/LlamaFactory/issues/3042,
+# https://github.com/hiyouga/LlamaFactory/issues/2792, https://github.com/huggingface/trl/issues/2418: continuing a LoRA
+# from an adapter folder (`adapter_name_or_path`); https://github.com/hiyouga/LlamaFactory/issues/7997 (additional_target
+# / modules_to_save beside LoRA); https://github.com/huggingface/peft/pull/1244 (use_rslora: alpha / sqrt(r)). Such a
+# config is refused as unknown keys, and the hint was wrong: 'use_rslora' and 'adapter_name_or_path' -> "did you mean
+# 'adapter.use_dora'?", 'modules_to_save' -> 'adapter.target_modules' (run).
+
+@pytest.mark.parametrize(("key", "ours", "says"), [
+    ("use_rslora", "adapter.alpha", "adapter.alpha = alpha * sqrt(r)"),
+    ("adapter.modules_to_save", "adapter.train_components", "trained in full and saved with the adapter"),
+    ("additional_target", "adapter.train_components", "LLaMA-Factory"),
+    ("adapter_name_or_path", "train.resume", "resuming the run that wrote it"),
+    ("lora_model_dir", "train.resume", "merge it into its base"),
+])
+def test_other_tools_adapter_keys_are_answered_with_ours(tmp_path, key, ours, says):
+    import yaml
+
+    from mmtune.config import load_config
+    from mmtune.errors import ConfigError
+
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"}, "output_dir": str(tmp_path / "r")}
+    section, _, leaf = key.rpartition(".")
+    (tree.setdefault(section, {}) if section else tree)[leaf] = "x"
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(ConfigError) as e:
+        load_config(path, [])
+    text = str(e.value)
+    assert f"did you mean '{ours}'?" in text and says in text, text
+    assert "adapter.use_dora" not in text
