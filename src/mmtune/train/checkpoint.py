@@ -8,7 +8,9 @@ A checkpoint folder `checkpoint-<step>/` holds:
   cuda), step, data position (epoch, batch index within the epoch), best-metric bookkeeping, the data
   fingerprint -- no pickle anywhere (train/state_files.py); a checkpoint of the earlier format
   (`state.pt`) is read through a guarded converter that executes nothing (train/legacy_state.py);
-- `meta.json`: step, metrics at save time, the data fingerprint; `config.json`: the run's config (the resume guard compares it);
+- `meta.json`: step, metrics at save time, the data fingerprint, the base model's weight-file fingerprint
+  (models/base_fingerprint.py: chat, export, eval and resume refuse another base of the same shapes);
+- `config.json`: the run's config (the resume guard compares it);
 - `manifest.json`, written last: every other file's size and sha256.
 Written to a temporary folder, every file fsynced, then renamed (and the parent folder fsynced), so a
 kill or power loss mid-save never leaves a half checkpoint that resume would pick up. On resume the
@@ -360,6 +362,8 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True, base: str | None =
 
     if not (ckpt / "trainable.safetensors").is_file() and has_sharded(ckpt):
         load_sharded_weights(model, ckpt)  # written under train.strategy=fsdp: DCP reshards onto this model
+        if base is not None:
+            check_base_weights(ckpt, base)
         return
     saved = load_file(str(ckpt / "trainable.safetensors"))
     params = dict(model.named_parameters())
