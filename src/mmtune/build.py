@@ -39,6 +39,7 @@ class Run:
     startup_check: Any = None
     train_ok: list | None = None  # the records the check found good (set when it finishes beside training)
     decisions: list[str] = field(default_factory=list)
+    base_weights: dict | None = None  # models/base_fingerprint.py: what the base's weight files held at start
     # What the step minimises (mmtune.objectives) and what its training micro-batches hold: the run's encoder
     # and collator for sft, both sides of a pair for dpo (data/preference.py).
     objective: Any = None
@@ -257,6 +258,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
               param_groups=adapters.param_groups, trainable_params=trainable, decisions=decisions,
               objective=objective)
     run.startup["model_s"] = model_s
+    if cfg.model.weights != "random":
+        from .models.base_fingerprint import fingerprint
+
+        run.base_weights = fingerprint(cfg.model.name, cfg.model.revision)
     if with_data:
         from .data.preference import train_collator, train_encoder
 

@@ -289,7 +289,7 @@ def kinds(folder: Path) -> list[Kind]:
                                            {"type": "text", "text": "q"}], "a")], ("bad media",))
     add("video_frame_list_one_missing", [msg([{"type": "video", "video": ["ok.png", "missing.png", "ok.png"]},
                                               {"type": "text", "text": "q"}], "a")],
-        ("bad type",))  # frame files: a folder of them
+        ("missing media",))  # the frames' files (qwen_vl_utils' layout): one of them is missing
     add("vqa_two_images", [{"image": ["ok.png", "p.png"], "question": "Same?", "answer": "no"}], OK, fmt="vqa")
     add("vqa_image_list_empty", [{"image": [], "question": "q", "answer": "3"}], OK, fmt="vqa")  # noted at load
     add("infovqa_answers_blank", [{"image": "ok.png", "question": "q", "answers": [" ", ""]}], ("no answer",),

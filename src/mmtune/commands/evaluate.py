@@ -14,7 +14,7 @@ def run_eval(config_path, overrides: list[str]) -> dict:
     from ..config import load_config
     from ..evaluate.run_eval import evaluate
     from ..resolve import local_target, resolve_run
-    from ..train.checkpoint import latest_checkpoint, load_trainable, resolve_checkpoint
+    from ..train.checkpoint import check_base_weights, latest_checkpoint, load_trainable, resolve_checkpoint
 
     ov = list(overrides)
     ckpt = None
@@ -38,6 +38,7 @@ def run_eval(config_path, overrides: list[str]) -> dict:
     if not run.eval_set.records:
         raise MMTuneError(f"no usable eval record ({dict(run.eval_set.skipped)} skipped)", where=str(cfg.data.eval),
                           fix="see `mmtune data inspect CONFIG --split eval` for the reasons")
+    check_base_weights(ckpt, cfg.model.name)  # an adapter scored on another base of the same shapes says nothing
     load_trainable(run.unwrapped_model(), ckpt, strict=False)
     metrics, preds = evaluate(run, run.eval_set.records[: cfg.data.eval_max_samples or None])
     skipped = dict(run.eval_set.skipped)

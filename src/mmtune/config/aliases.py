@@ -52,12 +52,42 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "bf16": ("train.precision", "transformers (train.precision=bf16)"),
     "fp16": ("train.precision", "transformers (train.precision=fp16)"),
     "seed": ("train.seed", "transformers"),
+    # adapters: what other tools call peft's options (batch 12 in docs/doctor.md)
+    "use_dora": ("adapter.use_dora", "LLaMA-Factory / ms-swift"),
+    "peft_use_dora": ("adapter.use_dora", "axolotl"),
+    "modules_to_save": ("adapter.train_components", "peft / ms-swift"),
+    "additional_target": ("adapter.train_components", "LLaMA-Factory"),
+    "lora_modules_to_save": ("adapter.train_components", "axolotl"),
+    "use_rslora": ("adapter.alpha", "peft / LLaMA-Factory / ms-swift"),
+    "peft_use_rslora": ("adapter.alpha", "axolotl"),
+    "adapter_name_or_path": ("train.resume", "LLaMA-Factory"),
+    "lora_model_dir": ("train.resume", "axolotl"),
 }
+
+# Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
+FOREIGN_NOTES: dict[str, str] = {
+    "modules_to_save": "components listed there (vision, audio, projector, lm_head) are trained in full and saved "
+                       "with the adapter as peft's modules_to_save; embed_tokens is part of the decoder (trained in "
+                       "full with adapter.method=full)",
+    "use_rslora": "there is no rsLoRA switch: LoRA is scaled by adapter.alpha / adapter.r, so rsLoRA's "
+                  "alpha / sqrt(r) is adapter.alpha = alpha * sqrt(r) (r=64, alpha=16: adapter.alpha=128)",
+    "adapter_name_or_path": "an adapter is continued by resuming the run that wrote it (the same output_dir, "
+                            "train.resume=true: its LoRA weights load trainable, with the optimizer); one from another "
+                            "tool: merge it into its base (peft's merge_and_unload) and give that folder as model.name",
+}
+for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_to_save", "modules_to_save"),
+                       ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path")):
+    FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 
 def foreign_key(key: str) -> tuple[str, str] | None:
     """(our key, whose name it is) for a key written in another tool's words, else None."""
     return FOREIGN_KEYS.get(key.split(".")[-1].lower())
+
+
+def foreign_note(key: str) -> str:
+    """What to know beyond our key's name when theirs means something else ("" when it is the same setting)."""
+    return FOREIGN_NOTES.get(key.split(".")[-1].lower(), "")
 
 
 # Split names as datasets spell them (failure mode 15: a `val` split where `validation` was expected);

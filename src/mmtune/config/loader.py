@@ -292,7 +292,7 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
             key = ".".join(str(x) for x in err["loc"])
             where = _source_of(key, overrides, path)
             if err["type"] == "extra_forbidden":
-                from .aliases import foreign_key
+                from .aliases import foreign_key, foreign_note
 
                 theirs = foreign_key(key)
                 close = theirs[0] if theirs else suggest(key)
@@ -300,6 +300,8 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
                 fix = f"did you mean {close!r}?" if close else "remove it; see docs/config.md for every key"
                 if theirs and theirs[1]:
                     fix += f" ({key.split('.')[-1]} is the name in {theirs[1]})"
+                if theirs and foreign_note(key):
+                    fix += f": {foreign_note(key)}"
             elif err["type"] == "missing":
                 msg = f"missing required key {key!r}"
                 fix = f"add {key}: ... to the config or pass {key}=... on the command line"

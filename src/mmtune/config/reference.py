@@ -77,13 +77,14 @@ LENGTH = [
 
 def _aliases() -> list[str]:
     from ..gpus import ALIASES, AMBIGUOUS
-    from .aliases import FOREIGN_KEYS, SPLIT_ALIASES
+    from .aliases import FOREIGN_KEYS, FOREIGN_NOTES, SPLIT_ALIASES
 
     out = ["## Other names", "",
            "Keys in another tool's words are not accepted (a config never means two things depending on",
            "which name won); the error names ours:", "",
            "| their key | ours | whose name |", "|---|---|---|"]
-    out += [f"| `{cell(k)}` | `{cell(v)}` | {cell(who or 'a common slip')} |" for k, (v, who) in FOREIGN_KEYS.items()]
+    out += [f"| `{cell(k)}` | `{cell(v)}` | {cell(who or 'a common slip')}"
+            f"{cell('; ' + FOREIGN_NOTES[k]) if k in FOREIGN_NOTES else ''} |" for k, (v, who) in FOREIGN_KEYS.items()]
     out += ["", "Accepted spellings:", "",
             "| where | accepted | means |", "|---|---|---|"]
     for split in ("train", "eval"):

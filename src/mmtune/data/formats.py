@@ -222,12 +222,31 @@ def _from_string(kind: str, value: str, resolve: Callable[[str, str], str], wher
     return {"type": kind, "path": resolve(value, where)}
 
 
+def _frame_names(value) -> bool:
+    """A video given as its frames' file names (a non-empty list of strings)."""
+    return isinstance(value, (list, tuple)) and len(value) > 0 and all(isinstance(v, str) for v in value)
+
+
+def _frame_files(names, resolve: Callable[[str, str], str], where: str) -> dict:
+    """A video given as a list of its frames' files, in order: qwen_vl_utils' `{"type": "video", "video":
+    ["file:///f1.jpg", ...]}` (Qwen's README) and LLaMA-Factory's `videos: [["f1.jpg", ...]]`. Each name is a
+    path or file:// URL, resolved like any media path (a missing frame is that record's "missing media");
+    the part holds the resolved paths under `frames` (data/media.py samples from them as from a folder)."""
+    frames = [_from_string("image", name, resolve, where) for name in names]
+    if any("path" not in f for f in frames):
+        raise BadRecord("bad media", "a video frame given as a data: URL", where,
+                        "save the frames as image files and list their paths")
+    return {"type": "video", "frames": [f["path"] for f in frames]}
+
+
 def _in_memory(kind: str, value, resolve, where: str) -> dict:
     """`{"type": kind, kind: value}`: an object decoded in memory; a string is a path or URL (_from_string)."""
     if isinstance(value, str):
         return _from_string(kind, value, resolve, where)
+    if kind == "video" and _frame_names(value):
+        return _frame_files(value, resolve, where)
     ok = {"image": lambda v: hasattr(v, "convert") and hasattr(v, "mode"),
-          # every frame an image or an HxW(xC) array: a list of file names is no clip (it failed per frame)
+          # every frame an image or an HxW(xC) array (a list of file names was taken above: _frame_files)
           "video": lambda v: (isinstance(v, (list, tuple)) and len(v) > 0 and all(
               hasattr(f, "convert") or getattr(f, "ndim", 0) in (2, 3) for f in v)) or getattr(v, "ndim", 0) == 4,
           "audio": lambda v: (isinstance(v, tuple) and len(v) == 2) or getattr(v, "ndim", 0) in (1, 2)
@@ -235,8 +254,8 @@ def _in_memory(kind: str, value, resolve, where: str) -> dict:
     if not ok(value):
         raise bad_type(f"the {kind!r} value", value, where,
                        {"image": "give a PIL image, or a path string",
-                        "video": "give a list of frames (PIL images or HxWx3 arrays), or a path string (a video "
-                                 "file, or a folder of frame images for a list of frame files)",
+                        "video": "give a list of frames (PIL images or HxWx3 arrays, or their files' paths), or a "
+                                 "path string (a video file, or a folder of frame images)",
                         "audio": "give a 1-D sample array (with sampling_rate), or a path string"}[kind])
     return {"type": kind, kind: value}
 
@@ -245,6 +264,8 @@ def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str
     """A media value from a row: a path, an HF-datasets dict {bytes, path}, or an in-memory object."""
     if isinstance(value, str):
         return _from_string(kind, value, resolve, where)
+    if kind == "video" and _frame_names(value):  # LLaMA-Factory's `videos: [["f1.jpg", "f2.jpg", ...]]`
+        return _frame_files(value, resolve, where)
     if isinstance(value, (bytes, bytearray, memoryview)):  # a parquet / Arrow column of the file's bytes
         return _bytes_part(kind, value, None, where)
     if isinstance(value, dict) and ("bytes" in value or "path" in value):
@@ -284,7 +305,10 @@ def _checked_part(p: dict, resolve, where: str) -> dict:
     kind = p.get("type")
     if kind not in MEDIA_TYPES:
         raise BadRecord("missing field", f"a media part has type {kind!r}", where, "type is image, video or audio")
-    q = {k: v for k, v in p.items() if k not in ("url", "path", "bytes", kind)}
+    q = {k: v for k, v in p.items() if k not in ("url", "path", "bytes", "frames", kind)}
+    listed = p.get("frames") if p.get("frames") is not None else p.get("path")
+    if kind == "video" and _frame_names(listed):  # frame files listed under `frames` (or `path`)
+        return {**q, **_frame_files(listed, resolve, where)}
     ref = p["url"] if p.get("url") is not None else p.get("path")
     if ref is not None:
         if isinstance(ref, str) and ref.startswith("data:"):  # a data URL where a path goes, as OpenAI parts hold one

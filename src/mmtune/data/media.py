@@ -195,7 +195,12 @@ def _frames_folder(folder: Path, part, where, n_frames, fps, max_pixels) -> Vide
     if not files:
         raise _bad("video frames folder holds no image files", part, where,
                    f"put the frames as images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the folder")
-    # A folder has no frame rate; fps sampling needs one, so frames are taken uniformly.
+    return _listed_frames(files, where, n_frames, max_pixels)
+
+
+def _listed_frames(files: list, where, n_frames, max_pixels) -> VideoClip:
+    """Frames read from their image files, in the given order (a folder's, sorted, or a part's `frames` list)."""
+    # Frame files carry no frame rate; fps sampling needs one, so frames are taken uniformly.
     idx = sample_indices(len(files), n_frames)
     frames = [load_image({"type": "image", "path": str(files[i])}, where, max_pixels) for i in idx]
     return VideoClip(frames, len(files), None, idx)
@@ -371,13 +376,17 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
         frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
         idx = sample_indices(len(frames), n_frames)
         return VideoClip([cap_pixels(frames[i].convert("RGB"), max_pixels) for i in idx], len(frames), None, idx)
-    if part.get("path") is None:
-        raise _bad("video part has no path", part, where, 'give {"type": "video", "path": "clip.mp4 or frames/"}')
-    path = Path(part["path"])
-    if not path.exists():
-        raise _bad("video file not found", part, where, "check the path and data.media_root, or set data.on_bad_record=skip")
-    check_regular(part, where, folder_ok=True)
-    clip = (_frames_folder if path.is_dir() else _frames_file)(path, part, where, n_frames, fps, max_pixels)
+    if part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
+        clip = _listed_frames(part["frames"], where, n_frames, max_pixels)
+    else:
+        if part.get("path") is None:
+            raise _bad("video part has no path", part, where, 'give {"type": "video", "path": "clip.mp4 or frames/"}')
+        path = Path(part["path"])
+        if not path.exists():
+            raise _bad("video file not found", part, where,
+                       "check the path and data.media_root, or set data.on_bad_record=skip")
+        check_regular(part, where, folder_ok=True)
+        clip = (_frames_folder if path.is_dir() else _frames_file)(path, part, where, n_frames, fps, max_pixels)
     if fps is None and clip.source_frames < n_frames:
         # Fewer frames than asked would silently give this record fewer video tokens than the others
         # (and than the plan assumed): say so, with the ways out.

@@ -79,7 +79,7 @@ def image_size(part: dict, where: str = "") -> tuple[int, int]:
 
 
 def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -> tuple[int, int, int]:
-    """(frames sampled, height, width) of an in-memory clip, a folder of frames or a video file.
+    """(frames sampled, height, width) of an in-memory clip, listed frame files, a folder of frames or a video file.
 
     Sampling by count (`fps=None`) takes exactly `n_frames`; a shorter video is the loader's
     "video too short" BadRecord here too. By fps, the count is the clip's duration times fps."""
@@ -91,6 +91,9 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
         h, w = (first.size[1], first.size[0]) if hasattr(first, "size") and not hasattr(first, "shape") \
             else tuple(first.shape[:2])
         seconds = None
+    elif part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
+        h, w = image_size({"type": "image", "path": str(part["frames"][0])}, where)
+        total, seconds = len(part["frames"]), None
     elif path is not None and Path(path).is_dir():
         frames = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not frames:

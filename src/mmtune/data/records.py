@@ -120,6 +120,8 @@ def media_label(part: dict) -> str:
     """How a media part is named in messages: its path, or `<in-memory image>`."""
     if part.get("path") is not None:
         return str(part["path"])
+    if part.get("frames"):  # a video as its frames' files
+        return f"{part['frames'][0]} (+{len(part['frames']) - 1} more frame files)"
     return f"<in-memory {part.get('type')}>"
 
 

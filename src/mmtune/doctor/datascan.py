@@ -345,6 +345,8 @@ def record_key(rec) -> int | None:
                 out.append(" ".join(str(p.get("text", "")).split()))
             elif p.get("path") is not None:
                 out.append(f"<{p['type']}:{p['path']}>")
+            elif p.get("frames"):
+                out.append(f"<{p['type']}:{'|'.join(map(str, p['frames']))}>")
             elif p.get("bytes") is not None:
                 out.append(f"<{p['type']}#{hash(bytes(p['bytes']))}>")
             else:
@@ -392,10 +394,10 @@ def _round_up(n: int) -> int:
 
 
 def _untimed_video(part) -> bool:
-    """A video whose frames carry no rate: a frames folder or in-memory frames (a file has its own)."""
+    """A video whose frames carry no rate: a frames folder, listed frame files or in-memory frames (a file has its own)."""
     from pathlib import Path
 
-    if part.get("video") is not None:
+    if part.get("video") is not None or part.get("frames"):
         return True
     return part.get("path") is not None and Path(part["path"]).is_dir()
 

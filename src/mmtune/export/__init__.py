@@ -191,6 +191,7 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
         _gather_full_model(ckpt, out)
         return []
     if not merge:
+        _same_base(ckpt)  # the adapter's card names model.name as its base
         shutil.copytree(ckpt / "adapter", out)
         return []
     from peft import PeftModel
@@ -218,6 +219,7 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
             from ..train.checkpoint import base_changed
 
             raise base_changed(ckpt, cfg.model.name, _first_mismatch(str(e))) from None
+        _same_base(ckpt)  # shapes that fit say nothing of the values (after peft's load: its shape message first)
         bar.advance()
         merged = model.merge_and_unload()
         merged.to(dtype)
@@ -276,6 +278,18 @@ def _first_mismatch(text: str) -> str:
     if not m:
         return text.strip().splitlines()[-1][:200]
     return f"{m.group(1)}: saved ({m.group(2)}), the base model ({m.group(3)})"
+
+
+def _same_base(ckpt: Path) -> None:
+    """The weight files at the run's model.name are still the ones it trained on (train/checkpoint.py
+    check_base_weights: same shapes, other values, is otherwise silent)."""
+    from ..train.checkpoint import check_base_weights
+
+    try:
+        cfg = run_config_of(ckpt)
+    except MMTuneError:
+        return  # no resolved config beside it: nothing names the base
+    check_base_weights(ckpt, cfg.model.name)
 
 
 def _refuse_random_weights(ckpt: Path) -> None:

@@ -8,7 +8,9 @@ A checkpoint folder `checkpoint-<step>/` holds:
   cuda), step, data position (epoch, batch index within the epoch), best-metric bookkeeping, the data
   fingerprint -- no pickle anywhere (train/state_files.py); a checkpoint of the earlier format
   (`state.pt`) is read through a guarded converter that executes nothing (train/legacy_state.py);
-- `meta.json`: step, metrics at save time, the data fingerprint; `config.json`: the run's config (the resume guard compares it);
+- `meta.json`: step, metrics at save time, the data fingerprint, the base model's weight-file fingerprint
+  (models/base_fingerprint.py: chat, export, eval and resume refuse another base of the same shapes);
+- `config.json`: the run's config (the resume guard compares it);
 - `manifest.json`, written last: every other file's size and sha256.
 Written to a temporary folder, every file fsynced, then renamed (and the parent folder fsynced), so a
 kill or power loss mid-save never leaves a half checkpoint that resume would pick up. On resume the
@@ -281,7 +283,10 @@ def _write_checkpoint(run, step, train_state, metrics, out: Path, tmp: Path) -> 
     })
     # The data fingerprint taken at start (train/data_fingerprint.py) goes into meta.json, which the
     # resume guard reads before the state itself.
-    (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}, "data": data}, indent=2))
+    # The base model's weight files as they were at start (models/base_fingerprint.py): chat, export, eval
+    # and resume compare them with the model at model.name then.
+    (tmp / "meta.json").write_text(json.dumps({"step": step, "metrics": metrics or {}, "data": data,
+                                               "base_weights": run.base_weights}, indent=2))
     (tmp / "config.json").write_text(json.dumps(run.cfg.model_dump(mode="json"), indent=2))
     fsync_tree(tmp)
     write_manifest(tmp)  # last: its presence says every file above is complete
@@ -314,17 +319,33 @@ def export_weights(model, run, folder: Path, state_dict: dict | None = None) -> 
         run.processor.save_pretrained(str(target))
 
 
-def base_changed(ckpt: Path, base: str, example: str):
+def base_changed(ckpt: Path, base: str, example: str, *, what: str | None = None, fix: str | None = None):
     """The error for a checkpoint whose trained tensors do not fit the base model its own run names (chat,
     export and serve rebuild the model from the run's config.resolved.yaml): the model at model.name is not
-    the one it was trained on (replaced, re-downloaded as another size or revision)."""
+    the one it was trained on (replaced, re-downloaded as another size or revision). `what`: how it differs
+    when the shapes agree (check_base_weights)."""
     from ..errors import MMTuneError
 
     run = ckpt.parent if (ckpt.parent / "config.resolved.yaml").is_file() else ckpt
-    return MMTuneError(f"the trained tensors of {ckpt} do not fit the model at model.name={base} (e.g. {example}): "
-                       "that is not the model this run was trained on", where=f"{ckpt}: model.name",
+    what = what or f"the trained tensors of {ckpt} do not fit the model at model.name={base} (e.g. {example})"
+    return MMTuneError(f"{what}: that is not the model this run was trained on", where=f"{ckpt}: model.name",
                        fix=f"put the model the run was trained on back at {base} (model.name in "
-                           f"{run / 'config.resolved.yaml'})")
+                           f"{run / 'config.resolved.yaml'})" + (f"; {fix}" if fix else ""))
+
+
+def check_base_weights(ckpt: Path, base: str, *, fix: str | None = None) -> None:
+    """Stop when the weight files at model.name are not the ones the checkpoint's run started from, though
+    every shape fits (peft would load the adapter onto them without a word): models/base_fingerprint.py."""
+    from ..models.base_fingerprint import differs
+
+    try:
+        saved = json.loads((ckpt / "meta.json").read_text(encoding="utf-8")).get("base_weights")
+    except (OSError, ValueError, AttributeError):
+        return  # read_meta names a damaged meta.json where it matters (resume)
+    why = differs(saved, base)
+    if why is not None:
+        raise base_changed(ckpt, base, "", what=f"the weight files at model.name={base} are not the ones {ckpt.name}'s "
+                                                f"run started from: {why}", fix=fix)
 
 
 def load_trainable(model, ckpt: Path, *, strict: bool = True, base: str | None = None) -> None:
@@ -341,6 +362,8 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True, base: str | None =
 
     if not (ckpt / "trainable.safetensors").is_file() and has_sharded(ckpt):
         load_sharded_weights(model, ckpt)  # written under train.strategy=fsdp: DCP reshards onto this model
+        if base is not None:
+            check_base_weights(ckpt, base)
         return
     saved = load_file(str(ckpt / "trainable.safetensors"))
     params = dict(model.named_parameters())
@@ -369,6 +392,8 @@ def load_trainable(model, ckpt: Path, *, strict: bool = True, base: str | None =
                           f"{shapes[0]}): it was written with another adapter rank or model",
                           where=str(ckpt), fix="use the config that wrote it; to start fresh, train.resume=false or a "
                                                "new output_dir")
+    if base is not None:  # after the shapes: a shape that differs is the clearer message
+        check_base_weights(ckpt, base)
     with torch.no_grad():
         for n, t in saved.items():
             params[n].copy_(t.to(params[n].device, params[n].dtype))
@@ -481,6 +506,9 @@ def _restore(run, ckpt: Path, state: dict) -> dict:
     else:
         load_trainable(run.unwrapped_model(), ckpt)
         run.optimizer.load_state_dict(state["optimizer"])
+    if not run.cfg.train.accept_changes:  # another base accepted on purpose is the user's call
+        check_base_weights(ckpt, run.cfg.model.name, fix="or start over on this model: train.resume=false or a new "
+                                                         "output_dir")
     run.scheduler.load_state_dict(state["scheduler"])
     _apply_config_hyperparameters(run, fresh)
     run.load_scaler_state(state["scaler"])
