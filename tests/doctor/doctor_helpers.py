@@ -52,3 +52,15 @@ def model_folder(tmp_path, tiny="tiny/qwen2", name="m", config_json=None, **over
     header = json.dumps({"w": {"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}}).encode()
     (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header + b"\0\0")
     return folder
+
+
+def sums_jsonl(folder, n: int = 8) -> str:
+    """A text data file of `n` "What is i+1?" records (the answer i+1) in `folder`; its path."""
+    import json
+    from pathlib import Path
+
+    path = Path(folder) / "t.jsonl"
+    path.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"What is {i}+1?"},
+                                                      {"role": "assistant", "content": str(i + 1)}]}) + "\n"
+                            for i in range(n)))
+    return str(path)

@@ -10,6 +10,8 @@ import json
 from contextlib import nullcontext
 from pathlib import Path
 
+from doctor_helpers import sums_jsonl
+
 
 def _base(folder: Path, eos: str | None = None, generation_eos=None, **config) -> Path:
     """A tiny Qwen2 folder as save_pretrained writes it; `eos` replaces the tokenizer's eos token and
@@ -28,17 +30,11 @@ def _base(folder: Path, eos: str | None = None, generation_eos=None, **config) -
     return folder
 
 
-def _data(folder: Path) -> str:
-    rows = [{"messages": [{"role": "user", "content": f"What is {i}+1?"}, {"role": "assistant", "content": str(i + 1)}]}
-            for i in range(8)]
-    path = folder / "t.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
 
 
 def _tree(tmp_path: Path, base: Path, **model) -> dict:
     return {"model": {"name": str(base), "gradient_checkpointing": False, **model},
-            "data": {"train": _data(tmp_path), "max_length": 64},
+            "data": {"train": sums_jsonl(tmp_path), "max_length": 64},
             "adapter": {"method": "lora", "r": 4}, "train": {"precision": "fp32", "device": "cpu"}}
 
 

@@ -10,14 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-
-def _text_data(folder: Path) -> str:
-    rows = [{"messages": [{"role": "user", "content": f"What is {i}+1?"}, {"role": "assistant", "content": str(i + 1)}]}
-            for i in range(8)]
-    path = folder / "t.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return str(path)
+from doctor_helpers import sums_jsonl
 
 
 def _base(folder: Path, seed: int = 0, **config) -> Path:
@@ -39,7 +32,7 @@ def _train(tmp_path: Path, base: Path, name: str = "run", **adapter):
     from mmtune.train.loop import train
 
     tree = {"output_dir": str(tmp_path / name), "model": {"name": str(base), "gradient_checkpointing": False},
-            "data": {"train": _text_data(tmp_path), "max_length": 64},
+            "data": {"train": sums_jsonl(tmp_path), "max_length": 64},
             "adapter": {"method": "lora", "r": 4, "dropout": 0.0, **adapter},
             "train": {"max_steps": 2, "micro_batch_size": 2, "grad_accum": 2, "lr": 0.05, "precision": "fp32",
                       "device": "cpu", "warmup_steps": 0, "seed": 0, "save_every": 2},
