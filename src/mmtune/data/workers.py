@@ -46,8 +46,9 @@ class LoaderPlan:
 
     @property
     def by_value(self) -> bool:
-        """Workers hand their micro-batches over by value (ByValue): a CPU run's; a CUDA run's go through torch's
-        shared memory, where the pin-memory thread pins them."""
+        """Workers hand their micro-batches over by value (ByValue): a CPU run's, and a CUDA run's whose /dev/shm
+        is too small (resolve/shm.py); other CUDA runs' go through torch's shared memory, where the pin-memory
+        thread pins them."""
         return self.num_workers > 0 and not self.pin_memory
 
     def loader_kwargs(self) -> dict:
