@@ -84,7 +84,7 @@ def test_truncated_images_and_cut_video_are_corrupt(doctor, media):
     corrupt = next(f for f in errs if "corrupt media" in f.message)
     assert "2 of 5 records" in corrupt.message and "cut.jpg" in corrupt.message
     assert corrupt.where.startswith(f"{path}:2")
-    assert "replace or remove" in corrupt.fix
+    assert "replace it" in corrupt.fix and "damaged or cut short" in corrupt.message
     short = next(f for f in errs if "video too short" in f.message)
     assert short.where.startswith(f"{path}:5") and "model.video_frames=" in short.fix
     # the skip policy: training skips and counts them, so a warning

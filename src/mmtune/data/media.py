@@ -27,6 +27,20 @@ def _bad(what: str, part: dict, where: str, fix: str) -> BadRecord:
     return BadRecord(reason, f"{what}: {media_label(part)}", where, fix)
 
 
+def _undecodable(kind: str, what: str, part: dict, where: str, *, fix: str = "replace the file",
+                 damaged: bool = True) -> BadRecord:
+    """A file that did not decode as `kind` (image, video, audio), with what its first bytes say it really is
+    (a Git LFS pointer, an HTML page, a HEIC photo, a video given as an image ...: data/file_kind.py) and that
+    case's fix, where they say more than the decoder did. `damaged`: a file of `kind`'s own format failing here
+    is damaged (False where a whole file can fail this way: a video container holding only sound)."""
+    from .file_kind import explain
+
+    found = explain(part, kind)
+    if found is not None and (damaged or not found[2]):
+        what, fix = f"{what}; {found[0]}", found[1]
+    return _bad(what, part, where, f"{fix}, or set data.on_bad_record=skip")
+
+
 # ----------------------------------------------------------------------------------------------- images
 def check_regular(part: dict, where: str, *, folder_ok: bool = False) -> None:
     """Refuse a media path that is not a regular file before opening it: a named pipe would block
@@ -97,8 +111,7 @@ def load_image(part: dict, where: str = "", max_pixels: int | None = None):
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:  # PIL's check, in open()
             raise too_large(part, where, _pil_size(e)) from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-            raise _bad(f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where,
-                       "replace or remove the file, or set data.on_bad_record=skip") from None
+            raise _undecodable("image", f"image cannot be decoded ({e.__class__.__name__}: {e})", part, where) from None
     elif img.mode != "RGB":
         img = to_rgb(img)
     return cap_pixels(img, max_pixels)
@@ -212,10 +225,11 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
     try:
         container = av.open(str(path))
     except (av.error.FFmpegError, OSError) as e:
-        raise _bad(f"video cannot be opened ({e})", part, where, "replace the file, or set data.on_bad_record=skip") from None
+        raise _undecodable("video", f"video cannot be opened ({e})", part, where) from None
     with container:
         if not container.streams.video:
-            raise _bad("file has no video stream", part, where, "give a video file, or an audio part for audio-only files")
+            raise _undecodable("video", "file has no video stream", part, where, damaged=False,
+                               fix="give a video file, or an audio part for audio-only files")
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate) if stream.average_rate else None
         known = stream.frames or 0
@@ -236,8 +250,7 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
                 n += 1
         except av.error.FFmpegError as e:
             if n == 0:
-                raise _bad(f"video cannot be decoded ({e})", part, where,
-                           "replace the file, or set data.on_bad_record=skip") from None
+                raise _undecodable("video", f"video cannot be decoded ({e})", part, where) from None
             # A truncated tail: keep the frames decoded so far (the count says how many).
     if n == 0:
         raise _bad("video has no decodable frames", part, where, "replace the file, or set data.on_bad_record=skip")
@@ -422,7 +435,7 @@ def _decode_audio_av(path: str, part, where: str, target_sr: int, from_video: bo
     try:
         container = av.open(path)
     except (av.error.FFmpegError, OSError) as e:
-        raise _bad(f"audio cannot be opened ({e})", part, where, "replace the file, or set data.on_bad_record=skip") from None
+        raise _undecodable("audio", f"audio cannot be opened ({e})", part, where) from None
     with container:
         if not container.streams.audio:
             what = "video has no audio track" if from_video else "file has no audio stream"
@@ -436,8 +449,7 @@ def _decode_audio_av(path: str, part, where: str, target_sr: int, from_video: bo
             chunks += [f.to_ndarray().reshape(-1) for f in rs.resample(None)]
         except av.error.FFmpegError as e:
             if not chunks:
-                raise _bad(f"audio cannot be decoded ({e})", part, where,
-                           "replace the file, or set data.on_bad_record=skip") from None
+                raise _undecodable("audio", f"audio cannot be decoded ({e})", part, where) from None
     if not chunks:
         raise _bad("audio has no decodable samples", part, where, "replace the file, or set data.on_bad_record=skip")
     return _not_empty(np.concatenate(chunks).astype(np.float32), part, where)
@@ -536,8 +548,7 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
         try:
             wave, sr = sf.read(path, dtype="float32", always_2d=True)
         except (sf.LibsndfileError, RuntimeError) as e:
-            raise _bad(f"audio cannot be decoded ({e})", part, where,
-                       "replace the file, or set data.on_bad_record=skip") from None
+            raise _undecodable("audio", f"audio cannot be decoded ({e})", part, where) from None
         if short := wav_cut_short(path):
             raise _bad(f"the WAV file is cut short (it {short})", part, where,
                        "copy or download the file again, or set data.on_bad_record=skip")

@@ -74,6 +74,8 @@ def image_size(part: dict, where: str = "") -> tuple[int, int]:
             h, w = _image_size_of_path(str(part["path"]))
     except _TooLarge as e:
         raise too_large(part, where, _pil_size(e)) from None
+    except DataError as e:
+        raise explained(e, part, "image") from None
     check_image_pixels(w, h, part, where)
     return h, w
 
@@ -101,7 +103,10 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
         h, w = image_size({"type": "image", "path": str(frames[0])}, where)
         total, seconds = len(frames), None
     else:
-        total, seconds, h, w = _video_file_header(part)
+        try:
+            total, seconds, h, w = _video_file_header(part)
+        except DataError as e:
+            raise explained(e, part, "video", damaged="no video stream" not in e.what) from None
     if fps:
         n = max(1, int(seconds * fps)) if seconds else n_frames
     else:
@@ -139,6 +144,24 @@ def _video_file_header(part: dict) -> tuple[int, float | None, int, int]:
 
 
 def audio_seconds(part: dict) -> float:
+    try:
+        return _audio_seconds(part)
+    except DataError as e:
+        raise explained(e, part, "audio", damaged="no audio stream" not in e.what) from None
+
+
+def explained(e: DataError, part: dict, kind: str, damaged: bool = True) -> DataError:
+    """A "corrupt media" DataError with what the file's first bytes say it really is and that case's fix
+    (data/file_kind.py), as the loader says it (media._undecodable); others unchanged."""
+    from .file_kind import explain
+
+    found = explain(part, kind) if e.what.startswith("corrupt media") else None
+    if found is None or not (damaged or not found[2]):
+        return e
+    return DataError(f"{e.what}; {found[0]}", e.where, found[1])
+
+
+def _audio_seconds(part: dict) -> float:
     path = part.get("path")
     suffix = Path(str(path or part.get("name", ""))).suffix.lower()
     if suffix in SOUNDFILE_SUFFIXES:
