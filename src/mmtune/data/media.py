@@ -385,7 +385,7 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     if obj is not None:
         frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
         idx = sample_indices(len(frames), n_frames)
-        return VideoClip([cap_pixels(frames[i].convert("RGB"), max_pixels) for i in idx], len(frames), None, idx)
+        return VideoClip([cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx], len(frames), None, idx)
     if part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
         clip = _listed_frames(part["frames"], where, n_frames, max_pixels)
     else:
