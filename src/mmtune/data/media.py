@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .formats import BadRecord
 from .records import media_label
+from .video_rotation import frame_image
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".webp", ".gif", ".tif", ".tiff"}
 SOUNDFILE_SUFFIXES = {".wav", ".flac", ".ogg", ".aiff", ".aif"}
@@ -146,7 +147,11 @@ def _pil_size(e: Exception) -> str:
 def to_rgb(im):
     """Any PIL mode -> RGB. 16-bit and 32-bit greyscale (`I;16`, `I`: scanners, medical images, depth maps) and
     float (`F`) are scaled to 8 bits first: PIL's own convert clips them at 255, which turns a 16-bit image
-    almost white. Palette, CMYK, LA/RGBA and the rest convert as PIL does."""
+    almost white. Transparency (RGBA, LA, PA, a palette or greyscale with a transparent colour) is composited
+    onto white, as transformers' `convert_to_rgb` and qwen_vl_utils do: PIL's convert drops alpha and shows
+    the colour stored under it, black in most exported logos, screenshots and stickers, so the model trained
+    on a black background what it is served on white (https://github.com/QwenLM/Qwen3-VL/pull/661,
+    https://github.com/kohya-ss/sd-scripts/issues/1269). CMYK and the rest convert as PIL does."""
     if im.mode.startswith("I") or im.mode == "F":
         import numpy as np
         from PIL import Image
@@ -158,6 +163,11 @@ def to_rgb(im):
         elif top > 255:
             a = a / (257.0 if top <= 65535 else top / 255.0)  # 16-bit range (or wider) onto 0..255
         im = Image.fromarray(np.clip(np.rint(a), 0, 255).astype(np.uint8), mode="L")
+    if "A" in im.getbands() or im.info.get("transparency") is not None:
+        from PIL import Image
+
+        rgba = im.convert("RGBA")
+        return Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB")
     return im if im.mode == "RGB" else im.convert("RGB")
 
 
@@ -246,7 +256,7 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
         try:
             for frame in container.decode(stream):
                 if wanted is None or n in wanted:
-                    kept[n] = cap_pixels(frame.to_image().convert("RGB"), max_pixels)
+                    kept[n] = cap_pixels(frame_image(frame), max_pixels)
                 n += 1
         except av.error.FFmpegError as e:
             if n == 0:
@@ -352,7 +362,7 @@ def _seek_frames(container, stream, picked: list[int], source_fps: float, max_pi
                     return None
                 pos = index
                 if index == target:
-                    kept[target] = cap_pixels(frame.to_image().convert("RGB"), max_pixels)
+                    kept[target] = cap_pixels(frame_image(frame), max_pixels)
                     break
                 if index > target:
                     return None
@@ -370,7 +380,7 @@ def _frames_file_all(path, part, where, n_frames, fps, max_pixels, source_fps) -
         frames = []
         try:
             for frame in container.decode(container.streams.video[0]):
-                frames.append(cap_pixels(frame.to_image().convert("RGB"), max_pixels))
+                frames.append(cap_pixels(frame_image(frame), max_pixels))
         except av.error.FFmpegError:
             pass  # keep what decoded; zero is handled below
     if not frames:
@@ -388,7 +398,7 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     if obj is not None:
         frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
         idx = sample_indices(len(frames), n_frames)
-        return VideoClip([cap_pixels(frames[i].convert("RGB"), max_pixels) for i in idx], len(frames), None, idx)
+        return VideoClip([cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx], len(frames), None, idx)
     if part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
         clip = _listed_frames(part["frames"], where, n_frames, max_pixels)
     else:
