@@ -66,7 +66,7 @@ def test_audio_clips_of_unequal_length_batch_as_the_processor_batches_them():
     model.eval()
     enc = Encoder(proc, FAMILY, RunConfig.model_validate({"model": {"name": "tiny/phi4-multimodal"}}))
     waves = [_wave(0.6, 0), _wave(1.7, 1)]
-    recs = [Record(f"r{i}", "test", [{"role": "user", "content": [{"type": "audio", "audio": w},
+    recs = [Record(f"r{i}", "test", [{"role": "user", "content": [{"type": "audio", "audio": w, "sampling_rate": 16000},
                                                                   {"type": "text", "text": "How many?"}]},
                                      {"role": "assistant", "content": [{"type": "text", "text": "3"}]}])
             for i, w in enumerate(waves)]

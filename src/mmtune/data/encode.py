@@ -101,26 +101,11 @@ class Encoder:
         self._answer_tail: str | None | bool = False  # answer_tail.learn_tail: on first use
 
     def turn_tokens(self) -> re.Pattern | None:
-        """The special strings that give a conversation its turns: those the chat template writes around a
-        plain user/assistant exchange, plus bos/eos/pad. Text holding one is tokenized into the control token
-        itself (an `<|im_end|>` inside an answer trains the model to end its turn there). Other special
-        tokens (Qwen2-VL's <|box_start|> grounding marks) are data some sets write on purpose."""
+        """The special strings a record's text must not hold (control_tokens.turn_tokens), computed once."""
         if self._turn_re is False:
-            words = {t for t in (self.tokenizer.bos_token, self.tokenizer.eos_token, self.tokenizer.pad_token) if t}
-            # Once per encoder, straight through the processor (not per record, not counted as one): a plain
-            # exchange, then one with a media item of each kind the model takes, whose wrapper marks
-            # (Qwen's <|vision_start|>) in a user's text would open a media span with no media in it.
-            media = [{"type": k} for k in sorted(self.modalities - {"text"})]
-            for user in ("q", [*media, {"type": "text", "text": "q"}] if media else None):
-                try:
-                    sample = self.processor.apply_chat_template(self._template_messages(
-                        [{"role": "user", "content": user}, {"role": "assistant", "content": "a"}]), tokenize=False)
-                    words |= {t for t in self.special_strings if t in sample}
-                except Exception:  # noqa: BLE001 - a template that cannot render this is reported by the encode itself
-                    pass
-            words -= {v for v in self.placeholder.values() if v}  # placeholders: checked as media (failure mode 16)
-            words = sorted(words, key=len, reverse=True)
-            self._turn_re = re.compile("|".join(map(re.escape, words))) if words else None
+            from .control_tokens import turn_tokens
+
+            self._turn_re, self._media_marks = turn_tokens(self)
         return self._turn_re
 
     def _check_text(self, record: Record) -> None:
@@ -131,11 +116,10 @@ class Encoder:
             for p in content_parts(m.get("content")):
                 hit = turn.search(p["text"]) if p.get("type") == "text" and isinstance(p.get("text"), str) else None
                 if hit:
-                    raise BadRecord("special token in text", f"the {m.get('role')} text holds {hit.group(0)!r}, a "
-                                    "control token of this tokenizer: it would be read as the token itself (a turn "
-                                    "ending inside the text), not as text", record.where(),
-                                    f"remove or escape {hit.group(0)!r} in the record (e.g. write it with a space), "
-                                    "or set data.on_bad_record=skip to leave such records out (they are counted)")
+                    from .control_tokens import special_token_error
+
+                    raise special_token_error(hit.group(0), m.get("role"), record.where(), self._media_marks,
+                                              self.placeholder)
 
     # ------------------------------------------------------------------ rendering
     def _template_messages(self, messages: list[dict]) -> list[dict]:

@@ -268,6 +268,11 @@ def _media_part(kind: str, value, resolve: Callable[[str, str], str], where: str
         return _frame_files(value, resolve, where)
     if isinstance(value, (bytes, bytearray, memoryview)):  # a parquet / Arrow column of the file's bytes
         return _bytes_part(kind, value, None, where)
+    if kind == "audio" and isinstance(value, dict) and value.get("array") is not None:
+        # datasets' decoded Audio feature, {"array", "sampling_rate", "path"} (a dataset saved after decoding):
+        # the samples are here, and its `path` names the file inside the dataset's archive, not one on this disk
+        part = _in_memory("audio", value["array"], resolve, where)
+        return part if value.get("sampling_rate") is None else {**part, "sampling_rate": value["sampling_rate"]}
     if isinstance(value, dict) and ("bytes" in value or "path" in value):
         if value.get("bytes") is not None:
             return _bytes_part(kind, value["bytes"], value.get("path"), where)

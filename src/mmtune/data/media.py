@@ -539,8 +539,13 @@ def load_audio(part: dict, where: str = "", sampling_rate: int = 16000):
     if obj is not None:
         if isinstance(obj, tuple):
             obj, sr = obj
+        elif part.get("sampling_rate") is None:  # not assumed: a 48 kHz array read as 16 kHz trains 3x slowed noise
+            raise BadRecord("bad sample rate", f"audio samples given without their sampling_rate: {media_label(part)}",
+                            where, f'give the rate the samples were recorded at beside them ({{"type": "audio", "audio": '
+                            f'[...], "sampling_rate": 48000}}; it is resampled to the processor\'s {sampling_rate} Hz), '
+                            "or a path to the audio file")
         else:
-            sr = part.get("sampling_rate", sampling_rate)
+            sr = part["sampling_rate"]
         wave = np.asarray(obj, dtype=np.float32)
         if wave.ndim == 2:
             wave = wave.mean(axis=1 if wave.shape[1] < wave.shape[0] else 0)

@@ -162,6 +162,10 @@ def explained(e: DataError, part: dict, kind: str, damaged: bool = True) -> Data
 
 
 def _audio_seconds(part: dict) -> float:
+    if part.get("audio") is not None:  # samples in memory (a decoded datasets Audio dict): read as the loader reads them
+        from .media import load_audio
+
+        return len(load_audio(part)) / 16000  # load_audio's default rate
     path = part.get("path")
     suffix = Path(str(path or part.get("name", ""))).suffix.lower()
     if suffix in SOUNDFILE_SUFFIXES:

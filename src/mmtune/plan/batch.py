@@ -77,7 +77,7 @@ def _declared_record(decl: Declared):
     for f, w, h in decl.videos:
         content.append({"type": "video", "video": [Image.new("RGB", (w, h), (127, 127, 127)) for _ in range(f)]})
     for s in decl.audio_seconds:
-        content.append({"type": "audio", "audio": np.zeros(int(s * 16000), dtype=np.float32)})
+        content.append({"type": "audio", "audio": np.zeros(int(s * 16000), dtype=np.float32), "sampling_rate": 16000})
     content.append({"type": "text", "text": "Describe it."})
     return Record("declared", "plan --declared", [{"role": "user", "content": content},
                                                   {"role": "assistant", "content": [{"type": "text", "text": "It is."}]}])
