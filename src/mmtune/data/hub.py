@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import DataError
+from .compressed import inner_suffix
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv", ".arrow", ".txt", ".tsv")
@@ -52,7 +53,8 @@ def is_dataset_repo(folder: Path, declared_only: bool = False) -> bool:
     if readme.is_file() and re.search(r"^configs:", readme.read_text(encoding="utf-8", errors="replace")[:20000], re.M):
         return True
     data = folder / "data"
-    return not declared_only and data.is_dir() and any(p.suffix in DATA_SUFFIXES for p in data.rglob("*") if p.is_file())
+    return not declared_only and data.is_dir() and any(inner_suffix(p) in DATA_SUFFIXES  # (data/train.jsonl.gz too)
+                                                       for p in data.rglob("*") if p.is_file())
 
 
 def _load(source: str, subset: str | None, where: str, streaming: bool = False):
@@ -62,6 +64,11 @@ def _load(source: str, subset: str | None, where: str, streaming: bool = False):
 
     try:
         return datasets.load_dataset(source, subset, streaming=streaming)
+    except datasets.exceptions.DatasetGenerationError as e:  # its cause is pyarrow's, deep in a table cast
+        cause = e.__cause__ or e
+        raise DataError(f"datasets could not build {where}'s table ({type(cause).__name__}: {str(cause)[:300]})",
+                        where=where, fix="a column whose type varies between records or files; export the records "
+                                         "as JSONL and give that file (mmtune reads each record on its own)") from None
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
         raise DataError(f"datasets could not {'stream' if streaming else 'load'} {where} "
                         f"({type(e).__name__}: {str(e)[:300]})", where=where,
@@ -108,7 +115,7 @@ def hub_rows(repo_id: str, split: str, subset: str | None = None) -> tuple[Path,
     """(base folder for relative media, rows) of a Hub dataset, from the cache when it is there."""
     snap = cached_snapshot(repo_id)
     if snap is not None:
-        return snap, dataset_rows(_load(str(snap), subset, repo_id), split, repo_id)
+        return snap, local_repo_rows(snap, split, subset, repo_id)
     if offline():
         raise DataError(f"dataset {repo_id!r} is not in the Hub cache, and the Hub is off (HF_DATASETS_OFFLINE / "
                         "HF_HUB_OFFLINE)", where=repo_id,
@@ -119,7 +126,19 @@ def hub_rows(repo_id: str, split: str, subset: str | None = None) -> tuple[Path,
 
 
 def repo_rows(folder: Path, split: str, subset: str | None = None) -> Iterator[tuple[str, object]]:
-    return dataset_rows(_load(str(folder), subset, str(folder)), split, str(folder))
+    return local_repo_rows(folder, split, subset, str(folder))
+
+
+def local_repo_rows(folder: Path, split: str, subset: str | None, where: str,
+                    streaming: bool = False) -> Iterator[tuple[str, object]]:
+    """A local repository's (or cached snapshot's) split: its data files through mmtune's own readers when they
+    are all files those read (data/repo_files.py: no table whose columns must agree), else `datasets`' loader."""
+    from .repo_files import rows_of, split_files
+
+    files = split_files(str(folder), subset, split, where)
+    if files is not None:
+        return rows_of(files)
+    return dataset_rows(_load(str(folder), subset, where, streaming), split, where)
 
 
 def arrow_rows(path: Path) -> Iterator[tuple[str, object]]:

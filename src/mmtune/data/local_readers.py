@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import DataError
+from .compressed import compression_of, damaged, inner_suffix, lines, open_bytes, open_text, read_bytes
 from .formats import BadRecord
 from .hub import arrow_rows, dataset_rows
 
@@ -53,7 +54,7 @@ def _not_an_array(path: Path, first: bytes) -> None:
     if not first.lstrip(UTF8_BOM).lstrip().startswith(b"["):
         return
     try:
-        data = json.loads(path.read_bytes().decode("utf-8-sig"))
+        data = json.loads(read_bytes(path).decode("utf-8-sig"))
     except (ValueError, RecursionError):  # not one JSON document: its lines are read as JSONL records
         return
     if isinstance(data, list):
@@ -65,25 +66,24 @@ def _not_an_array(path: Path, first: bytes) -> None:
 def rows_jsonl(path: Path) -> Iterator[tuple[str, object]]:
     # Read bytes, decode per line: one line in another encoding is one bad record, not a dead file.
     started = False  # past the first non-blank line
-    with open(path, "rb") as f:
-        for n, line in enumerate(f, start=1):
-            if n == 1:
-                _not_utf16(path, line)
-                line = line[len(UTF8_BOM):] if line.startswith(UTF8_BOM) else line
-            if not line.strip():
-                continue
-            if not started:
-                _not_an_array(path, line)
-                started = True
-            where = f"{path}:{n}"
-            yield where, parse_json_line(line, where)
+    for n, line in enumerate(lines(path), start=1):  # (decompressed as read: train.jsonl.gz)
+        if n == 1:
+            _not_utf16(path, line)
+            line = line[len(UTF8_BOM):] if line.startswith(UTF8_BOM) else line
+        if not line.strip():
+            continue
+        if not started:
+            _not_an_array(path, line)
+            started = True
+        where = f"{path}:{n}"
+        yield where, parse_json_line(line, where)
 
 
 def rows_json(path: Path) -> Iterator[tuple[str, object]]:
-    with open(path, "rb") as f:
-        _not_utf16(path, f.read(2))
+    raw = read_bytes(path)
+    _not_utf16(path, raw[:2])
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))  # -sig: a leading byte-order mark is dropped
+        data = json.loads(raw.decode("utf-8-sig"))  # -sig: a leading byte-order mark is dropped
     except json.JSONDecodeError as e:
         jsonl = e.msg == "Extra data" and e.lineno > 1 and e.colno == 1  # a second document on the next line
         raise DataError(f"{path} is not valid JSON ({e.msg})", where=f"{path}:{e.lineno}",
@@ -176,9 +176,9 @@ def rows_csv(path: Path) -> Iterator[tuple[str, object]]:
 
     # utf-8-sig drops a byte-order mark (else it sticks to the first column's name); surrogateescape keeps a
     # byte that is not UTF-8 (a latin-1 'é' from Excel) as a marker, so that row alone is a bad record.
-    with open(path, "rb") as raw:
+    with open_bytes(path) as raw:
         _not_utf16(path, raw.read(2))  # Excel's "Unicode Text" export
-    with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+    with open_text(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
         reader = csv.DictReader(f)
         bad_header = _undecodable(reader.fieldnames or [])
         if bad_header is not None:
@@ -258,11 +258,29 @@ FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parqu
                 ".arrow": arrow_rows}
 
 
+TEXT_READERS = (".jsonl", ".json", ".csv")  # the ones a compressed file (train.jsonl.gz) is read through
+
+
 def reader_for(path: Path):
     regular_file(path)
-    suffix = path.suffix.lower()  # DATA.JSONL, as Windows tools and shouting colleagues name it
-    if suffix not in FILE_READERS:
-        raise DataError(f"cannot read {path.name}: unknown file type {path.suffix!r}", where=str(path),
-                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow, a "
-                            "save_to_disk folder, a dataset repository folder or a Hub id ORG/NAME")
-    return FILE_READERS[suffix]
+    suffix = inner_suffix(path)  # DATA.JSONL, as Windows tools and shouting colleagues name it; a.jsonl.gz: .jsonl
+    kind = compression_of(path)
+    if suffix not in FILE_READERS or (kind and suffix not in TEXT_READERS):
+        raise DataError(f"cannot read {path.name}: unknown file type {''.join(path.suffixes[-2 if kind else -1:])!r}",
+                        where=str(path),
+                        fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow (JSONL / JSON / "
+                            "CSV also compressed: .gz, .bz2, .xz, .zst), a save_to_disk folder, a dataset repository "
+                            "folder or a Hub id ORG/NAME")
+    return FILE_READERS[suffix] if kind is None else _whole_stream(FILE_READERS[suffix])
+
+
+def _whole_stream(reader):
+    """`reader` over a compressed file: a stream that breaks off mid-file is one error naming the file."""
+    def read(path: Path):
+        where = str(path)
+        try:
+            for where, row in reader(path):
+                yield where, row
+        except (OSError, EOFError, ValueError) as e:
+            raise damaged(path, e, where) from None
+    return read

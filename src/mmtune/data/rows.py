@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import DataError
-from .local_readers import reader_for, regular_file, rows_csv, rows_datasets, rows_jsonl, rows_parquet
+from .compressed import inner_suffix
+from .local_readers import reader_for, regular_file, rows_datasets
 from .splits import FILE_SUFFIXES, split_candidates
 
 
@@ -59,14 +60,15 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None,
 
 def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object]]]:
     """(base folder for relative media, rows as (where, row-or-BadRecord)), read lazily."""
-    from .hub import _load, cached_snapshot, dataset_rows, is_hub_id
+    from .hub import _load, cached_snapshot, dataset_rows, is_hub_id, local_repo_rows
 
     path_s, _, explicit = spec.partition("::")
     split = explicit or split
     if is_hub_id(path_s):
         snap = cached_snapshot(path_s)
-        ds = _load(str(snap or path_s), None, path_s, streaming=True)
-        return snap or Path.cwd(), dataset_rows(ds, split, path_s)
+        if snap is not None:
+            return snap, local_repo_rows(snap, split, None, path_s, streaming=True)
+        return Path.cwd(), dataset_rows(_load(path_s, None, path_s, streaming=True), split, path_s)
     path = Path(path_s).expanduser()
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
@@ -74,11 +76,10 @@ def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object
     if path.is_dir():
         if (path / "dataset_dict.json").exists() or (path / "state.json").exists():
             return path, rows_datasets(path, split)  # memory-mapped Arrow: a row is read when it is drawn
-        return path, dataset_rows(_load(str(path), None, str(path), streaming=True), split, str(path))
+        return path, local_repo_rows(path, split, None, str(path), streaming=True)
     regular_file(path)
-    readers = {".jsonl": rows_jsonl, ".csv": rows_csv, ".parquet": rows_parquet}
-    if path.suffix.lower() not in readers:
+    if inner_suffix(path) not in (".jsonl", ".csv", ".parquet"):
         raise DataError(f"data.streaming cannot read {path.name} as a stream ({path.suffix or 'no suffix'})",
                         where=spec, fix="a .json list is read whole: convert it to JSONL (one record per line), "
                                         "or set data.streaming=false")
-    return path.parent, readers[path.suffix.lower()](path)
+    return path.parent, reader_for(path)(path)  # lazily, line by line (a .jsonl.gz decompressed as read)
