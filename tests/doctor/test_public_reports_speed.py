@@ -47,6 +47,8 @@ def test_bf16_on_an_a100_and_fp32_on_a_t4_are_silent(tmp_path):
     assert _doctor(tmp_path, _tree(), "MM181", gpu="a100-80gb").findings == []
     # a T4 has no bf16: fp32 or fp16 (with its overflow risks, MM041) is the user's choice there
     assert _doctor(tmp_path, _tree(train={"precision": "fp32"}), "MM181", gpu="t4").findings == []
+    # a run pinned to the CPU (recipes/demo_counting.yaml: fp32 on 2 cores) uses no GPU, whatever --gpu says
+    assert _doctor(tmp_path, _tree(train={"precision": "fp32", "device": "cpu"}), "MM181", gpu="a100-80gb").findings == []
 
 
 # https://github.com/huggingface/lerobot/issues/4180, https://github.com/ContextualAI/gritlm/issues/9: eager attention

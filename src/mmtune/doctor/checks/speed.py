@@ -21,7 +21,9 @@ PADDING_SHARE = 1 / 3
 @check("MM181", "the run uses the target GPU's fast paths: no fp32 matmuls where bf16 runs on tensor cores, no "
        "eager attention where the model has SDPA", needs=("cfg", "gpu", "resolved"), fast=True)
 def fast_paths(ctx):
-    gpu, resolved = ctx.need("gpu"), ctx.need("resolved")
+    cfg, gpu, resolved = ctx.need("cfg"), ctx.need("gpu"), ctx.need("resolved")
+    if cfg.train.device == "cpu":
+        return  # pinned to the CPU (the demo): no GPU path to miss, whatever GPU the doctor is given
     if resolved.precision == "fp32" and gpu.bf16 and gpu.bf16_tflops and gpu.fp32_tflops:
         ratio = gpu.bf16_tflops / gpu.fp32_tflops
         yield warning(f"train.precision=fp32 on {gpu.name}: every matmul runs at its fp32 peak, "
