@@ -40,7 +40,8 @@ DOCUMENTED = {
     "Qwen/Qwen3-32B": (32762123264, KERAS.format("qwen3/qwen3_presets.py") + " qwen3_32b_en 'params': 32762123264"),
     "Qwen/Qwen2-72B-Instruct": (72e9, PADDLE.format("Qwen/Qwen2-72B") + ": the performance table's '#Params 72B' (rounded: "
                                 "the build's 72.71B is 0.98 % above it)"),
-    "meta-llama/Llama-2-7b-chat-hf": (6738415616, KERAS.format("llama/llama_presets.py") + " llama2_instruct_7b_en 'params': 6738415616"),
+    "meta-llama/Llama-2-7b-chat-hf": (6738415616, KERAS.format("llama/llama_presets.py")
+                                      + " llama2_instruct_7b_en 'params': 6738415616"),
     "meta-llama/Llama-2-13b-chat-hf": (13e9, PADDLE.format("meta-llama/Llama-2-13b-chat") + ": the model card's Params '13B'"),
     "meta-llama/Meta-Llama-3-8B-Instruct": (8030261248, KERAS.format("llama3/llama3_presets.py")
                                             + " llama3_instruct_8b_en 'params': 8030261248"),
