@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 PADDLE = "github ZHUI/paddlenlp_model_readme {}/index.md (the hub model card)"
+KERAS = "github keras-team/keras-hub keras_hub/src/models/{} backbone_presets (exact counts of the converted checkpoints)"
 # hub id -> (documented parameter count, where it is documented)
 DOCUMENTED = {
     "Qwen/Qwen2.5-0.5B-Instruct": (0.49e9, PADDLE.format("Qwen/Qwen2.5-0.5B-Instruct") + ": Number of Parameters: 0.49B"),
@@ -34,6 +35,18 @@ DOCUMENTED = {
     "Qwen/Qwen2-VL-7B-Instruct": (8.29e9, "hub page Qwen/Qwen2-VL-7B-Instruct: 8.29B params (tests/models/test_loading.py)"),
     "Qwen/Qwen2.5-VL-3B-Instruct": (3.75e9, "raw.githubusercontent.com/jakemanger/whatmodel/main/pages/model/"
                                     "qwen2-5-vl-3b.md: '3.75B params'"),
+    "Qwen/Qwen3-1.7B": (1720574976, KERAS.format("qwen3/qwen3_presets.py") + " qwen3_1.7b_en 'params': 1720574976"),
+    "Qwen/Qwen3-14B": (14768307200, KERAS.format("qwen3/qwen3_presets.py") + " qwen3_14b_en 'params': 14768307200"),
+    "Qwen/Qwen3-32B": (32762123264, KERAS.format("qwen3/qwen3_presets.py") + " qwen3_32b_en 'params': 32762123264"),
+    "Qwen/Qwen2-72B-Instruct": (72e9, PADDLE.format("Qwen/Qwen2-72B") + ": the performance table's '#Params 72B' (rounded: "
+                                "the build's 72.71B is 0.98 % above it)"),
+    "meta-llama/Llama-2-7b-chat-hf": (6738415616, KERAS.format("llama/llama_presets.py")
+                                      + " llama2_instruct_7b_en 'params': 6738415616"),
+    "meta-llama/Llama-2-13b-chat-hf": (13e9, PADDLE.format("meta-llama/Llama-2-13b-chat") + ": the model card's Params '13B'"),
+    "meta-llama/Meta-Llama-3-8B-Instruct": (8030261248, KERAS.format("llama3/llama3_presets.py")
+                                            + " llama3_instruct_8b_en 'params': 8030261248"),
+    "Qwen/Qwen3-VL-4B-Instruct": (4.44e9, "codersera.com/blog/qwen3-vl-4b-instruct-vs-qwen3-vl-4b-thinking-complete-2025-guide: "
+                                  "'a dense transformer architecture with 4.44 billion parameters'"),
 }
 # Embedded before this check existed, their counts not yet looked up: listed so a new config cannot slip past.
 NOT_YET_CHECKED = {
@@ -94,5 +107,8 @@ def test_aliases_find_the_same_spec():
                           ("meta-llama/Llama-3.2-3B", "meta-llama/Llama-3.2-3B-Instruct"),
                           ("meta-llama/Meta-Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"),
                           ("mistralai/Mistral-7B-v0.3", "mistralai/Mistral-7B-Instruct-v0.3"),
-                          ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct")]:
+                          ("Qwen/Qwen2-7B", "Qwen/Qwen2-7B-Instruct"),
+                          ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-7b-chat-hf"),
+                          ("meta-llama/Llama-2-13b-hf", "meta-llama/Llama-2-13b-chat-hf"),
+                          ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-8B-Instruct")]:
         assert embedded(alias)["hub_id"] == hub_id, alias
