@@ -60,8 +60,14 @@ def import_problem(module: str) -> str | None:
     return None
 
 
-def rebuild_hint(module: str, package: str) -> str:
-    """The fix for a compiled package that does not import: reinstall it for this torch / numpy."""
+def rebuild_hint(module: str, package: str, against: str = "torch") -> str:
+    """The fix for a compiled package that does not import: reinstall it built for this torch (CUDA extensions)
+    or this numpy (`against="numpy"`: media readers)."""
+    if against == "numpy":
+        import numpy
+
+        return (f"reinstall {package} built for this numpy {numpy.__version__}: pip install --force-reinstall "
+                f"--no-cache-dir {package} (or the numpy it was built for)")
     import torch
 
     cuda = torch.version.cuda or "none (a CPU build)"

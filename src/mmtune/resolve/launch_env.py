@@ -108,10 +108,10 @@ def mps_note() -> str | None:
 NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
 
 
-def driver_gpu_count(driver_gpus: str = NVIDIA_DRIVER_GPUS) -> int:
+def driver_gpu_count() -> int:
     """How many NVIDIA GPUs the driver lists (0 without a driver or off Linux), asked without torch."""
     try:
-        return len(os.listdir(driver_gpus))
+        return len(os.listdir(NVIDIA_DRIVER_GPUS))
     except OSError:
         return 0
 
