@@ -18,6 +18,10 @@
 - `ACCELERATE_MIXED_PRECISION` (`accelerate launch --mixed_precision`, or the accelerate config file's
   `mixed_precision`) is not what a run trains in: mmtune passes its own `train.precision` to accelerate, which
   overrides the launcher's. When the two differ, the precision decision says so.
+- A CPU-only build of torch (`2.13.0+cpu`: the CPU wheel index, or a package that pulled torch from PyPI on a
+  platform whose default wheel has no CUDA) sees no GPU on a GPU machine: "Torch not compiled with CUDA enabled",
+  or a run with train.device=auto on the CPU. The target names the build (and the NVIDIA GPUs the driver lists),
+  so the fix is a CUDA build of torch, not another machine.
 """
 
 from __future__ import annotations
@@ -98,3 +102,29 @@ def mps_note() -> str | None:
         return None
     return ("the Apple GPU (MPS) is not used: mmtune trains on CUDA GPUs or the CPU (MPS lacks bf16 autocast and "
             "ops training needs); plan a CUDA GPU with mmtune plan --gpu NAME")
+
+
+# The NVIDIA driver lists one folder per GPU here, whatever torch was built with (Linux).
+NVIDIA_DRIVER_GPUS = "/proc/driver/nvidia/gpus"
+
+
+def driver_gpu_count() -> int:
+    """How many NVIDIA GPUs the driver lists (0 without a driver or off Linux), asked without torch."""
+    try:
+        return len(os.listdir(NVIDIA_DRIVER_GPUS))
+    except OSError:
+        return 0
+
+
+def cpu_torch_note(torch_version: str, torch_cuda: str | None, torch_hip: str | None, gpus: int) -> str | None:
+    """A note when torch is a CPU-only build (`torch.version.cuda` and `.hip` both None), naming the `gpus` NVIDIA
+    GPUs the driver lists, which such a torch cannot use; None for a CUDA / ROCm build."""
+    if torch_cuda is not None or torch_hip is not None:
+        return None
+    seen = f"this machine's driver lists {gpus} NVIDIA GPU(s) ({NVIDIA_DRIVER_GPUS}), which it cannot use" if gpus \
+        else "it cannot use a GPU"
+    return f"torch {torch_version} is a CPU-only build (torch.version.cuda is None): {seen}"
+
+
+CUDA_TORCH_FIX = ("install a CUDA build of torch: pip install --force-reinstall torch --index-url "
+                  "https://download.pytorch.org/whl/cu126 (the CUDA version your driver supports: nvidia-smi)")

@@ -64,6 +64,15 @@ def package_problem(target: Target, module: str) -> str | None:
     if target.local or target.assume_installed == "here":
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed here (pip install 'mmtune[gpu]')"
+        # found is not usable: a wheel built for another torch / CUDA fails on import ("undefined symbol"),
+        # which transformers meets only when the model is built, after the decision picked it
+        if target.local and module in GPU_EXTRA:
+            from .installed import import_problem, rebuild_hint
+
+            problem = import_problem(module)
+            if problem is not None:
+                return (f"{module} is installed but does not import here ({problem}); "
+                        + rebuild_hint(module, GPU_EXTRA[module]))
         return None
     if target.assume_installed == "gpu-extra" and module in GPU_EXTRA:
         return None
@@ -106,13 +115,20 @@ def local_target(requested_device: str = "auto") -> Target:
     """This machine: its first CUDA GPU unless the config asks for the CPU (train.device)."""
     import torch
 
-    from .launch_env import hidden_gpus_note, mps_note, no_nccl, too_many_processes
+    from . import launch_env as env
 
     cuda = torch.cuda.is_available()
-    hidden = None if cuda else hidden_gpus_note()
+    # a CPU-only torch sees no GPU whatever the machine has (a CUDA_VISIBLE_DEVICES that hides them is said first)
+    gpus = 0 if cuda else env.driver_gpu_count()
+    cpu_build = None if cuda else env.cpu_torch_note(torch.__version__, torch.version.cuda,
+                                                 getattr(torch.version, "hip", None), gpus)
+    hidden = None if cuda else env.hidden_gpus_note()
     if requested_device == "cuda" and not cuda:
         from ..errors import ConfigError
 
+        if cpu_build and not hidden:
+            raise ConfigError(f"train.device=cuda but {cpu_build}", where="torch (the installed build)",
+                              fix=env.CUDA_TORCH_FIX + ", or train.device=auto (uses the CPU here)")
         raise ConfigError("train.device=cuda but no CUDA GPU is visible" + (f" ({hidden})" if hidden else ""),
                           where="CUDA_VISIBLE_DEVICES" if hidden else "train.device",
                           fix=("unset CUDA_VISIBLE_DEVICES or name the GPUs (CUDA_VISIBLE_DEVICES=0)" if hidden else
@@ -120,11 +136,13 @@ def local_target(requested_device: str = "auto") -> Target:
     world, nodes = launched_processes()
     if requested_device == "cpu" or not cuda:
         origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
-        note = None if requested_device == "cpu" else hidden or mps_note()
+        # a CPU build is said only where the driver lists GPUs: on a machine without one it changes nothing
+        gpus_unused = cpu_build if cpu_build and gpus else None
+        note = None if requested_device == "cpu" else hidden or gpus_unused or env.mps_note()
         return Target("cpu", None, origin + (f"; {note}" if note else ""), local=True, processes=world, nodes=nodes)
     # A launch these GPUs cannot take stops here, before anything is built (launch_env.py).
-    for problem, where in ((too_many_processes(torch.cuda.device_count()), "LOCAL_WORLD_SIZE (the launcher's processes "
-                            "per node)"), (no_nccl(world), "WORLD_SIZE (the launcher's processes)")):
+    for problem, where in ((env.too_many_processes(torch.cuda.device_count()), "LOCAL_WORLD_SIZE (the launcher's processes "
+                            "per node)"), (env.no_nccl(world), "WORLD_SIZE (the launcher's processes)")):
         if problem is not None:
             from ..errors import ConfigError
 
