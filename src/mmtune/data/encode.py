@@ -25,6 +25,7 @@ import re
 from ..errors import ConfigError, DataError
 from .answer_tail import last_answer_start
 from .formats import BadRecord, isolated_method
+from .history_turns import HISTORY, history_answer
 from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
@@ -151,11 +152,15 @@ class Encoder:
         full = self.render(tmessages)
         spans = self._answer_spans(tmessages, full, record)
         eos = self.tokenizer.eos_token
-        if not eos:
-            return full, [(a, b) for a, b, _ in spans]  # nothing to stop at: the doctor's MM063 says so
+        if not eos:  # nothing to stop at: the doctor's MM063 says so
+            return full, [s if s == HISTORY else s[:2] for s in spans]
         out, moved, shift = [], [], 0
         at = 0
-        for start, end, has_stop in spans:
+        for span in spans:
+            if span == HISTORY:  # kept in place (trained_only pairs spans with turns), dropped in prepare
+                moved.append(span)
+                continue
+            start, end, has_stop = span
             out.append(full[at:end])
             if has_stop:
                 moved.append((start + shift, end + shift))
@@ -182,11 +187,9 @@ class Encoder:
             answer = m["content"] if isinstance(m["content"], str) else part_text(m["content"])
             answer = answer.strip()
             upto = full if i == last else self.render(tmessages[: i + 1])
-            if not full.startswith(upto):
-                raise DataError("the chat template renders a conversation differently from its own prefix",
-                                where=record.where(),
-                                fix="use a chat template whose rendering of a conversation starts with the rendering "
-                                    "of its first turns (report this model to mmtune)")
+            if not full.startswith(upto):  # rewritten once a later turn follows (Qwen3's think blocks)
+                spans.append(history_answer(self, tmessages, i, full, record))
+                continue
             start = last_answer_start(self, full, answer) if i == last else -1  # no prompt render (answer_tail.py)
             if start < 0:
                 prompt = self.render(tmessages[:i], add_generation_prompt=True)
@@ -442,6 +445,7 @@ class Encoder:
         self._check_text(record)
         tmessages = self._template_messages(record.messages)
         full, spans = trained_only(*self._trained_text(tmessages, record), record)
+        spans = [s for s in spans if s != HISTORY]  # answers the template rewrites in history: context
         self._check_media(record, tmessages, full)
         return full, spans, None if self.text_only else self._load_media(record)
 

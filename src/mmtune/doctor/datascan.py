@@ -86,6 +86,10 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
+    # Answers followed by a later user turn (MM195: a template may rewrite them in history), their records, first
+    earlier_answers: int = 0
+    earlier_answer_records: int = 0
+    earlier_answer_first: str = ""
     sampled: int | None = None  # only the first K rows were read: data.stream_sample, or --limit where the split is longer
     sampled_by: str = "data.streaming"
     # Training records that repeat an earlier training record exactly (MM068): count and first copy.
@@ -367,6 +371,14 @@ def _look_at_text(rec, scan: SplitScan, train_keys: set | None, seen: set | None
     scan.id_hashes.add(h)
     if msgs and msgs[0].get("role") == "system":
         scan.system_records += 1
+    roles = [m.get("role") for m in msgs]
+    last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
+    earlier = sum(1 for r in roles[:last_user] if r == "assistant")
+    if earlier:
+        scan.earlier_answers += earlier
+        scan.earlier_answer_records += 1
+        if scan.earlier_answer_records == 1:
+            scan.earlier_answer_first = rec.where()
     if train_keys is None and seen is None:
         return
     key = record_key(rec)

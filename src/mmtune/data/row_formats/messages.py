@@ -19,6 +19,7 @@ from ..formats import (
     bad_type,
 )
 from ..records import MEDIA_TYPES, Record
+from ..tool_calls import refuse_tool_calling
 
 FIELDS = {"messages": ("messages", "conversations"), "images": ("images", "image"),
           "videos": ("videos", "video"), "audios": ("audios", "audio"), "id": ("id",)}
@@ -29,6 +30,7 @@ def to_records(row, fmt, columns, where, index, rid, resolve, templates=None) ->
 
 
 def messages_records(row, columns, where, rid, resolve) -> list[Record]:
+    refuse_tool_calling(row, row.get("messages", row.get("conversations")) if isinstance(row, dict) else None, where)
     raw = _get(row, "messages", "messages", columns, where)
     if not isinstance(raw, list) or not raw:
         raise BadRecord("missing field", "`messages` must be a non-empty list of {role, content}", where,

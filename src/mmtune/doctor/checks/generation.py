@@ -255,3 +255,40 @@ def tokenizer_fits_embedding(ctx):
                       "text tokenizes to an added token past the embedding fails with 'index out of range'",
                       where="model.name (vocab_size)",
                       fix="use the tokenizer of the same checkpoint as the model")
+
+
+@check("MM195", "earlier answers of multi-turn records are trained, or said not to be",
+       needs=("cfg", "scan", "resolved", "processor_info"))
+def history_rewritten_answers(ctx):
+    """Qwen3's template (Qwen3.5's, QwQ's) renders an answer without its `<think>` block once a later user turn
+    follows it, as a server shows it in history; the model writes each new answer, reasoning included, after the
+    generation prompt. The encoder therefore leaves such earlier answers as context, not trained (data/history_turns.py):
+    trained as history shows them they would teach answering without thinking where the model thinks. A warning
+    naming how many answers that leaves untrained, when the data has answers before a later user turn; silent for
+    templates that render history as they render the last answer (Qwen2's, Qwen2.5's) and for single-answer data.
+    Sources: https://github.com/modelscope/ms-swift/issues/4939, https://github.com/hiyouga/LlamaFactory/issues/10336,
+    https://github.com/hiyouga/LlamaFactory/issues/8634, https://github.com/modelscope/ms-swift/issues/9829."""
+    from ...data.history_turns import rewritten_answers
+
+    splits = [s for s in ctx.need("scan").splits if s.earlier_answers]
+    if not splits:
+        return
+    enc = _exact_encoder(ctx)
+    probe = enc._template_messages([
+        {"role": "user", "content": [{"type": "text", "text": "What is 3 + 4?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "<think>\nadd them\n</think>\n\n7"}]},
+        {"role": "user", "content": [{"type": "text", "text": "And 3 + 5?"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "8"}]}])
+    try:
+        if not rewritten_answers(enc, probe):
+            return
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe: MM030's / the encoder's finding
+        return
+    for s in splits:
+        yield warning(f"{s.split}: {s.earlier_answers} answer(s) in {s.earlier_answer_records} multi-turn record(s) come "
+                      "before a later user turn, and this chat template renders such an answer otherwise in history "
+                      "(Qwen3's drops its <think> block): they are context, not trained; only the answers after each "
+                      "record's last user turn are", where=s.earlier_answer_first,
+                      fix="to train every answer, split each conversation into one record per answer (the record ending "
+                          "at that answer, the earlier turns as its history); to train them as history shows them, use a "
+                          "chat template that renders an answer the same wherever it stands")
