@@ -170,3 +170,42 @@ def test_qwen_vl_mergers_are_the_projector_the_tower_stays_frozen(tiny):
         assert bool(visual) == merger_trained
         if merger_trained and tiny == "tiny/qwen3-vl":
             assert any("deepstack_merger_list" in n for n in visual)
+
+
+# ----------------------------------------------------------------------------- a frozen tower's train mode
+# https://github.com/pgniewko/gt-pyg/issues/112, https://github.com/ultralytics/ultralytics/pull/8753,
+# https://github.com/pytorch/pytorch/issues/66073: a frozen encoder put back into train mode by model.train(): its
+# BatchNorm statistics drift to the fine-tuning batches and its dropout stays on, so features differ from
+# inference. mmtune froze by requires_grad only, and the loop's model.train() ran a frozen CLIP tower with its
+# attention dropout (here 0.3) on every step. Now frozen components keep eval mode through any train() call.
+
+def _tower_twice(run, batch):
+    import torch
+
+    tower = next(m for n, m in run.model.named_modules() if n.endswith("model.vision_tower"))
+    with torch.no_grad():
+        return [tower(batch["pixel_values"]).last_hidden_state for _ in range(2)], tower
+
+
+@pytest.mark.parametrize("adapter,frozen", [({"method": "lora", "r": 4}, True),
+                                            ({"method": "lora", "r": 4, "train_components": ["vision"]}, False)])
+def test_a_frozen_tower_with_dropout_runs_in_eval_mode_under_model_train(tmp_path, adapter, frozen):
+    import torch
+
+    from mmtune.build import build_run
+    from mmtune.models.examples import example_batch
+    from mmtune.models.tiny import build_tiny
+
+    model, proc = build_tiny("tiny/llava")
+    model.config.vision_config.attention_dropout = 0.3
+    model.save_pretrained(tmp_path / "m")
+    proc.save_pretrained(tmp_path / "m")
+    run = build_run(_config(tmp_path, "run", tmp_path / "m", adapter), with_data=False)
+    run.model.train()  # what the loop does at its start and after each evaluation
+    (a, b), tower = _tower_twice(run, example_batch(proc, ("image",)))
+    assert tower.training is (not frozen)
+    assert torch.equal(a, b) is frozen  # frozen: the same features every pass, as at inference
+    lines = [d for d in run.decisions if d.startswith("frozen vision: kept in eval mode")]
+    assert bool(lines) is frozen and (not lines or "dropout 0.3" in lines[0]), run.decisions
+    decoder_lora = [m for n, m in run.model.named_modules() if n.endswith("language_model.layers.0.self_attn.q_proj")]
+    assert decoder_lora and decoder_lora[0].training  # the LoRA-hosting decoder trains as before
