@@ -131,6 +131,9 @@ def test_projector_trained_beside_lora_is_in_the_adapter_and_the_merge(stage1):
     trained = {n.split("modules_to_save.default.")[1]: p.detach().float()
                for n, p in run.unwrapped_model().named_parameters() if "multi_modal_projector.modules_to_save" in n}
     assert len(trained) == 4
+    # LLaVA's mm_projector_lr (https://github.com/haotian-liu/LLaVA/issues/948): adapter.lr_multipliers, its own group
+    lrs = {g["component"]: g["lr"] for g in run.param_groups if g["params"]}
+    assert lrs["projector"] == pytest.approx(0.5 * run.cfg.train.lr) and lrs["lora"] == pytest.approx(run.cfg.train.lr)
     ad = export(Path(run.cfg.output_dir), out=tmp / "stage2-adapter")
     assert json.loads((ad / "adapter_config.json").read_text())["modules_to_save"] == ["model.multi_modal_projector"]
     saved = load_file(ad / "adapter_model.safetensors")
