@@ -5,15 +5,18 @@ start, the return from evaluation or a GRPO rollout) puts a frozen vision tower 
 dropout stays on and a BatchNorm overwrites the pretrained running statistics with the fine-tuning batches',
 which a LoRA adapter does not even save (the reports in docs/doctor.md, batch 19). Here the frozen part's
 modules keep eval mode through any later `train()` call; trained components and LoRA-hosting ones are left as
-they are. Decided once, when the model is built, after staged unfreezing has made every stage's weights
-trainable (a component a later stage trains counts as trained).
+they are, and so is a frozen component the gradient passes through on its way to a trained one (the decoder of a
+projector-only stage): transformers checkpoints a layer only in train mode. Decided once, when the model is
+built, after staged unfreezing has made every stage's weights trainable (a component a later stage trains counts
+as trained).
 """
 
 from __future__ import annotations
 
 import types
 
-MEDIA_AND_TEXT = ("vision", "audio", "projector", "decoder", "lm_head")
+# Components in forward order: the media encoders feed the projector, which feeds the decoder, then the head.
+FORWARD_ORDER = {"vision": 0, "audio": 0, "projector": 1, "decoder": 2, "lm_head": 3}
 
 
 def _eval_only(self, mode: bool = True):
@@ -46,7 +49,12 @@ def keep_frozen_in_eval(model, family) -> list[str]:
     from .adapters import base_name, host_component_of
 
     trained = {host_component_of(family, n) for n, p in model.named_parameters() if p.requires_grad}
-    frozen = {c for c in MEDIA_AND_TEXT if c not in trained and family.components.get(c)}
+    # Only what lies before every trained component: no gradient flows through it. A frozen component the
+    # gradient crosses (LLaVA stage 1's decoder, in front of nothing but behind the trained projector) keeps
+    # train mode, which transformers' gradient checkpointing needs (it recomputes only `if self.training`).
+    first = min((FORWARD_ORDER[c] for c in trained if c in FORWARD_ORDER), default=None)
+    frozen = {c for c, i in FORWARD_ORDER.items()
+              if c not in trained and family.components.get(c) and first is not None and i < first}
     if not frozen:
         return []
     pinned: dict[str, list] = {}

@@ -212,3 +212,23 @@ def test_a_frozen_tower_with_dropout_runs_in_eval_mode_under_model_train(tmp_pat
     assert bool(lines) is frozen and (not lines or "dropout 0.3" in lines[0]), run.decisions
     decoder_lora = [m for n, m in run.model.named_modules() if n.endswith("language_model.layers.0.self_attn.q_proj")]
     assert decoder_lora and decoder_lora[0].training  # the LoRA-hosting decoder trains as before
+
+
+def test_a_frozen_decoder_behind_a_trained_projector_keeps_train_mode_for_checkpointing(tmp_path):
+    """LLaVA stage 1 (only the projector trains): the gradient crosses the frozen decoder on its way to the projector,
+    and transformers recomputes a checkpointed layer only in train mode; pinned in eval mode, the decoder would keep
+    every layer's activations. Only what lies before every trained component (the tower) is pinned."""
+    from mmtune.build import build_run
+    from mmtune.models.tiny import build_tiny
+
+    model, proc = build_tiny("tiny/llava")
+    model.config.vision_config.attention_dropout = 0.3
+    model.save_pretrained(tmp_path / "m")
+    proc.save_pretrained(tmp_path / "m")
+    adapter = {"method": "full", "freeze_components": ["vision", "decoder", "lm_head"]}
+    run = build_run(_config(tmp_path, "run", tmp_path / "m", adapter), with_data=False)
+    run.model.train()
+    layers = [m for n, m in run.model.named_modules() if n.endswith("language_model.layers.0")]
+    tower = next(m for n, m in run.model.named_modules() if n.endswith("model.vision_tower"))
+    assert layers and layers[0].training and layers[0].gradient_checkpointing
+    assert not tower.training
