@@ -20,6 +20,7 @@ RANKS = {
     "data": 4, "adapters": 4,
     "objectives": 4.5,  # what a step minimises (sft, dpo): resolve decides it, build / train / plan run it
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
+    "frozen_eval": 4.5,  # frozen components kept in eval mode (by component, adapters); build applies it
     "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
     "sharding": 5.5,  # FSDP2 wrapping and state dicts: build shards the model, train's checkpoints gather it

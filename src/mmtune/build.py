@@ -194,6 +194,10 @@ def build_model_and_adapters(resolved: ResolvedRun, *, device="cpu", dtype=None,
 
         result.param_groups = make_trainable(model, loaded.family, cfg.train.stages, result.param_groups,
                                              cfg.train, cfg.adapter.lr_multipliers)
+    from .frozen_eval import keep_frozen_in_eval
+
+    # after stages: a component a later stage trains is not frozen; the lines only where train mode changed something
+    loaded.decisions.extend(keep_frozen_in_eval(model, loaded.family))
     # Trainable weights in fp32: AdamW on 16-bit weights loses small updates, and fp16's GradScaler
     # refuses to unscale fp16 gradients. Frozen weights stay in the compute dtype. train.fp32_trainable
     # = false (bf16 only, checked in resolve) keeps them in bf16: pure-bf16 training.

@@ -55,6 +55,16 @@ def missing_files(folder: Path, family: Family | None = None, tokenizer: bool = 
     return missing
 
 
+def _raise_for_run_folder(name: str) -> None:
+    """An mmtune run folder (or a path inside one) as model.name: the fix is `mmtune export` (a stage-2 recipe
+    naming stage 1's model, models/run_folder.py)."""
+    from .run_folder import export_fix
+
+    found = export_fix(name)
+    if found is not None:
+        raise ModelLoadError(found[0], where="model.name", fix=found[1])
+
+
 def is_local_name(name: str) -> bool:
     """Whether model.name names a folder on this machine (never downloaded), not a hub id: it exists, starts
     with `.`, `/` or `~`, or has more path parts than ORG/NAME (runs/x/final)."""
@@ -106,10 +116,13 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
     # A hub id is ORG/NAME; anything with more path parts (runs/x/final) is a folder, never downloaded.
     if is_local_name(name):
         if not path.is_dir():
+            _raise_for_run_folder(name)
             raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
                                  fix="point model.name at a folder saved with save_pretrained, or use a hub id")
         miss = missing_files(path, family, tokenizer, weights)
         if miss:
+            if "config.json" in miss:
+                _raise_for_run_folder(name)
             have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
             raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
                                  where="model.name", fix="save the model with save_pretrained into this folder")
