@@ -94,3 +94,14 @@ def test_mmtune_train_on_a_pattern(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == 2
+
+
+def test_a_pattern_streams_file_by_file(tmp_path):
+    from mmtune.data.rows import stream_rows
+
+    _shard(tmp_path / "s" / "part-2.jsonl", [_rec(2)])
+    _shard(tmp_path / "s" / "part-1.jsonl", [_rec(0), _rec(1)])
+    base, rows = stream_rows(str(tmp_path / "s" / "part-*.jsonl"), "train")
+    assert base == tmp_path / "s"
+    assert [w for w, _ in rows] == [f"{tmp_path / 's' / 'part-1.jsonl'}:1", f"{tmp_path / 's' / 'part-1.jsonl'}:2",
+                                    f"{tmp_path / 's' / 'part-2.jsonl'}:1"]
