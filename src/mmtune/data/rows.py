@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from .compressed import inner_suffix
+from .globs import is_pattern, pattern_rows
 from .local_readers import reader_for, regular_file, rows_datasets
 from .splits import FILE_SUFFIXES, split_candidates
 
@@ -31,6 +32,8 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None,
         split = explicit
     if is_hub_id(path_s):
         return hub_rows(path_s, split, subset)
+    if is_pattern(path_s):  # shards/part-*.jsonl: every match, in name order (data/globs.py)
+        return pattern_rows(path_s, spec)
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,
                         fix="give a JSONL/JSON/parquet/CSV/Arrow file, a dataset folder, a Hub id ORG/NAME, "
@@ -69,6 +72,8 @@ def stream_rows(spec: str, split: str) -> tuple[Path, Iterator[tuple[str, object
         if snap is not None:
             return snap, local_repo_rows(snap, split, None, path_s, streaming=True)
         return Path.cwd(), dataset_rows(_load(path_s, None, path_s, streaming=True), split, path_s)
+    if is_pattern(path_s):
+        return pattern_rows(path_s, spec)  # file by file, each read lazily
     path = Path(path_s).expanduser()
     if not path.exists():
         raise DataError(f"data source {str(path)!r} does not exist", where=spec,

@@ -184,7 +184,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         try:  # the training loader's own opening: files, folders, Hub ids, data.dataset_info names
             src = open_source(spec, cfg.data, split)
         except DataError as e:
-            if Path(spec.partition("::")[0]).expanduser().exists():
+            if Path(spec.partition("::")[0]).expanduser().exists() or _matches(spec):
                 raise  # a path that exists but cannot be read (a folder with no such split, a pipe): its own finding
             # MM026 reports what does not exist (a path, a registry name, a Hub id not cached).
             raise NotAvailable(f"data.{'train' if split == 'train' else 'eval'} cannot be read (see MM026): {e.what}") from None
@@ -533,3 +533,12 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
         raise NotAvailable("no data.train or data.eval to scan")
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _matches(spec: str) -> bool:
+    """A glob pattern of data files that matches some (data/globs.py): a read error in them is the scan's own."""
+    import glob
+
+    from ..data.globs import is_pattern
+
+    return is_pattern(spec) and bool(glob.glob(str(Path(spec).expanduser()), recursive=True))

@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from ..data.globs import is_pattern, pattern_files
+
 EDGE = 64 * 1024
 MAX_FILES = 2000
 FULL_BUDGET = 256 * 2**20
@@ -80,6 +82,11 @@ def fingerprint(cfg) -> dict:
         path_s = spec.partition("::")[0]
         if path_s.startswith("synthetic:"):
             sources[label] = {"kind": "synthetic"}  # generated from the config alone: compared there
+        elif is_pattern(path_s):  # shards/part-*.jsonl: the files it matches now (a shard added or gone is a change)
+            found = pattern_files(path_s, label)
+            for q in found[:MAX_FILES]:
+                files[str(q.resolve())] = _file(q, budget)
+            sources[label] = {"kind": "pattern", "pattern": path_s, "files": len(found)}
         else:
             p = Path(path_s).expanduser()
             if p.is_file():
@@ -162,6 +169,8 @@ def _where(entry) -> str:
         return "none"
     if "exists" in entry:
         return entry["path"] + ("" if entry["exists"] else " (missing)")
+    if entry.get("kind") == "pattern":
+        return f"{entry['pattern']} ({entry.get('files')} files)"
     if entry.get("kind") == "folder":
         return f"{entry['path']} ({entry.get('files')} files)"
     return entry.get("path") or entry.get("spec") or entry.get("kind", "?")

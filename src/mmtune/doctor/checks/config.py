@@ -83,6 +83,7 @@ def _data_paths(tree: dict):
 
 @check("MM026", "data files and media_root exist", needs=("tree",), fast=True)
 def data_files_exist(ctx):
+    from ...data.globs import is_pattern, pattern_files
     from ...data.hub import cached_snapshot, is_hub_id, offline
     from ...errors import DataError
 
@@ -90,6 +91,12 @@ def data_files_exist(ctx):
     registry = tree["data"].get("dataset_info") if isinstance(tree.get("data"), dict) else None
     for key, p in _data_paths(tree):
         if p.exists() or split_alias_of(p) is not None:  # a split alias is MM015's finding
+            continue
+        if is_pattern(str(p)):  # shards/part-*.jsonl: it must match data files (data/globs.py)
+            try:
+                pattern_files(str(p), key)
+            except DataError as e:
+                yield error(f"{key}: {e.what}", where=key, fix=e.fix)
             continue
         if registry:  # a name in LLaMA-Factory's registry: the entry and its file are checked
             from ...data.dataset_info import entry

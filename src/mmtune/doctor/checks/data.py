@@ -175,10 +175,13 @@ def clean_written(ctx):
     scan = ctx.need("scan")
     from pathlib import Path
 
+    from ...data.globs import is_pattern, pattern_root
+
     for s in scan.splits:
         if s.clean_path is None:
             continue
-        base = ctx.need("cfg").data.media_root or (str(Path(s.spec).parent) if not s.spec.startswith("synthetic:") else None)
+        base = ctx.need("cfg").data.media_root or (None if s.spec.startswith("synthetic:") else str(
+            pattern_root(s.spec) if is_pattern(s.spec) else Path(s.spec).parent))
         fix = f"data.{s.split}={s.clean_path}" + (f" data.media_root={base}" if base else "")
         if s.clean_unwritable:
             yield warning(f"{s.split}: {s.clean_unwritable} passing row(s) hold binary media and could not be "
