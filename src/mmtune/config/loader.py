@@ -396,7 +396,9 @@ def layered(tree: dict, ov: dict[str, str], sources: dict | None = None, recipe:
         set_dotted(layer, k, value)
         _note(sources, layer, f"command line: {k}={v}", tree)
         set_dotted(tree, k, value)
-    return tree
+    from .format_defaults import with_format_defaults
+
+    return with_format_defaults(tree, sources)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | dict[str, str] | None = None) -> RunConfig:

@@ -104,7 +104,8 @@ class SourceConfig(Section):
     samples: int | None = Field(None, gt=0, description="exactly this many training samples per epoch")
     eval: str | bool = Field(True, description="true: this source's own eval split; a path (PATH::SPLIT); false: none")
     metrics: list[str] | None = Field(None, description="default: by format (chartqa relaxed_accuracy, "
-                                                        "infovqa anls, ocrvqa exact_match+vqa_accuracy, fsc147 mae+rmse)")
+                                                        "infovqa anls, ocrvqa exact_match+vqa_accuracy, fsc147 mae+rmse, "
+                                                        "asr wer+cer)")
 
     def __repr__(self) -> str:  # how a mixture reads in messages: "chartqa=path, infovqa=path"
         return f"{self.name}={self.path}"
@@ -129,7 +130,7 @@ class DataConfig(Section):
                                                              "default: their records added up")
     mixture_seed: int = 0
     format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147 | alpaca | "
-                                                     "preference (pairs: docs/preference.md)")
+                                                     "asr (a clip and its transcript) | preference (pairs: docs/preference.md)")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")
@@ -151,8 +152,10 @@ class DataConfig(Section):
     stream_sample: int = Field(1000, gt=0, description="data.streaming: the first K records the start-up check and "
                                                        "the doctor's data pass read (the whole set is not scanned)")
     system_prompt: str | None = None
-    # Counting sets (format fsc147) write their text from templates over {object} and {count}.
-    question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: <number>.'")
+    # Counting sets (format fsc147) write their text from templates over {object} and {count}; transcription sets
+    # (format asr) ask question_template as it is.
+    question_template: str | None = Field(None, description="default: 'How many {object} are there? Answer as COUNT: "
+                                                            "<number>.' (fsc147), 'Transcribe the audio.' (asr)")
     answer_template: str | None = Field(None, description="default: 'COUNT: {count}'")
     eval_max_samples: int | None = Field(None, gt=0)
     # Synthetic sets (the demo) take their size and seed here.

@@ -30,6 +30,7 @@ FORMATS: dict[str, str] = {
     "fsc147": ".row_formats.fsc147",
     "ocrvqa": ".row_formats.ocrvqa",
     "preference": ".row_formats.preference",
+    "asr": ".row_formats.asr",
 }
 
 

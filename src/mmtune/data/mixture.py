@@ -25,7 +25,7 @@ from .records import RecordSet
 
 # The metrics each published format is scored with by its own benchmark.
 FORMAT_METRICS = {"chartqa": ["relaxed_accuracy"], "infovqa": ["anls"], "ocrvqa": ["exact_match", "vqa_accuracy"],
-                  "fsc147": ["mae", "rmse"]}
+                  "fsc147": ["mae", "rmse"], "asr": ["wer", "cer"]}
 
 
 def source_data_cfg(src, data_cfg):

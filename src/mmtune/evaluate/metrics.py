@@ -18,6 +18,9 @@ accepted answers per item) and returns one number; higher is better except where
   thousands separators, number words, "about 12", "COUNT: 17"). An answer with no number scores as an
   answer of 0 (its error is the reference count) and is counted: compute() adds `unparsable`.
 - f1: token-level F1 against the best reference, SQuAD's normalisation (articles and punctuation dropped).
+- wer / cer: speech recognition's word and character error rates (jiwer's corpus-level definition: edits over
+  all items divided by the references' total words / characters, spaces counted as characters), after
+  lower-casing, dropping punctuation and collapsing whitespace; lower is better.
 
 compute() scores the final answer: a reasoning block (`<think>...</think>`, Qwen3 / Qwen3-VL / DeepSeek-R1;
 R1's generation prompt opens `<think>` itself, so only the closing tag may be generated) is dropped from
@@ -32,7 +35,7 @@ from __future__ import annotations
 import math
 import re
 
-LOWER_IS_BETTER = {"mae", "rmse", "eval_loss", "loss", "unparsable"}
+LOWER_IS_BETTER = {"mae", "rmse", "eval_loss", "loss", "unparsable", "wer", "cer"}
 
 # ---- VQAv2 answer normalisation (vqaEval.py) ------------------------------------------------------
 _CONTRACTIONS = {
@@ -205,7 +208,7 @@ def vqa_accuracy(preds, refs) -> float:
     return _mean(scores)
 
 
-def _levenshtein(a: str, b: str) -> int:
+def _levenshtein(a, b) -> int:  # strings (characters) or lists (words)
     prev = list(range(len(b) + 1))
     for i, ca in enumerate(a, 1):
         cur = [i]
@@ -268,8 +271,39 @@ def f1(preds, refs) -> float:
     return _mean([max(one(p, r) for r in rs) for p, rs in zip(preds, refs)])
 
 
+def _asr_normalize(text: str) -> str:
+    """Lower case, punctuation (Unicode P*) dropped, whitespace collapsed: the basic normalisation transcripts are
+    scored after (Whisper's BasicTextNormalizer without its bracket removal); no spelling or number rewrites."""
+    import unicodedata
+
+    text = "".join(" " if unicodedata.category(ch).startswith("P") else ch for ch in text.lower())
+    return " ".join(text.split())
+
+
+def _error_rate(preds, refs, unit) -> float:
+    """Corpus error rate: edits (substitutions + deletions + insertions) over all items, divided by the references'
+    length, in `unit`s (words or characters); against each item's closest reference. 0 is perfect; an output
+    longer than its reference can exceed 1."""
+    edits = length = 0
+    for p, rs in zip(preds, refs):
+        hyp = unit(_asr_normalize(p))
+        best = min((unit(_asr_normalize(r)) for r in rs), key=lambda ref: _levenshtein(ref, hyp) / max(len(ref), 1),
+                   default=[])
+        edits += _levenshtein(best, hyp)
+        length += len(best)
+    return edits / length if length else float(edits > 0)
+
+
+def wer(preds, refs) -> float:
+    return _error_rate(preds, refs, str.split)
+
+
+def cer(preds, refs) -> float:
+    return _error_rate(preds, refs, list)
+
+
 METRICS = {"exact_match": exact_match, "mae": mae, "rmse": rmse, "vqa_accuracy": vqa_accuracy, "anls": anls,
-           "relaxed_accuracy": relaxed_accuracy, "f1": f1}
+           "relaxed_accuracy": relaxed_accuracy, "f1": f1, "wer": wer, "cer": cer}
 
 
 def compute(names, preds, refs) -> dict[str, float]:
