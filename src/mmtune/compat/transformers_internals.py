@@ -220,6 +220,15 @@ def flash_attention_support(cls) -> bool | None:
     return None
 
 
+def sdpa_support(cls) -> bool | None:
+    """Whether a transformers model class runs torch's scaled_dot_product_attention: its private `_supports_sdpa`
+    flag, which the class's attention setup checks ("X does not support an attention implementation through
+    torch.nn.functional.scaled_dot_product_attention yet"). False for Gemma-2 (SDPA cannot soft-cap the scores),
+    None for a class without the flag (unknown). Checked on transformers 5.24."""
+    value = getattr(cls, "_supports_sdpa", None)
+    return value if isinstance(value, bool) else None
+
+
 def bitsandbytes_min_version() -> str | None:
     """The oldest bitsandbytes the installed transformers' quantizers accept (`is_bitsandbytes_available()`
     compares against it; "4 bit quantization requires bitsandbytes>=..." otherwise): 0.46.1 in transformers 5
@@ -231,4 +240,4 @@ def bitsandbytes_min_version() -> str | None:
 
 __all__ = ["model_from_config", "make_processor", "interleaves_video_audio", "supports_video_audio_tracks",
            "auto_image_processor", "checkpointing_function", "missing_dependencies",
-           "flash_attention_support", "bitsandbytes_min_version"]
+           "flash_attention_support", "sdpa_support", "bitsandbytes_min_version"]
