@@ -120,3 +120,26 @@ def test_a_model_without_sdpa_gets_eager_attention_with_its_reason(folders, tmp_
     with pytest.raises(ConfigError, match="sdpa cannot be used") as err:
         resolve_run(load_config(_cfg(tmp_path, folder, "lora", "sdpa", attn_implementation="sdpa"), []), local_target())
     assert "attn_implementation=auto" in err.value.fix
+
+
+def test_plan_of_fa2_on_a_class_without_sdpa_traces_eager_and_says_so(folders):
+    """Gemma-2 on an H100 in bf16 runs FlashAttention-2; the plan cannot build FA2 here and SDPA (its usual stand-in)
+    does not exist for this class: it traces eager attention and says that this bounds the activations from above."""
+    root, by_type = folders
+    out = _invoke("plan", _cfg(root, by_type["gemma2"], "lora", "gemma2-h100"), "--gpu", "h100-80gb", "train.precision=bf16")
+    assert "model.attn_implementation: flash_attention_2" in out
+    assert "planned attention: eager stands in for FlashAttention-2" in out
+
+
+def test_an_embedded_day0_text_model_plans_with_the_local_tokenizer_as_stand_in():
+    """No download: a real-size text config mmtune embeds (Qwen3-30B-A3B) gets the local tokenizer as its stand-in
+    processor, as Llama does under the qwen2 family, though its day-0 family has no tiny twin."""
+    from mmtune.models.configs import embedded, hf_config
+    from mmtune.models.families import family_for_config
+    from mmtune.resolve.processor import stand_in_processor
+
+    spec = embedded("Qwen/Qwen3-30B-A3B")
+    fam = family_for_config(hf_config(spec))
+    assert fam.name == "generic:qwen3_moe" and fam.tiny is None
+    tok = stand_in_processor(fam, dict(spec.get("processor", {})))
+    assert tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
