@@ -75,7 +75,8 @@ def test_doctor_says_what_was_inferred_and_what_cannot_apply(day0_folder, tmp_pa
     (f,) = [f for f in rep.findings if f.code == "MM095"]
     assert f.severity == "info"
     assert "generic:idefics3 is a day-0 family" in f.message and "vision=model.vision_model." in f.message
-    assert "MM066" in f.message and "data.packing" in f.message
+    assert "MM041" in f.message and "data.packing" in f.message
+    assert "MM066" not in f.message  # video time positions: Idefics3 takes no video (its config names no video token)
 
 
 def test_an_unknown_type_transformers_cannot_load_as_image_text_is_still_an_error():

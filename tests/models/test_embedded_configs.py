@@ -47,6 +47,14 @@ DOCUMENTED = {
                                             + " llama3_instruct_8b_en 'params': 8030261248"),
     "Qwen/Qwen3-VL-4B-Instruct": (4.44e9, "codersera.com/blog/qwen3-vl-4b-instruct-vs-qwen3-vl-4b-thinking-complete-2025-guide: "
                                   "'a dense transformer architecture with 4.44 billion parameters'"),
+    "google/gemma-2-9b": (9241705984, KERAS.format("gemma/gemma_presets.py") + " gemma2_9b_en 'params': 9241705984"),
+    "google/gemma-2-2b-it": (2614341888, KERAS.format("gemma/gemma_presets.py") + " gemma2_instruct_2b_en 'params': 2614341888"),
+    "microsoft/Phi-3.5-mini-instruct": (3821079552, KERAS.format("phi3/phi3_presets.py") + " phi3_mini_128k_instruct_en "
+                                        "'params': 3821079552 (Phi-3-mini-128k: the same shapes as Phi-3.5-mini)"),
+    "mistralai/Mixtral-8x7B-v0.1": (46702792704, KERAS.format("mixtral/mixtral_presets.py")
+                                    + " mixtral_8_7b_en 'params': 46702792704"),
+    "Qwen/Qwen3-30B-A3B": (30532122624, KERAS.format("qwen3_moe/qwen3_moe_presets.py")
+                           + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
 }
 # Embedded before this check existed, their counts not yet looked up: listed so a new config cannot slip past.
 NOT_YET_CHECKED = {

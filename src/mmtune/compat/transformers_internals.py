@@ -221,10 +221,10 @@ def flash_attention_support(cls) -> bool | None:
 
 
 def sdpa_support(cls) -> bool | None:
-    """Whether a transformers model class runs torch's scaled_dot_product_attention: its private
-    `_supports_sdpa` flag, which `from_pretrained` checks before it takes `attn_implementation="sdpa"`. None
-    for a class without the flag (an Auto class, a model brought by import path). True for every registered
-    family's class in transformers 5.24 (Qwen2 / 2.5 / 3 VL, LLaVA, Qwen2-Audio, Gemma 3, Qwen2 text)."""
+    """Whether a transformers model class runs torch's scaled_dot_product_attention: its private `_supports_sdpa`
+    flag, which the class's attention setup checks ("X does not support an attention implementation through
+    torch.nn.functional.scaled_dot_product_attention yet"). False for Gemma-2 (SDPA cannot soft-cap the scores),
+    None for a class without the flag (unknown). Checked on transformers 5.24."""
     value = getattr(cls, "_supports_sdpa", None)
     return value if isinstance(value, bool) else None
 

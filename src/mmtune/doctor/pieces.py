@@ -79,9 +79,11 @@ def buildable_here(resolved):
 
     if resolved.attn_implementation != "flash_attention_2" or importlib.util.find_spec("flash_attn") is not None:
         return resolved
-    cfg = resolved.cfg
-    model = cfg.model.model_copy(update={"attn_implementation": "sdpa"})
-    return dataclasses.replace(resolved, attn_implementation="sdpa", cfg=cfg.model_copy(update={"model": model}))
+    from ..models.construct import model_lacks_sdpa
+
+    cfg, attn = resolved.cfg, "eager" if model_lacks_sdpa(resolved.family) else "sdpa"  # Gemma-2 has no SDPA
+    model = cfg.model.model_copy(update={"attn_implementation": attn})
+    return dataclasses.replace(resolved, attn_implementation=attn, cfg=cfg.model_copy(update={"model": model}))
 
 
 def build_loaded(resolved):

@@ -36,6 +36,25 @@ def model_lacks_fa2(family: Family) -> str | None:
             "(from_pretrained: \"does not support Flash Attention 2.0 yet\")")
 
 
+def model_lacks_sdpa(family: Family) -> str | None:
+    """Why the family's model class cannot run SDPA attention in the installed transformers (None: it can, or it is
+    not known). The resolved run then decides eager attention, for training, the plan's trace and the doctor alike."""
+    if family.custom or not family.model_class or family.model_class.startswith("Auto"):
+        return None
+    import transformers
+
+    from ..compat.transformers_internals import sdpa_support
+
+    try:
+        cls = getattr(transformers, family.model_class, None)
+    except (ImportError, RuntimeError):
+        return None
+    if cls is None or sdpa_support(cls) is not False:
+        return None
+    return (f"{family.model_class} does not support SDPA attention in transformers {transformers.__version__} "
+            "(its _supports_sdpa is False)")
+
+
 def build_from_config(family: Family, config, dtype, attn: str):
     """The family's model class built from a config (random init; on whatever device is current)."""
     cls = model_class(family)

@@ -343,7 +343,8 @@ def family_for_model_type(model_type: str, vision_type: str | None = None) -> Fa
 
 def family_for_config(config) -> Family:
     """The family of a transformers config: its model_type in the registry, else (day 0) a family inferred
-    from the model's structure where transformers loads it as AutoModelForImageTextToText (models/generic.py)."""
+    from the model's structure where transformers loads it as AutoModelForImageTextToText (models/generic.py) or
+    as AutoModelForCausalLM (models/generic_text.py)."""
     from ..errors import ModelLoadError
 
     try:

@@ -30,11 +30,14 @@ def image_text_class(model_type: str) -> str | None:
 
 
 def infer_family(config) -> Family | None:
-    """A Family for an unlisted image-text-to-text model type, inferred from its structure; None when
-    transformers has no image-text-to-text class for it (the caller then says the type is unknown)."""
+    """A Family for an unlisted image-text-to-text model type, inferred from its structure; else one for an
+    unlisted causal-LM type (models/generic_text.py); None when transformers has neither class for it (the caller
+    then says the type is unknown). Image-text first: a type in both maps (Gemma 3) is multimodal."""
     cls_name = image_text_class(getattr(config, "model_type", ""))
     if cls_name is None:
-        return None
+        from .generic_text import infer_text_family
+
+        return infer_text_family(config)
     model = _meta_model(cls_name, config)
     components, notes = _components(model)
     modalities = ("text", "image") + (("video",) if getattr(config, "video_token_id", None) is not None

@@ -81,9 +81,16 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     dtype = as_torch_dtype(dtype if dtype is not None else run.compute_dtype)
     device = torch.device("meta") if meta else torch.device(device)
     attn = run.attn_implementation
-    if meta and attn == "flash_attention_2":
-        attn = "sdpa"  # FlashAttention-2 cannot be built without CUDA; same O(seq) memory as SDPA's kernels
     decisions: list[str] = []
+    if meta and attn == "flash_attention_2":
+        from .construct import model_lacks_sdpa
+
+        attn = "sdpa"  # FlashAttention-2 cannot be built without CUDA; same O(seq) memory as SDPA's kernels
+        if model_lacks_sdpa(family):  # Gemma-2: SDPA cannot soft-cap, and transformers refuses to build it
+            attn = "eager"
+            _decide(decisions, "planned attention: eager stands in for FlashAttention-2 (this class has no SDPA to "
+                               "trace FA2's O(seq) memory with): the plan counts the (seq x seq) scores per layer that "
+                               "FA2 never keeps, an upper bound on activations")
     qlora = run.quantization is not None
 
     model, config, quantize_here = _materialise(run, device, dtype, attn, meta, random_weights, decisions)

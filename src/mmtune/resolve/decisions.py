@@ -93,9 +93,22 @@ def decide_precision(requested: str, target) -> tuple[str, bool, Decision]:
 
 # --------------------------------------------------------------------------- attention
 
-def decide_attention(requested: str, target, precision: str, model_lacks_fa2: str | None = None) -> tuple[str, Decision]:
+def decide_attention(requested: str, target, precision: str, model_lacks_fa2: str | None = None,
+                     model_lacks_sdpa: str | None = None) -> tuple[str, Decision]:
     """'sdpa' unless FlashAttention-2 is asked for, or 'auto' and usable (flash_attn here, sm80+, 16-bit, and
-    a model class that has it: `model_lacks_fa2` says why not, e.g. Gemma 3 / Mllama in transformers 5.24)."""
+    a model class that has it: `model_lacks_fa2` says why not, e.g. Gemma 3 / Mllama in transformers 5.24);
+    'eager' where SDPA would be chosen but the model class has none (`model_lacks_sdpa`: Gemma-2)."""
+    attn, d = _decide_attention(requested, target, precision, model_lacks_fa2)
+    if attn != "sdpa" or not model_lacks_sdpa:
+        return attn, d
+    if requested == "sdpa":
+        raise ConfigError(f"model.attn_implementation=sdpa cannot be used: {model_lacks_sdpa}",
+                          where="model.attn_implementation", fix="model.attn_implementation=auto (eager for this model)")
+    # eager materialises the (seq x seq) scores per head: the plan traces that, so its memory is the real one
+    return "eager", Decision(d.key, "eager", f"{d.reason}; {model_lacks_sdpa}", changed=True)
+
+
+def _decide_attention(requested: str, target, precision: str, model_lacks_fa2: str | None) -> tuple[str, Decision]:
     from .target import package_problem
 
     # flash_attn where the run executes: this machine's for a run here, the target's assumed packages for a

@@ -82,13 +82,16 @@ def stand_in_processor(family, facts: dict):
     """The family's processor class with the local tokenizer, configured with the real model's media facts."""
     from ..models.tiny import tiny_config_and_processor
 
-    if not family.tiny:
+    # A text model's stand-in is the local tokenizer whatever its family (a day-0 text family has no twin of its
+    # own): the text twin's, as for Llama and Mistral under the qwen2 family
+    twin = family.tiny or ("tiny/qwen2" if tuple(family.modalities) == ("text",) else None)
+    if not twin:
         from ..models.requirements import check_requirements
 
         check_requirements(family)  # a family without a twin because its model cannot build here: say why first
         raise ModelLoadError(f"no stand-in processor for family {family.name!r} (it has no tiny twin)",
                              where="model.name", fix="point model.name at a local model folder that has its processor files")
-    _, proc = tiny_config_and_processor(family.tiny)
+    _, proc = tiny_config_and_processor(twin)
     for part in ("image_processor", "video_processor"):
         sub = getattr(proc, part, None)
         if sub is None:

@@ -182,9 +182,10 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
 
     note = launcher_precision_note(precision) if target.local else None
     decisions.append(replace(d, reason=f"{d.reason}; {note}") if note else d)
-    from ..models.construct import model_lacks_fa2
+    from ..models.construct import model_lacks_fa2, model_lacks_sdpa
 
-    attn, d = decide_attention(cfg.model.attn_implementation, target, precision, model_lacks_fa2(family))
+    attn, d = decide_attention(cfg.model.attn_implementation, target, precision, model_lacks_fa2(family),
+                               model_lacks_sdpa(family))
     decisions.append(d)
     kernels = decide_attention_kernels(attn, target, precision)
     decisions.append(kernels)
@@ -353,7 +354,8 @@ class _ModelCounts:
             from ..models.construct import build_on_meta
             from ..models.model_config import structure_config
 
-            model = build_on_meta(self.family, structure_config(self.cfg), torch.float32, "sdpa")
+            # eager: every class has it (Gemma-2 has no SDPA), and the attention kernel changes no parameter count
+            model = build_on_meta(self.family, structure_config(self.cfg), torch.float32, "eager")
             by: dict[str, int] = {}
             for name, p in model.named_parameters():
                 comp = self.family.component_of(name)

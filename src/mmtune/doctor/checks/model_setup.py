@@ -417,11 +417,12 @@ def static_rope_scaling(ctx):
 
 # Checks that read facts only a registered family states (each verified on its tiny twin), and what they say
 # instead for a day-0 family (models/generic.py).
+# code -> (the modality it concerns, None for any; why it cannot apply): a text-only day-0 family is not told about video
 REGISTERED_FACTS = {
-    "MM066": "video time positions: whether the family's video positions depend on the frame rate is unknown",
-    "MM041": "fp16 overflow of the vision tower: no reports are recorded for an unlisted family",
-    "MM081": "fused kernels: Liger-Kernel is applied to registered families only",
-    "data.packing": "packing is refused: exactness under packing is verified per family",
+    "MM066": ("video", "video time positions: whether the family's video positions depend on the frame rate is unknown"),
+    "MM041": ("image", "fp16 overflow of the vision tower: no reports are recorded for an unlisted family"),
+    "MM081": (None, "fused kernels: Liger-Kernel is applied to registered families only"),
+    "data.packing": (None, "packing is refused: exactness under packing is verified per family"),
 }
 
 
@@ -434,7 +435,8 @@ def day0_family(ctx):
     if not family.inferred:
         return
     inferred = "; ".join(f"{k.rpartition('.')[2]}={v}" for k, v, _ in family.inferred_notes[1:])
-    cannot = "; ".join(f"{code} ({why})" for code, why in REGISTERED_FACTS.items())
+    cannot = "; ".join(f"{code} ({why})" for code, (kind, why) in REGISTERED_FACTS.items()
+                       if kind is None or kind in family.modalities)
     twin = "" if family.tiny else ("; MM011 / MM013 / MM021 / MM022 run a real backward of the model itself when it "
                                    "is small enough, else they cannot apply (no tiny twin)")
     yield info(f"{family.name} is a day-0 family: {inferred}. Checks that cannot apply: {cannot}{twin}",
