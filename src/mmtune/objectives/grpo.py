@@ -13,7 +13,9 @@ With one update per generation pi_old is the sampling policy itself (r = 1, its 
 the clip never binds: `clip_ratio` is logged, and is 0 here, as in TRL with num_iterations=1.
 
 Logged: reward (mean) and reward_std (the weighted sum), reward/<name> and reward/<name>_std per function
-(unweighted), completion_length (mean new tokens), kl (when beta > 0), clip_ratio.
+(unweighted), completion_length (mean new tokens), kl (when beta > 0), clip_ratio, frac_reward_zero_std (the
+share of groups whose rewards are all equal: no gradient from them), frac_completions_truncated (the share cut at
+max_completion_length).
 """
 
 from __future__ import annotations
@@ -49,18 +51,31 @@ class GRPO:
     def _sample(self, model, prompt: dict):
         import torch
 
+        from .sampling import policy_sampling_config, sampling_as
+
         inner = getattr(model, "module", model)
+        # the run's sampling settings only: the checkpoint's generation_config.json (repetition penalty, top-k,
+        # n-gram bans...) would sample from another distribution than the one the loss takes (sampling.py)
+        gen = policy_sampling_config(temperature=self.cfg.temperature, max_new_tokens=self.cfg.max_completion_length,
+                                     pad_token_id=self.pad, eos_token_id=self.eos or None,
+                                     suppress_tokens=self.never or None)
         was = inner.training
         inner.eval()
         try:
-            with torch.no_grad():
-                return [inner.generate(**prompt, do_sample=True, temperature=self.cfg.temperature, top_k=0, top_p=1.0,
-                                       max_new_tokens=self.cfg.max_completion_length, pad_token_id=self.pad,
-                                       eos_token_id=self.eos or None, suppress_tokens=self.never or None,
-                                       )[:, prompt["input_ids"].shape[1]:]
+            with torch.no_grad(), sampling_as(inner, gen):
+                return [inner.generate(**prompt, generation_config=gen)[:, prompt["input_ids"].shape[1]:]
                         for _ in range(self.cfg.generations)]
         finally:
             inner.train(was)
+
+    def _ended(self, completion):
+        """(rows,) bool: the completion holds an end-of-sequence token (else it was cut at max_completion_length)."""
+        import torch
+
+        ended = torch.zeros(completion.shape[0], dtype=torch.bool, device=completion.device)
+        for e in self.eos:
+            ended |= (completion == e).any(dim=1)
+        return ended
 
     def _mask(self, completion):
         """1 up to and including each row's first end-of-sequence token, 0 after."""
@@ -129,11 +144,37 @@ class GRPO:
             seq = (per_tok * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
             total = seq.sum() if total is None else total + seq.sum()
         lengths = torch.stack([m.sum(dim=1) for m in masks]).double()
+        # the two ways a step learns nothing, counted per completion so the step's mean is a share (TRL's names):
+        # a group whose G rewards are all equal has advantages 0 (no policy gradient from its prompt), and a
+        # completion that never reached an end of sequence was cut at max_completion_length (its answer may be
+        # missing, so its reward says nothing about it)
+        zero_std = (rewards.std(dim=1) < 1e-6).double() * G  # (B,): each group's G completions
+        truncated = torch.stack([~self._ended(c) for c in completions]).double()
         stats.update({"reward": rewards.sum(), "reward_sq": (rewards ** 2).sum(), "completion_length": lengths.sum(),
-                      "clip_ratio": clip_sum})
+                      "clip_ratio": clip_sum, "frac_reward_zero_std": zero_std.sum(),
+                      "frac_completions_truncated": truncated.sum()})
         if self.cfg.beta > 0:
             stats["kl"] = kl_sum
         return total, None, stats
+
+    def step_note(self, parts: dict, step: int) -> str | None:
+        """A line for the progress display when a whole step learned nothing from its samples (once per kind)."""
+        said = self.__dict__.setdefault("_said", set())
+        notes = []
+        if parts.get("frac_reward_zero_std", 0.0) >= 1.0 and "zero_std" not in said:
+            said.add("zero_std")
+            notes.append(f"step {step}: every prompt's {self.cfg.generations} completions got the same reward "
+                         "(frac_reward_zero_std 1): advantages 0, no policy gradient from this step's samples. If it "
+                         "stays so: rewards that vary between answers (a partial-credit reward beside exact_match), "
+                         "a higher train.grpo.temperature, more train.grpo.generations, or prompts the model "
+                         "sometimes answers right")
+        if parts.get("frac_completions_truncated", 0.0) >= 1.0 and "truncated" not in said:
+            said.add("truncated")
+            notes.append(f"step {step}: every completion was cut at train.grpo.max_completion_length="
+                         f"{self.cfg.max_completion_length} tokens without an end of sequence "
+                         "(frac_completions_truncated 1): answers that end later are scored cut. If it stays so: "
+                         "raise train.grpo.max_completion_length")
+        return "; ".join(notes) or None
 
     def parts(self, sums: dict, n: int) -> dict:
         """Means over the step's n completions; each `<key>_sq` sum becomes `<key>_std` (the std over them)."""

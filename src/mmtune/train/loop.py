@@ -225,6 +225,10 @@ class _Loop:
                "epoch": self.cursor.epoch, "skipped_update": res.skipped}
         if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
             self.sinks.log(step, row)
+        step_note = getattr(self.run.objective, "step_note", None)  # an objective's "this step learned nothing"
+        note = step_note(res.parts, step) if step_note is not None and self.acc.is_main_process else None
+        if note:
+            bar.note(note)
         bar.update(step, loss=res.loss, lr=lr, tokens_per_s=row["tokens_per_s"])
 
     def milestones(self, bar, stop_after) -> str | None:
