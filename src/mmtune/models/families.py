@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 from ..compat.layouts import QWEN2_5_OMNI_THINKER_5_17, with_layouts
 
-# Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets.
-DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Linear layers of a Llama/Qwen-style decoder block: the default LoRA targets. A decoder that fuses them
+# (GLM-4's `gate_up_proj`, Phi-3's `qkv_proj` and `gate_up_proj`) has those names instead: without them
+# `target_modules=auto` silently left GLM-4.1V's gate/up projection, 2/3 of each MLP, without LoRA.
+DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "qkv_proj", "o_proj", "gate_proj", "up_proj", "gate_up_proj", "down_proj")
 MEDIA_KEYS = {"image": "pixel_values", "video": "pixel_values_videos", "audio": "input_features"}
 
 

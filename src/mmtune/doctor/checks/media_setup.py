@@ -58,6 +58,17 @@ def _geometry_pairs(proc, hf):
         yield "image_processor crop (height, width)", tuple(crop), "vision_config.image_size", (size, size)
 
 
+def _square(value):
+    """A square size written as {"height": n, "width": n} (Pixtral's and Mistral 3's image processors keep
+    `patch_size` so, as their published preprocessor_config.json does) is the config's plain n."""
+    if isinstance(value, dict) or hasattr(value, "height"):
+        get = value.get if isinstance(value, dict) else lambda k: getattr(value, k, None)
+        h, w = get("height"), get("width")
+        if h is not None and h == w:
+            return h
+    return value
+
+
 @check("MM057", "the processor's image arithmetic (patch / merge size, CLS tokens, crop, tiling grid) is "
        "the model config's",
        needs=("cfg", "resolved", "processor_info"))
@@ -73,7 +84,7 @@ def processor_geometry(ctx):
     if hf is None:
         return
     for pkey, pval, mkey, mval in _geometry_pairs(resolved.need_processor(), hf):
-        if pval is None or mval is None or pval == mval:
+        if pval is None or mval is None or _square(pval) == _square(mval):
             continue
         yield error(f"the processor's {pkey}={pval!r} but the model's {mkey}={mval!r}: the processor writes a different "
                     "number of media tokens than the model's encoder returns features, so the first step stops "
