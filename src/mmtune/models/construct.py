@@ -16,22 +16,31 @@ def model_class(family: Family):
     return getattr(transformers, family.model_class)
 
 
-def model_lacks_fa2(family: Family) -> str | None:
-    """Why the family's model class cannot run FlashAttention-2 in the installed transformers (None: it can,
-    or it is not known: an Auto class, a model brought by import path). One rule for the resolved run's
-    attention decision and the doctor's MM071."""
+def known_class(family: Family):
+    """The family's transformers class where its attention flags can be read (None: an Auto class, a model brought
+    by import path, a class this transformers lacks). transformers' lazy module imports the modeling file here (no
+    weights, no optional package)."""
     if family.custom or not family.model_class or family.model_class.startswith("Auto"):
         return None
     import transformers
 
-    from ..compat.transformers_internals import flash_attention_support
-
-    try:  # transformers' lazy module imports the modeling file here (no weights, no optional package)
-        cls = getattr(transformers, family.model_class, None)
+    try:
+        return getattr(transformers, family.model_class, None)
     except (ImportError, RuntimeError):
         return None
+
+
+def model_lacks_fa2(family: Family) -> str | None:
+    """Why the family's model class cannot run FlashAttention-2 in the installed transformers (None: it can,
+    or it is not known: an Auto class, a model brought by import path). One rule for the resolved run's
+    attention decision and the doctor's MM071."""
+    from ..compat.transformers_internals import flash_attention_support
+
+    cls = known_class(family)
     if cls is None or flash_attention_support(cls) is not False:
         return None
+    import transformers
+
     return (f"{family.model_class} does not support FlashAttention-2 in transformers {transformers.__version__} "
             "(from_pretrained: \"does not support Flash Attention 2.0 yet\")")
 
@@ -39,18 +48,13 @@ def model_lacks_fa2(family: Family) -> str | None:
 def model_lacks_sdpa(family: Family) -> str | None:
     """Why the family's model class cannot run SDPA attention in the installed transformers (None: it can, or it is
     not known). The resolved run then decides eager attention, for training, the plan's trace and the doctor alike."""
-    if family.custom or not family.model_class or family.model_class.startswith("Auto"):
+    from ..compat.transformers_internals import sdpa_support
+
+    cls = known_class(family)
+    if cls is None or sdpa_support(cls) is not False:
         return None
     import transformers
 
-    from ..compat.transformers_internals import sdpa_support
-
-    try:
-        cls = getattr(transformers, family.model_class, None)
-    except (ImportError, RuntimeError):
-        return None
-    if cls is None or sdpa_support(cls) is not False:
-        return None
     return (f"{family.model_class} does not support SDPA attention in transformers {transformers.__version__} "
             "(its _supports_sdpa is False)")
 

@@ -41,16 +41,10 @@ def fast_paths(ctx):
 def _has_sdpa(family) -> bool:
     """Whether the family's model class has SDPA in the installed transformers (False where unknown: an Auto
     class, a model brought by import path, whose eager may be the only attention it has)."""
-    if family is None or family.custom or not family.model_class or family.model_class.startswith("Auto"):
-        return False
-    import transformers
-
     from ...compat.transformers_internals import sdpa_support
+    from ...models.construct import known_class
 
-    try:  # the lazy module imports the modeling file here (no weights)
-        cls = getattr(transformers, family.model_class, None)
-    except (ImportError, RuntimeError):
-        return False
+    cls = known_class(family) if family is not None else None
     return cls is not None and sdpa_support(cls) is True
 
 
