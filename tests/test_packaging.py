@@ -21,7 +21,7 @@ USED_BY_LIBRARIES = {"tensorboard": "torch.utils.tensorboard's backend",
                      "num2words": "transformers' SmolVLM processor refuses to start without it"}
 # Imported only when the matching feature is asked for, each declared in the extra named here.
 OPTIONAL = {"bitsandbytes": "qlora", "flash_attn": "gpu", "wandb": "track", "mlflow": "track", "deepspeed": "deepspeed",
-            "liger_kernel": "gpu", "fastapi": "serve", "uvicorn": "serve"}
+            "liger_kernel": "gpu", "fastapi": "serve", "uvicorn": "serve", "zstandard": "zstd"}
 
 
 def _pyproject() -> dict:

@@ -31,7 +31,7 @@ def _mode_matters(module) -> list[str]:
 
     found = set()
     for m in module.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats:
+        if getattr(m, "track_running_stats", False) and getattr(m, "running_mean", None) is not None:  # BatchNorm
             found.add("BatchNorm statistics")
         elif isinstance(m, nn.Dropout) and m.p > 0:
             found.add(f"dropout {m.p:g}")

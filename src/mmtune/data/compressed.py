@@ -34,7 +34,8 @@ def _zstd_open(path: Path):
         import zstandard
     except ImportError:
         raise DataError(f"{path} is zstd-compressed and the zstandard package is not installed", where=str(path),
-                        fix=f"pip install zstandard, or decompress it first: zstd -d {path.name}") from None
+                        fix=f"pip install zstandard (the mmtune[zstd] extra), or decompress it first: "
+                            f"zstd -d {path.name}") from None
     return zstandard.open(path, "rb")
 
 
