@@ -248,7 +248,8 @@ class AdapterConfig(Section):
                             "LLM.int8() decoder base, bitsandbytes), or full fine-tuning")
     r: int = Field(16, gt=0)
     alpha: int | None = Field(None, gt=0, description="defaults to 2*r")
-    dropout: float = Field(0.05, ge=0, lt=1)
+    dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout; 0 unless set under train.objective=dpo / grpo "
+                                                        "(config/format_defaults.py)")
     target_modules: list[str] | str = Field(
         "auto", description="auto, all-linear, decoder linear names (q_proj), component:name (vision:qkv), "
                             "component[-k:]:name (last k blocks: vision[-2:]:q_proj), module paths, or one "
