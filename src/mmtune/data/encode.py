@@ -26,6 +26,7 @@ from ..errors import ConfigError, DataError
 from .answer_tail import last_answer_start
 from .formats import BadRecord, isolated_method
 from .history_turns import HISTORY, history_answer
+from .length_bound import refuse_over_floor
 from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
@@ -100,6 +101,7 @@ class Encoder:
         self._special_re = re.compile("|".join(map(re.escape, self.special_strings))) if self.special_strings else None
         self._turn_re: re.Pattern | None | bool = False  # turn_tokens(): computed on first use
         self._answer_tail: str | None | bool = False  # answer_tail.learn_tail: on first use
+        self._longest_token: int | None | bool = False  # length_bound.refuse_over_floor: on first use
 
     def turn_tokens(self) -> re.Pattern | None:
         """The special strings a record's text must not hold (control_tokens.turn_tokens), computed once."""
@@ -427,6 +429,8 @@ class Encoder:
     @isolated_method
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
         full, spans, media_kwargs = self.prepare(record)
+        if check_length:
+            refuse_over_floor(self, full, record)
         tokens = None
         if self.text_only:  # the tokenizer is the processor (no media: _check_media refused any): one
             # tokenization gives the ids and the offsets the labels need
@@ -504,6 +508,9 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         self._check_text(record)
+        tmessages = self._template_messages(record.messages)
+        full, _ = self._trained_text(tmessages, record)
+        refuse_over_floor(self, full, record)  # before tokenizing: length_bound.py
         parts = record.media_parts()
         if parts and self.family is not None and self.family.expansion_adds_text:
             return self.token_counts(record)
@@ -511,8 +518,6 @@ class Encoder:
                                                          or self.media.video_fps
                                                          or any(p.get("use_audio") for p in parts)):
             return self.token_counts(record)
-        tmessages = self._template_messages(record.messages)
-        full, _ = self._trained_text(tmessages, record)
         self._check_media(record, tmessages, full)
         from ..compat import CompatError
 

@@ -89,7 +89,7 @@ def _scan(rs: RecordSet, encoder, on_bad: str, cache, advance, encode: bool = Tr
             elif not encode or (cache is not None and cache.full):
                 counts = encoder.measure(r)
             else:
-                out = encoder.encode(r, check_length=False)
+                out = encoder.encode(r)  # "too long" as _check_length below says it, before tokenizing where it can
                 ids = out["input_ids"]
                 counts = {m: int((ids == encoder.media_token_id[m]).sum()) if m in encoder.media_token_id else 0
                           for m in MEDIA_TYPES}
