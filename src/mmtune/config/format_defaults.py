@@ -12,7 +12,8 @@ def with_format_defaults(tree: dict, sources: dict | None) -> dict:
     """`tree` with its single data format's defaults for the keys it does not set (a mixture's sources keep
     their per-source metrics: data/mixture.py FORMAT_METRICS)."""
     data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
-    defaults = FORMAT_DEFAULTS.get(data.get("format")) if not isinstance(data.get("train"), list) else None
+    fmt = data.get("format")  # before validation: a list or mapping given here is the schema's error, not a lookup's
+    defaults = FORMAT_DEFAULTS.get(fmt) if isinstance(fmt, str) and not isinstance(data.get("train"), list) else None
     for key, value in (defaults or {}).items():
         section, name = key.split(".")
         part = tree.setdefault(section, {})
