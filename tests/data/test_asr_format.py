@@ -68,6 +68,18 @@ def test_the_format_brings_its_metrics_and_answer_length_unless_set(tmp_path):
     assert cfg.eval.metrics == ["cer"] and cfg.eval.max_new_tokens == 64
 
 
+def test_a_format_that_is_not_a_name_is_the_config_error_not_a_typeerror():
+    """The format defaults are looked up before validation: a list or mapping given as data.format must reach the
+    schema's own error naming the key, not stop in the lookup ("unhashable type: 'list'")."""
+    from mmtune.config.loader import load_config
+    from mmtune.errors import ConfigError
+
+    for value in ("[asr]", "{asr: 1}"):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, ["model.name=tiny/qwen2-audio", f"data.format={value}"])
+        assert "data.format" in str(e.value)
+
+
 @pytest.mark.slow
 def test_mmtune_train_on_a_transcription_set_reports_wer(tmp_path):
     words = ["one", "two", "three", "four"]

@@ -103,6 +103,24 @@ def test_readme_configs_declare_the_layout(tmp_path, hub_cache):
     assert len(load_records(str(repo), _data_cfg(), "train").records) == 4
 
 
+def test_repository_json_files_in_json_lines_are_read_as_datasets_reads_them(tmp_path, hub_cache):
+    """A repository's `.json` data file holding one record per line (JSON Lines under a .json name, as many Hub
+    sets ship it) is read line by line, as `datasets` reads it: not refused as invalid JSON, and a one-record file
+    is that record (not its one list field read as rows)."""
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    (repo / "data" / "train.json").write_text("".join(json.dumps(r) + "\n" for r in _qa_rows(3)))
+    (repo / "data" / "validation.json").write_text(json.dumps(_qa_rows(1, "v")[0]) + "\n")
+    (repo / "data" / "test.json").write_text(json.dumps(_qa_rows(2, "t")))  # a JSON list: read whole
+    d = _data_cfg()
+    train = load_records(str(repo), d, "train")
+    assert [r.messages[0]["content"][0]["text"] for r in train.records] == ["q0?", "q1?", "q2?"]
+    assert train.records[0].source.endswith("/data/train.json:1")
+    ev = load_records(str(repo), d, "eval")
+    assert [r.messages[0]["content"][0]["text"] for r in ev.records] == ["v0?"]
+    assert len(load_records(f"{repo}::test", d, "eval").records) == 2
+
+
 def test_arrow_file(tmp_path):
     import datasets
 

@@ -24,8 +24,9 @@ def with_format_defaults(tree: dict, sources: dict | None) -> dict:
     mixture's sources keep their per-source metrics: data/mixture.py FORMAT_METRICS)."""
     data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
     train = tree.get("train") if isinstance(tree.get("train"), dict) else {}
-    defaults = FORMAT_DEFAULTS.get(data.get("format")) if not isinstance(data.get("train"), list) else None
-    _fill(tree, defaults, sources, f"data.format={data.get('format')}'s default")
+    fmt = data.get("format")  # before validation: a list or mapping given here is the schema's error, not a lookup's
+    defaults = FORMAT_DEFAULTS.get(fmt) if isinstance(fmt, str) and not isinstance(data.get("train"), list) else None
+    _fill(tree, defaults, sources, f"data.format={fmt}'s default")
     objective = train.get("objective")
     if isinstance(objective, str):
         _fill(tree, OBJECTIVE_DEFAULTS.get(objective), sources,

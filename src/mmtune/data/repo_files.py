@@ -52,6 +52,26 @@ def split_files(source: str, subset: str | None, split: str, where: str) -> list
 def rows_of(paths: list[Path]):
     from itertools import chain
 
-    from .local_readers import reader_for
+    from .local_readers import reader_for, rows_jsonl
 
-    return chain.from_iterable(reader_for(p)(p) for p in paths)
+    # a .json that is JSON Lines is read line by line, as datasets' JSON builder reads it (JSON Lines first,
+    # one whole document only where that fails): many Hub sets ship JSON Lines under a .json name
+    return chain.from_iterable((rows_jsonl if _json_lines(p) else reader_for(p))(p) for p in paths)
+
+
+def _json_lines(path: Path) -> bool:
+    """A `.json` file whose first non-blank line is a JSON object on its own: JSON Lines, as `datasets` reads it
+    (a list's first line is `[`, a pretty-printed object's a lone `{`)."""
+    import json
+
+    from .compressed import inner_suffix, lines
+
+    if inner_suffix(path) != ".json":
+        return False
+    try:
+        for line in lines(path):
+            if line.strip():
+                return isinstance(json.loads(line.decode("utf-8-sig")), dict)
+    except (ValueError, DataError):  # not one value on the line, not UTF-8, a damaged stream: the reader says so
+        return False
+    return False
