@@ -292,3 +292,49 @@ def history_rewritten_answers(ctx):
                       fix="to train every answer, split each conversation into one record per answer (the record ending "
                           "at that answer, the earlier turns as its history); to train them as history shows them, use a "
                           "chat template that renders an answer the same wherever it stands")
+
+
+_UNTRAINED_SOURCES = "torchtune#2429, unsloth#658, unsloth#915"
+
+
+@check("MM223", "the chat template's special tokens have trained embedding rows in the checkpoint",
+       needs=("cfg", "resolved", "processor_info"))
+def untrained_template_tokens(ctx):
+    """A base checkpoint whose chat-template tokens were never trained (Llama 3 / 3.1 base: `<|eot_id|>`,
+    `<|start_header_id|>`, `<|end_header_id|>` have ~zero rows). models/token_rows.py reads those rows. With
+    lm_head frozen (LoRA / QLoRA) the answer's end token keeps a ~zero row, its logit stays near 0 and the model
+    does not learn to stop: an error. Full training trains the rows from ~zero: an info."""
+    from ...models.token_rows import untrained_rows
+    from .model_setup import weights_folder
+
+    resolved = ctx.need("resolved")
+    folder = weights_folder(resolved.cfg)
+    if folder is None:
+        return
+    enc = _exact_encoder(ctx)
+    tok = enc.tokenizer
+    out = enc.encode(probe_record(), check_length=False)
+    ids = [int(x) for x in out["input_ids"].reshape(-1).tolist()]
+    trained = [int(x) for x in out["labels"].reshape(-1).tolist() if x != -100]
+    specials = sorted({i for i in ids if i in enc.special_ids})
+    bad = untrained_rows(folder, specials)
+    if not bad:
+        return
+    names = {i: tok.convert_ids_to_tokens(i) for ids_ in bad.values() for i in ids_}
+    where_rows = "; ".join(f"{m}: {', '.join(repr(names[i]) for i in ids_)}" for m, ids_ in bad.items())
+    stop = trained[-1] if trained else None
+    head_rows = bad.get("lm_head", [])
+    head_frozen = "lm_head" not in resolved.trainable and resolved.cfg.adapter.method != "full"
+    what = (f"{resolved.cfg.model.name} has untrained (near-zero) embedding rows for tokens its chat template writes "
+            f"({where_rows}): a base checkpoint whose pretraining never used them")
+    fix = ("fine-tune the instruct checkpoint (its template tokens are trained), or use a template whose turns end "
+           f"with a token the base model knows (its eos), or adapter.method=full ({_UNTRAINED_SOURCES})")
+    if stop in head_rows and head_frozen:
+        yield error(what + f"; answers are trained to end with {names[stop]!r}, whose lm_head row is frozen under "
+                    f"adapter.method={resolved.cfg.adapter.method}: its logit stays near 0, so the model does not "
+                    "learn to stop", where="model.name", fix=fix)
+    elif head_frozen:
+        yield warning(what + "; the model reads these turn markers as (near) nothing and LoRA cannot change their "
+                      "rows", where="model.name", fix=fix)
+    else:
+        yield info(what + "; full training trains them from near zero", where="model.name", fix=fix)

@@ -420,7 +420,8 @@ def static_rope_scaling(ctx):
 # code -> (the modality it concerns, None for any; why it cannot apply): a text-only day-0 family is not told about video
 REGISTERED_FACTS = {
     "MM066": ("video", "video time positions: whether the family's video positions depend on the frame rate is unknown"),
-    "MM041": ("image", "fp16 overflow of the vision tower: no reports are recorded for an unlisted family"),
+    "MM041": ("image", "fp16 overflow of the vision tower: no reports are recorded for an unlisted family (a decoder's, "
+                       "by its model type, still apply)"),
     "MM081": (None, "fused kernels: Liger-Kernel is applied to registered families only"),
     "data.packing": (None, "packing is refused: exactness under packing is verified per family"),
 }

@@ -67,21 +67,31 @@ def qlora_trains_4bit(ctx):
 @check("MM041", "fp16 is not used on an architecture reported to overflow in fp16", needs=("cfg", "resolved"),
        fast=True)
 def fp16_overflow_architecture(ctx):
+    """A vision tower (registered families) or a decoder (by its model type: Gemma 3) reported to overflow in fp16:
+    models/fp16_reports.py holds the reports."""
+    from ...models.fp16_reports import fp16_overflow
     from ...models.tiny import is_tiny
 
     resolved = ctx.need("resolved")
     if resolved.precision != "fp16" or is_tiny(resolved.cfg.model.name):
         return
-    known = resolved.family.fp16_overflow  # Family.fp16_overflow: (severity, sources)
+    # the decoder's reports are by its model type: read from the config when the family states none itself
+    config = ctx.need("model_config") if resolved.family.fp16_overflow is None and ctx.has("model_config") else None
+    text = None
+    if config is not None:
+        from .model_setup import text_part
+
+        text = text_part(config, resolved.family)
+    known = fp16_overflow(resolved.family, text)
     if known is None:
         return
-    severity, src = known
+    severity, part, src = known
     d = resolved.decision("train.precision")
     why = f" ({d.reason})" if d is not None and d.changed else ""
     finding = warning if severity == "warning" else info
-    yield finding(f"the run computes in fp16{why}, and {resolved.family.name}'s vision tower is reported to overflow "
-                  f"in fp16 (inf/NaN image features, gibberish output: {src}); train.nan_guard stops the run at the "
-                  "first non-finite loss, after the GPU time is spent", where="train.precision",
+    yield finding(f"the run computes in fp16{why}, and {resolved.family.name}'s {part} is reported to overflow "
+                  f"in fp16 (inf/NaN activations, NaN loss or gibberish output: {src}); train.nan_guard stops the run "
+                  "at the first non-finite loss, after the GPU time is spent", where="train.precision",
                   fix="a GPU with bf16 (--gpu l4 / a10 / a100-40gb, then train.precision=bf16)")
 
 
