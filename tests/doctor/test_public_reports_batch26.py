@@ -106,3 +106,43 @@ def test_the_doctor_gives_the_same_fixes(doctor):
     rep = doctor({**BASE, "load_in_4bit": True, "train": {"max_steps": 2, "optimizer": "adamw_torch"}})
     fixes = " | ".join(f.fix or "" for f in rep.findings if f.code == "MM019")
     assert "adapter.method=qlora" in fixes and "train.optimizer=adamw" in fixes, fixes
+
+
+# ----------------------------------------------------------------------------- learning rates off for the method
+def _pretrained(tmp_path):
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    folder = tmp_path / "pretrained"  # a local model folder stands for pretrained weights (MM032 skips tiny/)
+    config, _ = tiny_config_and_processor("tiny/qwen2-vl")
+    config.save_pretrained(folder)
+    return {**BASE, "model": {"name": str(folder)}}
+
+
+# https://github.com/QwenLM/Qwen3-VL/issues/127 (Qwen's README fine-tunes LoRA at 5e-6, LLaMA-Factory at 1e-4: "LoRA on
+# few examples should use a larger LR"), https://github.com/hiyouga/LlamaFactory/issues/8242 ("LoRA fine-tuning is
+# completely ineffective"), https://github.com/haotian-liu/LLaVA/issues/1456 (LoRA "no improvement at all"),
+# https://github.com/bitsandbytes-foundation/bitsandbytes/issues/762 and https://github.com/unslothai/unsloth/issues/1304
+# (what alpha / r does to the rate): a full fine-tuning rate on LoRA, or one shrunk by alpha < r, was silent.
+@pytest.mark.parametrize("adapter,lr,warns", [
+    ({"method": "lora"}, 5e-6, True),                     # Qwen README's rate, alpha = 2r
+    ({"method": "qlora"}, 1e-5, True),                    # a transformers full fine-tuning habit
+    ({"method": "lora", "r": 128, "alpha": 16}, 1e-4, True),  # a LoRA rate, shrunk 16x by alpha / r
+    ({"method": "lora"}, 1e-4, False),                    # the recipes' rates
+    ({"method": "lora", "r": 16}, 2e-5, False),           # recipes/seed003_qwen3vl_fsc147_counting.yaml
+    ({"method": "lora", "r": 64, "alpha": 16}, 2e-4, False),  # alpha < r at 2e-4 still acts like 2.5e-5
+])
+def test_mm032_lora_at_a_full_finetuning_rate(doctor, tmp_path, adapter, lr, warns):
+    tree = {**_pretrained(tmp_path), "adapter": adapter, "train": {"max_steps": 2, "lr": lr}}
+    rep = doctor(tree, "MM032")
+    assert ("MM032" in rep.codes("warning")) is warns, [f.message for f in rep.findings]
+    if warns:
+        (f,) = rep.findings
+        assert f.where == "train.lr" and "train.lr=1e-4" in f.fix
+        assert ("adapter.alpha=256" in f.fix) is (adapter.get("alpha") == 16)
+
+
+def test_mm032_leaves_preference_runs_on_lora_at_their_small_rates(doctor, tmp_path):
+    """recipes/qwen2_vl_7b_dpo.yaml trains its LoRA at 5e-6 on purpose: DPO / GRPO rates are small."""
+    tree = {**_pretrained(tmp_path), "adapter": {"method": "lora"}, "train": {"max_steps": 2, "lr": 5e-6}}
+    assert "MM032" in doctor(tree, "MM032").codes("warning")  # the same run, supervised
+    assert doctor({**tree, "train": {**tree["train"], "objective": "dpo"}}, "MM032").findings == []
