@@ -146,3 +146,38 @@ def test_mm032_leaves_preference_runs_on_lora_at_their_small_rates(doctor, tmp_p
     tree = {**_pretrained(tmp_path), "adapter": {"method": "lora"}, "train": {"max_steps": 2, "lr": 5e-6}}
     assert "MM032" in doctor(tree, "MM032").codes("warning")  # the same run, supervised
     assert doctor({**tree, "train": {**tree["train"], "objective": "dpo"}}, "MM032").findings == []
+
+
+# ----------------------------------------------------------------------------- pinned: stopped at start (c)
+# https://github.com/hiyouga/ChatGLM-Efficient-Tuning/issues/348 (fp16 / bf16 switches), transformers' "At most one
+# of fp16 and bf16 can be True": both switches carried over are both named, with the one key that replaces them.
+def test_bf16_and_fp16_switches_both_point_at_train_precision():
+    problems = _validate_problems({**BASE, "bf16": True, "fp16": True})
+    assert set(problems) == {"bf16", "fp16"}
+    assert all("train.precision" in p for p in problems.values())
+
+
+# transformers' `max_steps: -1` ("use num_train_epochs") next to epochs, and warmup given twice: refused with both
+# keys named (the resolved run turns epochs / warmup_ratio into steps itself).
+@pytest.mark.parametrize("train,says", [
+    ({"max_steps": -1, "epochs": 3}, "train.max_steps=-1 and train.epochs=3 both set"),
+    ({"max_steps": 100, "warmup_steps": 10, "warmup_ratio": 0.1}, "train.warmup_steps=10 and train.warmup_ratio=0.1"),
+])
+def test_two_lengths_of_the_run_are_refused(train, says):
+    problems = _validate_problems({**BASE, "train": train})
+    assert any(says in p for p in problems.values()), problems
+
+
+# https://github.com/hiyouga/LlamaFactory/issues/7627, https://github.com/hiyouga/LlamaFactory/issues/1785:
+# LLaMA-Factory's `lora_target: all` / `q_proj,v_proj` copied as adapter.target_modules.
+@pytest.mark.parametrize("targets", ["all", "q_proj,v_proj"])
+def test_llama_factory_lora_target_values_stop_with_the_decoders_names(targets):
+    from mmtune.adapters import lora_target_names
+    from mmtune.errors import ConfigError
+    from mmtune.models.families import family_for_config
+    from mmtune.models.tiny import build_tiny
+
+    model, _ = build_tiny("tiny/qwen2-vl")
+    with pytest.raises(ConfigError) as e:
+        lora_target_names(model, family_for_config(model.config), targets)
+    assert e.value.where == "adapter.target_modules" and "all-linear" in e.value.fix and "q_proj" in e.value.fix
