@@ -7,7 +7,8 @@ so a config never means two things depending on which name won. docs/config.md l
 
 from __future__ import annotations
 
-# other tool's key (its last segment) -> (our dotted key, the tools that use that name; "" for a plain slip)
+# other tool's key (its last segment) -> (our dotted key, "" where we have none; the tools that use that name,
+# "" for a plain slip)
 FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "num_train_epochs": ("train.epochs", "transformers / LLaMA-Factory"),
     "num_epochs": ("train.epochs", "axolotl"),
@@ -62,6 +63,24 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "peft_use_rslora": ("adapter.alpha", "axolotl"),
     "adapter_name_or_path": ("train.resume", "LLaMA-Factory"),
     "lora_model_dir": ("train.resume", "axolotl"),
+    # keys that carry a decision (batch 26 in docs/doctor.md): "remove it" would silently train another run
+    # (no 4-bit base: a QLoRA run turned 16-bit), and difflib's nearest name is a wrong key
+    # (evaluation_strategy -> train.strategy, template -> train.grpo.temperature, torch_dtype -> model.factory)
+    "load_in_4bit": ("adapter.method", "axolotl / transformers (adapter.method=qlora)"),
+    "load_in_8bit": ("adapter.method", "axolotl / transformers (adapter.method=lora8bit)"),
+    "quantization_bit": ("adapter.method", "LLaMA-Factory (4: adapter.method=qlora, 8: adapter.method=lora8bit)"),
+    "lora_target_linear": ("adapter.target_modules", "axolotl (true: adapter.target_modules=all-linear)"),
+    "deepspeed": ("train.strategy", "transformers / LLaMA-Factory / axolotl"),
+    "evaluation_strategy": ("eval.every", "transformers"),
+    "eval_strategy": ("eval.every", "transformers"),
+    "save_strategy": ("train.save_every", "transformers"),
+    "torch_dtype": ("train.precision", "transformers"),
+    "bnb_4bit_compute_dtype": ("train.precision", "transformers / axolotl"),
+    "optim": ("train.optimizer", "transformers / LLaMA-Factory"),
+    "stage": ("train.objective", "LLaMA-Factory (sft | dpo; pt and rm have no mmtune objective)"),
+    "template": ("", "LLaMA-Factory"),
+    "do_train": ("", "transformers / LLaMA-Factory"),
+    "report_to": ("logging.wandb", "transformers / LLaMA-Factory"),
 }
 
 # Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
@@ -74,9 +93,21 @@ FOREIGN_NOTES: dict[str, str] = {
     "adapter_name_or_path": "an adapter is continued by resuming the run that wrote it (the same output_dir, "
                             "train.resume=true: its LoRA weights load trainable, with the optimizer); one from another "
                             "tool: merge it into its base (peft's merge_and_unload) and give that folder as model.name",
+    "deepspeed": "a DeepSpeed JSON is not read: train.strategy=zero2 or zero3 builds it (with train.offload=optimizer "
+                 "for offload_optimizer), docs/distributed.md",
+    "evaluation_strategy": "evaluation is by optimizer steps only: eval.every=N with data.eval set (per epoch: N = "
+                           "the steps per epoch the start screen prints); no data.eval means no evaluation",
+    "save_strategy": "saving is by optimizer steps (train.save_every=N), and every evaluation saves too",
+    "torch_dtype": "the weights load in the run's precision (bf16 | fp16 | fp32), one setting for loading and "
+                   "training",
+    "template": "the chat template is the model's own (its tokenizer's chat_template); a model without one is "
+                "refused by the doctor (MM030), there is no template name to pick",
+    "do_train": "`mmtune train` trains; it evaluates where data.eval is set (eval.every)",
+    "report_to": "logging.wandb=true / logging.tensorboard=true / logging.mlflow=true, one switch each",
 }
 for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_to_save", "modules_to_save"),
-                       ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path")):
+                       ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path"),
+                       ("eval_strategy", "evaluation_strategy"), ("bnb_4bit_compute_dtype", "torch_dtype")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 

@@ -298,6 +298,8 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
                 close = theirs[0] if theirs else suggest(key)
                 msg = f"unknown key {key!r}"
                 fix = f"did you mean {close!r}?" if close else "remove it; see docs/config.md for every key"
+                if theirs and not theirs[0]:  # another tool's setting with no counterpart here
+                    fix = "remove it"
                 if theirs and theirs[1]:
                     fix += f" ({key.split('.')[-1]} is the name in {theirs[1]})"
                 if theirs and foreign_note(key):
@@ -311,8 +313,13 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
                 where = _source_of(key, overrides, path)
                 msg, fix = (f"{key}: {text}" if not text.startswith(key) else text), None
             else:
+                from .foreign_values import section_hint, value_hint
+
                 msg = f"{key}: {err['msg']} (got {err.get('input')!r})"
-                fix = None
+                # a choice or a section written in another tool's words: say ours (config/foreign_values.py)
+                fix = (value_hint(key, err.get("input")) if err["type"] == "literal_error" else
+                       section_hint(RunConfig, key, err.get("input")) if err["type"] in ("model_type", "dict_type")
+                       else None)
             problems.append({"key": key, "message": msg, "where": where, "fix": fix})
         lines = [f"- {p['message']} [{p['where']}]" + (f" -> {p['fix']}" if p["fix"] else "") for p in problems]
         raise ConfigError(f"the config has {len(problems)} problem(s):\n" + "\n".join(lines),

@@ -83,7 +83,7 @@ def _aliases() -> list[str]:
            "Keys in another tool's words are not accepted (a config never means two things depending on",
            "which name won); the error names ours:", "",
            "| their key | ours | whose name |", "|---|---|---|"]
-    out += [f"| `{cell(k)}` | `{cell(v)}` | {cell(who or 'a common slip')}"
+    out += [f"| `{cell(k)}` | {f'`{cell(v)}`' if v else 'none'} | {cell(who or 'a common slip')}"
             f"{cell('; ' + FOREIGN_NOTES[k]) if k in FOREIGN_NOTES else ''} |" for k, (v, who) in FOREIGN_KEYS.items()]
     out += ["", "Accepted spellings:", "",
             "| where | accepted | means |", "|---|---|---|"]

@@ -193,6 +193,30 @@ def lr_fits_method(ctx):
             what = (f"{', '.join(pretrained)} trained in full" if pretrained else "every weight is trained")
             yield warning(f"train.lr={cfg.train.lr:g} with full fine-tuning ({what}): LoRA-sized rates usually "
                           "diverge or destroy the pretrained weights", where="train.lr", fix="train.lr=1e-5")
+    yield from _lora_lr_too_small(cfg)
+
+
+def _lora_lr_too_small(cfg):
+    """The other direction: a full fine-tuning rate (1e-5, a transformers / Qwen README habit) on LoRA, or a rate
+    shrunk by adapter.alpha < adapter.r. LoRA's B starts at zero and its update is scaled by alpha / r, so what the
+    adapter learns goes with lr * alpha / r; LoRA recipes train at 1e-4..2e-4 with alpha = 2r (ours and peft's
+    examples). Supervised runs only: DPO / GRPO on LoRA train at 1e-6..1e-5 on purpose."""
+    from ...config.schema import LORA_METHODS
+
+    a = cfg.adapter
+    if a.method not in LORA_METHODS or cfg.train.objective != "sft":
+        return
+    scale = a.lora_alpha / a.r
+    at_default = cfg.train.lr * scale / 2  # the same update at alpha = 2r
+    if at_default > 1.001e-5:
+        return
+    shrunk = (f"; adapter.alpha={a.lora_alpha} / adapter.r={a.r} scales each update by {scale:g}, so it acts like "
+              f"lr {at_default:.2g} at alpha = 2r" if scale < 2 else "")
+    yield warning(f"train.lr={cfg.train.lr:g} with {a.method}: a full fine-tuning rate for a LoRA adapter{shrunk}; "
+                  "an adapter starts at zero and at this rate barely moves (loss flat, outputs like the base model)",
+                  where="train.lr",
+                  fix="train.lr=1e-4 (LoRA rates are 1e-4..2e-4 with adapter.alpha = 2 * adapter.r)"
+                      + (f", or adapter.alpha={2 * a.r}" if scale < 2 else ""))
 
 
 def _pretrained_in_full(ctx, cfg) -> list[str] | None:
