@@ -314,6 +314,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)  # loading included
         if cfg.data.eval:
             attach_eval_data(run)
+            _without_empty_eval(run)
         if not run.train_set.records:
             from .errors import DataError
 
@@ -402,6 +403,22 @@ def attach_eval_data(run: Run) -> None:
     check_records(run.eval_set.records, cfg.eval.batch_size, "eval.batch_size", "eval")
     run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
     run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
+
+
+def _without_empty_eval(run: Run) -> None:
+    """An eval set with no record: training evaluates nothing (said), unless its records were all refused --
+    then the data is wrong and the run stops before step 1, as for the training set."""
+    rs = run.eval_set
+    if rs is None or rs.records:
+        return
+    if rs.skipped:
+        from .errors import DataError
+
+        raise DataError(f"no usable eval record ({dict(rs.skipped)} skipped)", where=str(run.cfg.data.eval),
+                        fix="see `mmtune data inspect CONFIG --split eval` for the reasons, or remove data.eval")
+    run.decisions.append("data.eval: no eval record, so this run evaluates nothing"
+                         + (" (every mixture source is one training file: see the notes above)" if rs.notes else ""))
+    run.eval_set = None
 
 
 def _start_background_check(run: Run, records, decisions: list[str]) -> None:

@@ -57,6 +57,35 @@ def sample_counts(sizes: dict[str, int], sources, mixture_size: int | None) -> d
     return counts
 
 
+def held_out_sources(sources, data_cfg, out: RecordSet) -> list:
+    """The eval sources that hold records of their own: a source that is one training file (or a glob pattern of
+    them) has no eval split, so "its eval split" would be its training records and every metric would measure
+    memorisation. Left out, with a note; a folder, a hub dataset, PATH::SPLIT and OCR-VQA's dataset.json (its rows
+    carry their split) keep theirs, and so does an eval path the source names itself."""
+    from pathlib import Path
+
+    from .globs import is_pattern
+    from .hub import is_hub_id
+
+    if not isinstance(data_cfg.train, list):
+        return list(sources)
+    train = {s.name: s for s in data_cfg.train}
+    kept = []
+    for src in sources:
+        path, own = src.path, train.get(src.name)
+        one_file = ("::" not in path and not path.startswith("synthetic:") and not is_hub_id(path)
+                    and (is_pattern(path) or Path(path).expanduser().is_file()))
+        # the default (a source's `eval: true`) only: an eval path the config names is taken as given (MM061 warns)
+        defaulted = own is not None and own.eval is True and own.path == path
+        if defaulted and one_file and (src.format or data_cfg.format) != "ocrvqa":
+            out.notes.append(f"{src.name}: not evaluated: {path} is one file with no eval split of its own, so its eval "
+                             "records would be its training records (give the source `eval: PATH` of held-out records, "
+                             "or data.eval)")
+            continue
+        kept.append(src)
+    return kept
+
+
 def draw(n: int, count: int, rng: random.Random) -> list[int]:
     """`count` indices into n records: whole copies of all of them, then a random subset, in order."""
     idx = list(range(n)) * (count // n)
@@ -69,6 +98,8 @@ def load_mixture(sources, data_cfg, split: str) -> RecordSet:
 
     out = RecordSet()
     per_source: dict[str, list] = {}
+    if split != "train":
+        sources = held_out_sources(sources, data_cfg, out)
     for src in sources:
         rs = load_source(src.path, source_data_cfg(src, data_cfg), split, parts=src.parts)
         for r in rs.records:

@@ -524,8 +524,14 @@ def scan_dataset(resolved, *, limit=None, write_clean: Path | None = None, full:
                                             train_keys=train_keys))
             if sample is not None:
                 result.splits[-1].sampled, result.splits[-1].sampled_by = sample, "data.streaming"
-    if cfg.data.eval:
-        for spec, r, tag in _sources(cfg.data.eval, resolved):
+    evals = cfg.data.eval
+    if isinstance(evals, list):  # as training reads it: a source that is one training file has no eval split
+        from ..data.mixture import held_out_sources
+        from ..data.records import RecordSet
+
+        evals = held_out_sources(evals, cfg.data, RecordSet()) or None
+    if evals:
+        for spec, r, tag in _sources(evals, resolved):
             clean = write_clean.with_name(write_clean.stem + tag + ".eval" + write_clean.suffix) if write_clean else None
             result.splits.append(scan_split("eval", spec, r, limit=limit, write_clean=clean, full=full,
                                             train_keys=train_keys))
