@@ -219,8 +219,31 @@ def lora_target_names(model, family: Family, target_modules) -> list[str]:
             f"adapter.target_modules {unmatched} match no linear layer of the decoder",
             where="adapter.target_modules",
             fix=f"decoder linear layers are named: {', '.join(leaves)}; use 'auto', 'all-linear', "
-                "'component:name' (e.g. vision:qkv) or a full module path")
+                "'component:name' (e.g. vision:qkv) or a full module path" + _not_linear_hint(model, family, unmatched))
     return chosen
+
+
+def _not_linear_hint(model, family: Family, unmatched: list[str]) -> str:
+    """Why a mixture of experts' names match nothing: transformers 5 keeps each layer's experts as fused 3-D
+    parameters (Mixtral's `w1` / `w2` / `w3` and Qwen-MoE's per-expert `gate_proj` / `up_proj` / `down_proj` of
+    transformers 4 are gone) and its router `gate` as a module of its own (`F.linear` on a weight), neither
+    nn.Linear: LoRA lands on neither, whatever the name (recipes written for transformers 4 list them)."""
+    import re
+
+    routers = sorted({type(m).__name__ for n, m in model.named_modules()
+                      if n.rpartition(".")[2] in unmatched and _in_component(family, n, "decoder")})
+    fused = []
+    for n, p in model.named_parameters():
+        path = re.sub(r"\.\d+\.", ".*.", n)
+        if p.dim() >= 3 and _in_component(family, n, "decoder") and path not in fused:
+            fused.append(path)
+    hint = ""
+    if routers:
+        hint += f"; {', '.join(routers)} (named {', '.join(unmatched)}) is not nn.Linear"
+    if fused:
+        hint += (f"; this mixture of experts keeps its experts as fused 3-D parameters ({', '.join(fused)}), not "
+                 "nn.Linear: LoRA cannot land on them (nor on the router), adapter.method=full trains them")
+    return hint
 
 
 def _last_blocks(names: list[str], k: int) -> list[str]:

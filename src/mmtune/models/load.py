@@ -108,6 +108,12 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
                 "vision patch embedding: no non-overlapping Conv3d `patch_embed` found in this model: left as built")
     if quantize_here:
         _quantize_built(model, family, cfg, dtype, meta, decisions, cuda_target=run.target.gpu is not None)
+    if qlora:  # every k-bit path (loaded quantized, built then quantized, meta stand-ins): what stayed 16-bit
+        from .kbit_coverage import left_out_line
+
+        line = left_out_line(model, family, cfg.adapter.method, dtype)
+        if line:
+            _decide(decisions, line)
     if not meta:
         from .audits import check_dtypes, check_no_meta
 

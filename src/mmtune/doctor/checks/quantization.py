@@ -131,3 +131,33 @@ def fsdp_uniform_trainable_dtype(ctx):
                         "(\"FSDP expects uniform original parameter dtype\")", where="train.strategy",
                         fix="train.fp32_trainable=true (every trainable weight fp32), or train.strategy=ddp")
             return
+
+
+@check("MM228", "a k-bit base (qlora / lora8bit) quantizes most of the decoder: no fused 3-D expert weights left in 16 bits",
+       needs=("cfg", "resolved", "loaded"))
+def kbit_leaves_fused_experts(ctx):
+    """bitsandbytes quantizes nn.Linear layers only. transformers 5 stores a mixture of experts' experts as fused
+    3-D parameters (Qwen3-MoE, Qwen2-MoE, Mixtral, OLMoE: `mlp.experts.gate_up_proj` / `down_proj`), so a QLoRA
+    base of Qwen3-30B-A3B keeps ~54 GiB of experts in bf16: "4-bit" only in its attention (bitsandbytes#1849
+    "Failed to quant MoE models with fused expert weights in transformers v5"; axolotl#3787: a 30B-A3B QLoRA floor
+    of 17-24 GiB needs expert quantization of its own). The plan counts these bytes (models/kbit_coverage.py);
+    this says why they are there: a warning when they are most of the decoder's weight bytes, an info otherwise."""
+    cfg = ctx.need("cfg")
+    if cfg.adapter.method not in KBIT:
+        return
+    from ...models.kbit_coverage import kbit_left_out, size_text
+
+    loaded = ctx.need("loaded")
+    paths, left, total = kbit_left_out(loaded.model, loaded.family)
+    if not left:
+        return
+    share = left / total if total else 0.0
+    what = (f"adapter.method={cfg.adapter.method} quantizes the decoder's nn.Linear layers only: {', '.join(paths)} are "
+            f"fused 3-D expert weights, {size_text(left)} ({share:.0%} of the decoder's weight bytes), and stay in "
+            f"{cfg.train.precision}, so the k-bit base is not the ~4x smaller model a {cfg.adapter.method} run suggests")
+    fix = ("size the GPU by `mmtune plan` (it counts the experts in 16 bits), or train.strategy=fsdp to shard them across "
+           "GPUs (ZeRO-3 takes no k-bit base); adapter.method=lora keeps the same expert bytes with unquantized attention")
+    if share >= 0.5:
+        yield warning(what, where="adapter.method", fix=fix)
+    else:
+        yield info(what, where="adapter.method", fix=fix)
