@@ -92,3 +92,54 @@ def test_the_step_returns_plain_numbers_not_tensors(tmp_path):
     assert res.grad_norm is None or type(res.grad_norm) is float
     assert not any(isinstance(v, torch.Tensor) for v in res.parts.values())
     assert all(p.grad is None for p in run.trainable_params)  # gradients freed (set_to_none) before the next step
+
+
+# ----------------------------------------------------------------------------- the first eval: full logits again
+# https://github.com/huggingface/transformers/issues/17089, https://github.com/unslothai/unsloth/issues/1147,
+# https://github.com/NVIDIA-Merlin/Transformers4Rec/issues/693: training fits, the first evaluation runs out of
+# memory on the eval batch's logits. A run whose loss is chunked (train.loss_impl, decided to keep the
+# batch x sequence x vocabulary fp32 logits out of memory) evaluated with the full logits all the same.
+def _eval_run(tmp_path, impl):
+    from mmtune.build import build_run
+
+    path = _records(tmp_path / "data.jsonl", n=8, long_at=3, long_words=20)
+    cfg = load_config(None, ["model.name=tiny/qwen2", f"data.train={path}", f"data.eval={path}",
+                             "train.micro_batch_size=2", "eval.batch_size=4", f"train.loss_impl={impl}",
+                             f"output_dir={tmp_path / impl}", "train.max_steps=1", "train.seed=3"])
+    return build_run(cfg)
+
+
+def test_a_chunked_run_evaluates_without_the_full_logits(tmp_path):
+    from mmtune.evaluate.run_eval import evaluate
+
+    seen = {}
+    losses = {}
+    for impl in ("full", "chunked"):
+        run = _eval_run(tmp_path, impl)
+        assert run.cfg.train.loss_impl == impl
+        head = run.unwrapped_model().get_output_embeddings()
+        rows = []
+        handle = head.register_forward_hook(lambda m, a, out, rows=rows: rows.append(out.shape[:-1].numel()))
+        try:
+            metrics, _ = evaluate(run, run.eval_set.records, with_generation=False)
+        finally:
+            handle.remove()
+        seen[impl], losses[impl] = max(rows), metrics["eval_loss"]
+    batch = run.collator([run.encoder.encode(r) for r in run.eval_set.records[:4]])
+    assert seen["full"] == batch["input_ids"].numel()  # every position of the eval batch at once
+    answer_rows = int((batch["labels"][:, 1:] != -100).sum())
+    assert seen["chunked"] <= answer_rows < seen["full"]  # only answer rows, a chunk at a time
+    assert losses["chunked"] == pytest.approx(losses["full"], rel=1e-5)
+
+
+def test_the_plan_of_a_chunked_runs_eval_has_no_full_logits(tmp_path):
+    from mmtune.plan import predict
+
+    path = _records(tmp_path / "data.jsonl", n=8, long_at=3, long_words=60)
+    peaks = {}
+    for impl in ("full", "chunked"):
+        cfg = load_config(None, ["model.name=tiny/qwen2", f"data.train={path}", f"data.eval={path}",
+                                 "train.micro_batch_size=1", "eval.batch_size=8", "eval.generate=false",
+                                 f"train.loss_impl={impl}"])
+        peaks[impl] = predict(cfg, gpu="a100-40gb").eval["loss_peak_bytes"]
+    assert peaks["chunked"] < peaks["full"]
