@@ -53,13 +53,22 @@ def count_answer_tokens(labels) -> int:
     return int((labels[:, 1:] != IGNORE_INDEX).sum())
 
 
-def loss_sum(model, batch: dict):
+def loss_sum(model, batch: dict, impl: str = "full"):
     """(sum of answer-token cross entropies in fp32, number of answer tokens) for one micro-batch.
 
-    Labels are not passed to the model, so it never computes (and upcasts) a loss of its own.
+    Labels are not passed to the model, so it never computes (and upcasts) a loss of its own. `impl`: as
+    `loss_sum_and_output`; evaluation passes `eval_impl(the run's train.loss_impl)`.
     """
-    total, n, _ = loss_sum_and_output(model, batch)
+    total, n, _ = loss_sum_and_output(model, batch, impl)
     return total, n
+
+
+def eval_impl(run_impl: str) -> str:
+    """The loss path of evaluation (no gradients): the run's own decision, so a run that chunks its loss to keep
+    the full fp32 logits out of memory does not build them at its first eval (eval batch x sequence x vocabulary,
+    which the training steps never held). Liger's kernel computes gradients inside its forward (a training
+    kernel): evaluation takes its chunked torch twin."""
+    return "full" if run_impl == "full" else "chunked"
 
 
 def model_inputs(batch: dict) -> dict:

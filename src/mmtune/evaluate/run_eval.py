@@ -69,13 +69,15 @@ class _root_gathered:
 
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
-                   real: int | None = None, balance=None, progress: str | None = None) -> tuple[float, int]:
+                   real: int | None = None, balance=None, progress: str | None = None,
+                   loss_impl: str = "full") -> tuple[float, int]:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
-    filled up to the others' length so every rank runs as many forwards): run, but counted nowhere."""
+    filled up to the others' length so every rank runs as many forwards): run, but counted nowhere.
+    `loss_impl`: the run's train.loss_impl (mmtune.loss.eval_impl: a chunked run evaluates chunked too)."""
     import torch
 
     from ..console import TaskBar
-    from ..loss import IGNORE_INDEX, loss_sum, to_device
+    from ..loss import IGNORE_INDEX, eval_impl, loss_sum, to_device
 
     model.eval()
     total, tokens = 0.0, 0
@@ -92,7 +94,7 @@ def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int
             if balance is not None:
                 batch = balance.balance([batch], collator)[0]
             with autocast():
-                s, n = loss_sum(model, to_device(batch, device))
+                s, n = loss_sum(model, to_device(batch, device), eval_impl(loss_impl))
             total += float(s)
             tokens += int(n)
             bar.advance(len(items))
@@ -135,7 +137,7 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     balance = balance_for(run, records)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
                                    batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
-                                   balance=balance, progress="eval loss")
+                                   balance=balance, progress="eval loss", loss_impl=cfg.train.loss_impl)
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}

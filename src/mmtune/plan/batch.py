@@ -100,6 +100,12 @@ def _fill_to(item: dict, n: int, fill_id: int) -> dict:
     return out
 
 
+def _fill_id(tok, item: dict) -> int:
+    """The text token a record is lengthened with: "a", or the record's last token where "a" is unknown."""
+    fill = tok.convert_tokens_to_ids("a")
+    return int(item["input_ids"][-1]) if fill is None or fill == tok.unk_token_id else int(fill)
+
+
 def describe_spec(spec) -> str:
     """A data spec in words: a path, or a mixture's sources by name."""
     if isinstance(spec, list):
@@ -173,6 +179,16 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         if len(distinct) < len(rs.records):
             scanned += f"; {len(rs.records)} samples"
         src = f"worst-case record of {describe_spec(spec)} ({worst_n} tokens; {scanned})"
+        # Records past the measured ones are drawn too, and one of them may be the longest: a run planned at the
+        # prefix's worst fits step 1 and dies when that record arrives. What bounds every record the run trains
+        # on is the sequence cap (longer ones are refused or skipped), so the unmeasured rest is planned at it.
+        # (grpo: a record's length counts its completion budget; the batch holds the prompt, filled to the rest)
+        if len(distinct) > len(records) and worst_n < cfg.data.max_length:
+            budget = cfg.train.grpo.max_completion_length if training and cfg.train.objective == "grpo" else 0
+            item = _fill_to(item, cfg.data.max_length - budget, _fill_id(tok, item))
+            src += (f"; the {len(distinct) - len(records)} records not measured may be as long as the "
+                    f"{cfg.data.max_length}-token cap (data.max_length): planned at it")
+            worst_n = cfg.data.max_length
         if packed:
             item, worst_n, src = _packed_row(item, enc, resolved, src)
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
@@ -188,9 +204,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         raise DataError(f"the declared media ({decl.describe()}) alone take {n_media} tokens, over the "
                         f"{target}-token sequence cap", where="plan --image/--video/--audio",
                         fix=f"raise data.max_length to at least {n_media}, or lower model.max_pixels / the sizes")
-    fill = tok.convert_tokens_to_ids("a")
-    if fill is None or fill == tok.unk_token_id:
-        fill = int(item["input_ids"][-1])
+    fill = _fill_id(tok, item)
     # grpo: the declared tokens are the prompt's and the completion's; the batch holds the prompt alone
     budget = cfg.train.grpo.max_completion_length if training and cfg.train.objective == "grpo" else 0
     if budget and n_media + budget > target:
@@ -219,8 +233,7 @@ def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:
     cap, n = resolved.cfg.data.max_length, int(item["input_ids"].shape[-1])
     copies = [item] * max(1, cap // n)
     tok = enc.tokenizer
-    fill = tok.convert_tokens_to_ids("a")
-    fill = int(item["input_ids"][-1]) if fill is None or fill == tok.unk_token_id else int(fill)
+    fill = _fill_id(tok, item)
     copies[-1] = _fill_to(item, cap - n * (len(copies) - 1), fill)
     def text_count(it):
         return torch.arange(it["input_ids"].shape[-1]).expand(3, -1)

@@ -240,17 +240,18 @@ def _accepts(model, name: str) -> bool:
 
 
 def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max_new_tokens: int,
-             generate: bool, attention=None) -> dict:
+             generate: bool, attention=None, loss_impl: str = "full") -> dict:
     """The loop's evaluation after the traced steps (state alive, gradients freed), on the same tracker.
 
-    eval_loss: `train.step.loss_sum` under no_grad on the eval batch (full logits, fp32 upcast), as
-    `evaluate.run_eval.eval_loss_sums` does. eval_generation (when eval.generate): the prompt forward with a
-    KV cache and last-position logits (what `generate` computes), then one traced decode step on a cache
+    eval_loss: `loss.loss_sum` under no_grad on the eval batch by the run's loss path (`loss.eval_impl`: full
+    fp32 logits, or chunked), as `evaluate.run_eval.eval_loss_sums` does. eval_generation (when
+    eval.generate): the prompt forward with a KV cache and last-position logits (what `generate` computes),
+    then one traced decode step on a cache
     that already holds the `max_new_tokens - 1` later tokens: the growth of the cache is added
     analytically (bytes per token of the traced cache x tokens, plus the growth of the one-layer
     `torch.cat` copy DynamicCache makes per step), as one block alive through that step.
     """
-    from ..loss import loss_sum
+    from ..loss import eval_impl, loss_sum
     from .fake import ValueFunctionMode
 
     tracker = ex.tracker
@@ -265,7 +266,7 @@ def run_eval(ex: Execution, model, eval_batch: dict, *, mode, compute_dtype, max
     try:
         with mode, ValueFunctionMode(mode), attention or contextlib.nullcontext(), torch.no_grad(), acc.autocast():
             tracker.phase, tracker.tag = "eval_loss", ""
-            total, n = loss_sum(model, fake_batch)
+            total, n = loss_sum(model, fake_batch, eval_impl(loss_impl))
             del total, n
             if generate:
                 tracker.phase = "eval_generation"

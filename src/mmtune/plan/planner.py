@@ -194,7 +194,7 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
             eb = _eval_batch(resolved, declared)
             ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
                                     max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate,
-                                    attention=attention)
+                                    attention=attention, loss_impl=loss_impl)
         if attention is not None and attention.calls:
             pm.decisions.append("attention: SDPA calls traced per target kernel: " + ", ".join(
                 f"{n} x {k}" for k, n in sorted(attention.calls.items())) + " (plan/attention.py)")

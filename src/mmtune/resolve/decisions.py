@@ -208,7 +208,8 @@ def decide_loss_impl(requested: str, target, *, rows: int, vocab: int | None,
     else:
         why = "requested"
     return "chunked", Decision(key, "chunked", f"{why}; answer-token hidden states in checkpointed chunks, "
-                               "one chunk's fp32 logits at a time", changed=requested != "chunked")
+                               "one chunk's fp32 logits at a time, in training and in evaluation's loss",
+                               changed=requested != "chunked")
 
 
 # --------------------------------------------------------------------------- fused kernels
