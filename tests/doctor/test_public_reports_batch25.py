@@ -6,6 +6,7 @@ fixed (a packed micro-batch of several rows under FA2, MM027 ignoring a static R
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -71,6 +72,9 @@ def test_a_packed_micro_batch_under_fa2_is_one_row_fa2_reads_records_from(name, 
 
     model, collate, items = _encoded(name, tmp_path)
     rope = rope_index_of(model)
+    # unpacked batches carry no position_ids: the model makes its own (Qwen2-VL's 3-D ones never reach FA2 as
+    # "packed": https://github.com/QwenLM/Qwen3.8/issues/104, https://github.com/huggingface/transformers/pull/47342)
+    assert "position_ids" not in collate(items)
     rows = [[0, 1, 2], [3]]  # two rows of one micro-batch (train.micro_batch_size=2)
 
     per_row = collate(PackedRows(items, rope, join=joins_rows("sdpa")).__getitems__(rows))
@@ -108,10 +112,10 @@ def test_the_packing_decision_says_fa2_rows_are_joined():
 # https://github.com/hiyouga/LlamaFactory/pull/8101: Qwen's card extends 32k to 128k with `rope_scaling: {type: yarn,
 # factor: 4, original_max_position_embeddings: 32768}`, max_position_embeddings left at 32768. MM027 read only
 # max_position_embeddings: a false warning with the fix "data.max_length=32768" for exactly the run YaRN is for.
-def _mm027(tmp_path, name, rope, max_length):
-    folder = model_folder(tmp_path, "tiny/qwen2", name, config_json={"rope_scaling": rope, "max_position_embeddings": 2048})
-    rep = run_codes(context_for(tmp_path, {"model": {"name": str(folder)},
-                                           "data": {"train": "synthetic:counting", "max_length": max_length}}), "MM027")
+def _mm027(tmp_path, name, rope, max_length, tiny="tiny/qwen2", **tree):
+    folder = model_folder(tmp_path, tiny, name, config_json={"rope_scaling": rope, "max_position_embeddings": 2048})
+    data = {"train": "synthetic:counting", "max_length": max_length, **tree.pop("data", {})}
+    rep = run_codes(context_for(tmp_path, {"model": {"name": str(folder)}, "data": data, **tree}), "MM027")
     return [f for f in rep.findings if f.code == "MM027"]
 
 
@@ -129,6 +133,55 @@ def test_mm027_still_warns_past_an_unscaled_or_already_stretched_window(tmp_path
     # (chinese-alpaca-2-13b-16k: 16384 and linear 4, https://github.com/hiyouga/LlamaFactory/issues/1298)
     (linear,) = _mm027(tmp_path, "b", {"type": "linear", "factor": 4.0}, 6144)
     assert linear.fix == "data.max_length=2048"
+
+
+# https://github.com/vllm-project/vllm/pull/25384, https://github.com/vllm-project/vllm/issues/10293: YaRN on an M-RoPE
+# model (Qwen-VL's long-video recipe: rope_scaling yarn with mrope_section). transformers builds and runs it; MM027
+# reads its stretched window as for a text model.
+def test_yarn_with_mrope_sections_builds_runs_and_counts_its_window(tmp_path):
+    import torch
+
+    from mmtune.models.tiny import build_tiny, tiny_config_and_processor
+
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "mrope_section": [2, 3, 3],
+            "rope_theta": 10000.0}
+    text = tiny_config_and_processor("tiny/qwen2-vl")[0].text_config.to_dict()
+    model, _ = build_tiny("tiny/qwen2-vl", text_config={**text, "rope_parameters": yarn})
+    assert model.config.text_config.rope_parameters["rope_type"] == "yarn"
+    assert torch.isfinite(model(input_ids=torch.arange(1, 21)[None]).logits).all()
+    # written where the decoder reads it (text_config.rope_parameters), its window counts and MM238 is silent
+    folder = model_folder(tmp_path, "tiny/qwen2-vl", "vl")
+    raw = json.loads((folder / "config.json").read_text())
+    raw["text_config"]["rope_parameters"] = yarn
+    (folder / "config.json").write_text(json.dumps(raw))
+    ctx = context_for(tmp_path, {"model": {"name": str(folder)}, "data": {"train": "synthetic:counting", "max_length": 6144}})
+    assert run_codes(ctx, "MM027", "MM238").findings == []
+
+
+# https://github.com/sgl-project/sglang/pull/26187, https://github.com/huggingface/text-generation-inference/issues/2909:
+# a YaRN entry written where the model does not read it is silently dropped. A VLM folder saved by transformers 5 has
+# a text_config with its own rope_parameters; the card's `rope_scaling` added at the top of config.json stays on the
+# outer config, and the decoder runs unscaled. MM238 (new) says so.
+def test_mm238_a_top_level_rope_scaling_the_decoder_never_reads(tmp_path):
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048, "mrope_section": [2, 3, 3]}
+    folder = model_folder(tmp_path, "tiny/qwen2-vl", "vl", config_json={"rope_scaling": yarn, "max_position_embeddings": 2048})
+    ctx = context_for(tmp_path, {"model": {"name": str(folder)}, "data": {"train": "synthetic:counting", "max_length": 6144}})
+    rep = run_codes(ctx, "MM027", "MM238")
+    (dropped,) = [f for f in rep.findings if f.code == "MM238"]
+    assert dropped.severity == "error" and "text_config" in dropped.fix and "(default)" in dropped.message
+    assert [f.fix for f in rep.findings if f.code == "MM027"] == ["data.max_length=2048"]  # the window it really has
+    plain = model_folder(tmp_path, "tiny/qwen2-vl", "plain", config_json={"rope_scaling": {"type": "mrope",
+                                                                                           "mrope_section": [2, 3, 3]}})
+    ctx = context_for(tmp_path, {"model": {"name": str(plain)}, "data": {"train": "synthetic:counting"}})
+    assert run_codes(ctx, "MM238").findings == []  # the legacy "mrope" name is no scaling
+
+
+# https://github.com/unslothai/unsloth/issues/1016, https://github.com/JIA-Lab-research/LongLoRA/issues/151,
+# https://github.com/meta-llama/llama/issues/953: "the current text generation call will exceed the model's predefined
+# maximum length": the eval prompt (up to data.max_length) plus eval.max_new_tokens runs past the context.
+def test_mm027_says_when_eval_generation_runs_past_the_context(tmp_path):
+    (gen,) = _mm027(tmp_path, "a", None, 2000, data={"eval": "synthetic:counting"}, eval={"max_new_tokens": 256})
+    assert gen.where == "eval.max_new_tokens" and gen.fix == "eval.max_new_tokens=48"
 
 
 # ----------------------------------------------------------------------------- sliding-window attention under SDPA
