@@ -432,7 +432,8 @@ def rope_scaling_reaches_the_decoder(ctx):
     top = next((v for v in outer.values() if isinstance(v, dict)), {})
     kind = top.get("rope_type") or top.get("type")
     inner = rope_scaling(text)
-    if kind in (None, "default", "mrope") or float(top.get("factor") or 1.0) <= 1.0:
+    factor = top.get("factor")
+    if kind in (None, "default", "mrope") or not isinstance(factor, (int, float)) or factor <= 1.0:
         return
     if (inner.get("rope_type") or inner.get("type")) == kind and inner.get("factor") == top.get("factor"):
         return
