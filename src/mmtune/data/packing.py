@@ -23,6 +23,13 @@ What a row is: `pack_row` concatenates the records' encodings in order --
   record's images in order and the model scatters them into the placeholders in order;
 - `token_mask` (ones): which positions of a collated batch are tokens rather than padding.
   Never given to the model (loss.model_inputs drops it).
+
+Under FlashAttention-2 a micro-batch's rows are given to the model as one row, end to end (`joins_rows`):
+transformers' FA2 reads record boundaries from `position_ids` only in a batch of one row
+(modeling_flash_attention_utils._is_packed_sequence, "flattened sequences only"); with two rows or more it runs
+plain causal attention over each row, and every record attends to the records packed before it. One row of the
+same records gives varlen attention over each record alone (and needs no padding). SDPA and eager build their
+block-diagonal mask per row, so their rows stay apart (a joined row's mask would grow with the square of its length).
 """
 
 from __future__ import annotations
@@ -34,6 +41,12 @@ from ..loss import TOKEN_MASK
 
 PACK_WINDOW = 1024  # records packed together: wide enough to fill rows, narrow enough to stay random
 DROPPED = ("attention_mask",)  # its absence is what makes transformers read the records from position_ids
+JOINED_UNDER = ("flash_attention_2",)  # attentions that see packed records only in a one-row batch (module docstring)
+
+
+def joins_rows(attn: str) -> bool:
+    """Whether a packed micro-batch is given to the model as one row under the attention `attn` (module docstring)."""
+    return attn in JOINED_UNDER
 
 
 def pack_indices(indices: list[int], lengths: list[int], capacity: int) -> list[list[int]]:
@@ -111,10 +124,12 @@ class PackedRows:
     loop's batch sampler yields micro-batches of rows, so the DataLoader (and its workers) packs.
 
     A record the underlying dataset reports bad (`{bad_key: info}`) is left out of its row and passed
-    on under `bad_key` as a list, for the loop's data.on_bad_record handling."""
+    on under `bad_key` as a list, for the loop's data.on_bad_record handling.
 
-    def __init__(self, records, rope_index=None, bad_key: str | None = None):
-        self.records, self.rope_index, self.bad_key = records, rope_index, bad_key
+    `join` (`joins_rows(attn)`): a micro-batch's rows come out as one row holding all their records, in order."""
+
+    def __init__(self, records, rope_index=None, bad_key: str | None = None, join: bool = False):
+        self.records, self.rope_index, self.bad_key, self.join = records, rope_index, bad_key, join
 
     def __len__(self):
         return len(self.records)
@@ -128,6 +143,8 @@ class PackedRows:
         flat = [i for row in rows for i in row]
         many = getattr(self.records, "__getitems__", None)
         items = many(flat) if many is not None else [self.records[i] for i in flat]
+        if self.join:
+            return [self._pack(items)]
         out, at = [], 0
         for row in rows:
             out.append(self._pack(items[at:at + len(row)]))

@@ -439,8 +439,16 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
            "sdpa": "SDPA with a block-diagonal causal mask built from position_ids",
            "eager": "a block-diagonal causal mask built from position_ids"}[attn]
     rope = " and 3-D M-RoPE positions per record" if family.mrope else ""
-    return Decision(key, f"rows of up to {cfg.data.max_length} tokens (data.max_length), "
-                         f"{cfg.train.micro_batch_size} per micro-batch",
+    from ..data.packing import joins_rows
+
+    mbs = cfg.train.micro_batch_size
+    if joins_rows(attn) and mbs > 1:  # FA2 finds the records of a one-row batch only (data/packing.py)
+        value = (f"rows of up to {cfg.data.max_length} tokens (data.max_length), {mbs} per micro-batch, given to "
+                 f"the model joined as one sequence of up to {mbs * cfg.data.max_length} tokens")
+        how += " (transformers' FA2 reads them only in a one-row batch, so a micro-batch's rows are joined)"
+    else:
+        value = f"rows of up to {cfg.data.max_length} tokens (data.max_length), {mbs} per micro-batch"
+    return Decision(key, value,
                     f"requested; {how}; positions restart per record{rope}; loss summed over the same answer tokens")
 
 

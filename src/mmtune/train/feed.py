@@ -111,9 +111,10 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     dataset = EncodedDataset(run.train_set.records, run.train_encoder, run.encode_cache, aux_losses)
     if run.cfg.data.packing:  # the sampler yields rows of records; the loader packs them (data/packing.py)
         from ..compat.rope_index import rope_index_of
-        from ..data.packing import PackedRows
+        from ..data.packing import PackedRows, joins_rows
 
-        dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD)
+        dataset = PackedRows(dataset, rope_index_of(run.unwrapped_model()), bad_key=BAD,
+                             join=joins_rows(run.resolved.attn_implementation))
     collate, plan = SkippingCollator(run.train_collator), run.resolved.loader
     by_value = getattr(plan, "by_value", False)  # a CPU run's workers (data/workers.py: LoaderPlan.by_value)
     if by_value:

@@ -242,14 +242,17 @@ def context_length(ctx):
     cfg, config = ctx.need("cfg"), ctx.need("model_config")
     if config is None:
         return  # MM024 reports it
-    text = getattr(config, "text_config", None) or config
-    limit = getattr(text, "max_position_embeddings", None)
+    from ...models.context_window import context_window
+
+    # The window a static RoPE scaling in the config stretches it to counts (Qwen's YaRN recipe for 128k).
+    window = context_window(getattr(config, "text_config", None) or config)
+    limit = window.limit
     if limit and cfg.data.max_length > limit:
-        yield warning(f"data.max_length={cfg.data.max_length} exceeds the model's max_position_embeddings={limit}",
+        yield warning(f"data.max_length={cfg.data.max_length} exceeds the model's {window.describe()}",
                       where="data.max_length", fix=f"data.max_length={limit}")
     need = cfg.data.max_length + cfg.eval.max_new_tokens
     if limit and cfg.data.eval and need > limit >= cfg.data.max_length:
-        yield warning(f"data.max_length + eval.max_new_tokens = {need} exceeds max_position_embeddings={limit}",
+        yield warning(f"data.max_length + eval.max_new_tokens = {need} exceeds the model's {window.describe()}",
                       where="eval.max_new_tokens", fix=f"eval.max_new_tokens={max(1, limit - cfg.data.max_length)}")
 
 

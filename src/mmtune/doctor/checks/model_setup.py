@@ -415,6 +415,36 @@ def static_rope_scaling(ctx):
                                               f"sequences longer than {window} tokens)")
 
 
+@check("MM238", "a RoPE scaling written in config.json reaches the decoder (a composite config's text_config)", fast=True)
+def rope_scaling_reaches_the_decoder(ctx):
+    """A VLM's decoder reads its RoPE from `text_config` (transformers 5). Following a model card's long-context
+    recipe, users add `rope_scaling: {type: yarn, factor: 4, ...}` at the top of config.json; where the file
+    already has a `text_config` with its own `rope_parameters` (any folder transformers 5 saved), the top-level
+    entry is kept on the outer config and never read: the run trains at unscaled positions past the window it
+    asked for, silently (as sglang#26187's YaRN dropped under the wrong key)."""
+    from ...models.context_window import context_window, rope_scaling
+
+    cfg, config = _config_or_skip(ctx)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if text is config:
+        return
+    outer = {k: v for k, v in vars(config).items() if k in ("rope_scaling", "rope_parameters")}
+    top = next((v for v in outer.values() if isinstance(v, dict)), {})
+    kind = top.get("rope_type") or top.get("type")
+    inner = rope_scaling(text)
+    factor = top.get("factor")
+    if kind in (None, "default", "mrope") or not isinstance(factor, (int, float)) or factor <= 1.0:
+        return
+    if (inner.get("rope_type") or inner.get("type")) == kind and inner.get("factor") == top.get("factor"):
+        return
+    window = context_window(text)
+    yield error(f"{cfg.model.name}'s config.json scales RoPE at its top level ({kind}, factor {top.get('factor')}), "
+                f"but the decoder reads text_config.rope_parameters ({inner.get('rope_type') or 'default'}): the scaling "
+                f"is not applied and the model keeps {window.describe()}",
+                where="model.name", fix="move the rope_scaling entry into config.json's text_config as rope_parameters "
+                                        "(keeping its mrope_section and rope_theta), or remove it")
+
+
 # Checks that read facts only a registered family states (each verified on its tiny twin), and what they say
 # instead for a day-0 family (models/generic.py).
 # code -> (the modality it concerns, None for any; why it cannot apply): a text-only day-0 family is not told about video
