@@ -119,7 +119,7 @@ def _family_of(adapter_dir: Path):
     return next((f for f in FAMILIES.values() if f.model_class == cls), None)
 
 
-MARKER = ".mmtune-export.json"
+from .origin import MARKER  # noqa: E402 - the marker is read by chat and serve too
 
 
 def _run_dir(ckpt: Path) -> Path:

@@ -78,7 +78,8 @@ def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> Vl
 def _what_to_load(path: Path, target: str):
     """(model folder or id, LoRA adapter folder or None, the run's config or None)."""
     from ..chat import is_run_or_checkpoint
-    from ..export import MARKER, run_config_of
+    from ..export import run_config_of
+    from ..export.origin import export_checkpoint
     from ..train.checkpoint import resolve_checkpoint
 
     if is_run_or_checkpoint(path):
@@ -90,12 +91,8 @@ def _what_to_load(path: Path, target: str):
             return (ckpt / "model").resolve(), None, cfg
         raise MMTuneError(f"{ckpt} holds a sharded full fine-tune, which vLLM cannot read", where=str(ckpt),
                           fix=f"mmtune export {target}, then mmtune serve <that export> --backend vllm")
-    cfg = None
-    marker = path / MARKER
-    if marker.is_file():  # an mmtune export: its run's config, where the run is still there
-        run = Path(json.loads(marker.read_text()).get("checkpoint", ""))
-        if run.is_dir():
-            cfg = run_config_of(run)
+    origin = export_checkpoint(path)  # an mmtune export: its run's config, where the run is still there
+    cfg = run_config_of(origin) if origin is not None else None
     if (path / "config.json").is_file():
         return path.resolve(), None, cfg
     if (path / "adapter_config.json").is_file():
