@@ -128,6 +128,20 @@ def test_exported_folders_carry_the_runs_processor(vl_run):
     assert "--mm-processor-kwargs" not in plan.cmd
 
 
+# https://github.com/vllm-project/vllm/issues/11406 (Qwen2-VL LoRA adapters take no effect in vLLM),
+# https://github.com/vllm-project/vllm/issues/48019, https://github.com/vllm-project/vllm/pull/48149 (a text LoRA
+# trained on the plain causal LM, keys `model.layers...`, silently no-ops on the VLM wrapper, whose decoder vLLM maps
+# from `model.language_model.`). Pinned (a): mmtune trains LoRA on the VLM class itself, so every adapter key is the
+# wrapper's `base_model.model.model.language_model.layers...` form, the one vLLM's Qwen2-VL mapping reads.
+
+def test_adapter_keys_are_the_vlm_classes_own(vl_run):
+    from safetensors import safe_open
+
+    with safe_open(str(vl_run["run"] / "checkpoint-2" / "adapter" / "adapter_model.safetensors"), "pt") as f:
+        keys = list(f.keys())
+    assert keys and all(k.startswith("base_model.model.model.language_model.layers.") for k in keys), keys[:3]
+
+
 # ----------------------------------------------------------------------------- chat with an export
 # https://github.com/hiyouga/LlamaFactory/issues/1650, https://github.com/shibing624/MedicalGPT/issues/257,
 # https://github.com/huggingface/trl/pull/4645: a model fine-tuned with a system prompt asked without it answers
