@@ -97,15 +97,26 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
     from ..build import build_run
     from ..config import load_config
     from ..data.encode import Encoder
+    from ..export import run_config_of
+    from ..export.origin import MARKER, as_exported_model, export_checkpoint, is_adapter_export
+    from ..train.checkpoint import load_trainable, resolve_checkpoint
 
     path = Path(target).expanduser()
-    if is_run_or_checkpoint(path):
-        from ..export import run_config_of
-        from ..train.checkpoint import load_trainable, resolve_checkpoint
-
-        ckpt = resolve_checkpoint(path)
+    origin = export_checkpoint(path)  # an mmtune export answers as its run did (its card says chat it)
+    if is_run_or_checkpoint(path) or is_adapter_export(path):
+        if not is_run_or_checkpoint(path) and origin is None:
+            raise MMTuneError(f"{path} is an adapter export whose run is gone: its base model and the run's "
+                              "settings are unknown here", where=str(path),
+                              fix="chat with the run folder, or with a merged export (mmtune export RUN --merge)")
+        ckpt = resolve_checkpoint(path if origin is None else origin)
         cfg = run_config_of(ckpt)
         source = f"{ckpt} ({cfg.model.name}, {cfg.adapter.method})"
+        if origin is not None:
+            source = f"{path}, the adapter of {source}"
+    elif origin is not None and (path / "config.json").is_file():
+        ckpt = None
+        cfg = as_exported_model(run_config_of(origin), path.resolve())
+        source = f"{target} (exported from {origin}: its system prompt, media settings and answer length)"
     else:
         if path.exists() and not (path / "config.json").is_file():
             raise MMTuneError(f"{path} is neither a run folder, a checkpoint nor a model folder", where=str(path),
@@ -116,6 +127,8 @@ def load_session(target: str, *, device: str | None = None, system: str | None =
         # frozen in their dtype, where adapter.method=full would copy every weight to fp32.
         cfg = load_config(None, [f"model.name={target}", "adapter.method=lora"])
         source = f"{target} (as published, no fine-tuning)"
+        if (path / MARKER).is_file():
+            source = f"{target} (an mmtune export whose run folder is gone: without the run's system prompt and settings)"
     updates = {}
     if device:
         updates["train"] = cfg.train.model_copy(update={"device": device})

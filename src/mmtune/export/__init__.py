@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import MMTuneError
 from ..train.checkpoint import resolve_checkpoint
+from .origin import MARKER  # the export's marker, read by chat and serve too
 
 
 def run_config_of(ckpt: Path):
@@ -117,9 +118,6 @@ def _family_of(adapter_dir: Path):
     except (OSError, ValueError):
         return None
     return next((f for f in FAMILIES.values() if f.model_class == cls), None)
-
-
-MARKER = ".mmtune-export.json"
 
 
 def _run_dir(ckpt: Path) -> Path:

@@ -184,11 +184,12 @@ def _vllm_line(kind: str, base: str, path: str, cfg, name: str, arch: str) -> st
     import shlex
 
     from ..models.families import FAMILIES
-    from .vllm import vllm_command
+    from .vllm import pixel_kwargs, vllm_command
 
     family = next((f for f in FAMILIES.values() if f.model_class == arch), None)
     media = {k: 4 for k in sorted(family.modalities) if k != "text"} if family is not None else {}
+    lora = Path(path) if kind == "adapter" else None
     cmd = vllm_command(model=base if kind == "adapter" else path, served_name=name,
                        max_model_len=cfg.data.max_length + cfg.eval.max_new_tokens, media=media, host="127.0.0.1",
-                       port=8000, lora=Path(path) if kind == "adapter" else None, lora_rank=cfg.adapter.r)
+                       port=8000, lora=lora, lora_rank=cfg.adapter.r, processor=pixel_kwargs(cfg, media, lora))
     return " ".join(shlex.quote(c) for c in cmd)

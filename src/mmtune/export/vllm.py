@@ -8,6 +8,12 @@ Facts read from vLLM's source (vllm/config/lora.py, vllm/lora/peft_helper.py), c
 - on multimodal models vLLM adds LoRA to the language model only: LoRA on a vision / audio tower or the
   projector is ignored (a warning in vLLM's log), so that model would answer without that part of training.
 Each of these has the same remedy: merge (`mmtune export --merge`) and serve the merged folder.
+
+Served with a LoRA adapter, vLLM builds its processor from the base model's folder, not from the adapter's:
+a run's model.min_pixels / max_pixels would be lost (images sized by the base's range, 3136 .. 12845056
+pixels for Qwen2-VL, where training saw the run's), so they travel as `--mm-processor-kwargs`, which vLLM
+hands to the Hugging Face processor (https://github.com/QwenLM/Qwen3-VL/issues/1025,
+https://github.com/vllm-project/vllm/issues/15364). A merged or full folder carries the run's processor itself.
 """
 
 from __future__ import annotations
@@ -71,8 +77,17 @@ def _lora_module_names(adapter_dir: Path) -> set[str]:
     return names
 
 
+def pixel_kwargs(cfg, media: dict, lora: Path | None) -> dict:
+    """The run's image / frame pixel range for vLLM's processor: only beside a LoRA adapter (the base folder's
+    processor is the one vLLM loads), only what the run set (unset, the base's default is what training used),
+    only for a model that takes images or video."""
+    if lora is None or cfg is None or not ({"image", "video"} & set(media)):
+        return {}
+    return {k: v for k, v in (("min_pixels", cfg.model.min_pixels), ("max_pixels", cfg.model.max_pixels)) if v}
+
+
 def vllm_command(*, model: str, served_name: str, max_model_len: int | None, media: dict, host: str, port: int,
-                 lora: Path | None = None, lora_rank: int | None = None) -> list[str]:
+                 lora: Path | None = None, lora_rank: int | None = None, processor: dict | None = None) -> list[str]:
     """`vllm serve` for a model folder (merged or full) or a base model + one LoRA adapter. The API key is
     not on the command line (other users see it in `ps`): vLLM reads VLLM_API_KEY from the environment."""
     cmd = ["vllm", "serve", model, "--host", host, "--port", str(port)]
@@ -86,4 +101,6 @@ def vllm_command(*, model: str, served_name: str, max_model_len: int | None, med
         cmd += ["--max-model-len", str(max_model_len)]
     if media:
         cmd += ["--limit-mm-per-prompt", json.dumps(media, separators=(",", ":"))]
+    if processor:
+        cmd += ["--mm-processor-kwargs", json.dumps(processor, separators=(",", ":"))]
     return cmd

@@ -29,7 +29,7 @@ class VllmPlan:
 
 def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> VllmPlan:
     from ..config import load_config
-    from ..export.vllm import lora_problems, vllm_command
+    from ..export.vllm import lora_problems, pixel_kwargs, vllm_command
     from ..models.model_config import load_hf_config
     from ..models.tiny import is_tiny
 
@@ -61,8 +61,13 @@ def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> Vl
         max_len = min(settings.context, cfg.data.max_length + settings.default_max_tokens)
         decisions.append(("vLLM max model len", max_len, f"data.max_length ({cfg.data.max_length}) + default max_tokens "
                           f"({settings.default_max_tokens}), within the model's {settings.context}"))
+    processor = pixel_kwargs(cfg, settings.media_per_prompt, lora)
+    if processor:
+        decisions.append(("vLLM processor", json.dumps(processor), "the run's model.min_pixels / max_pixels: vLLM "
+                          "builds the processor from the base model's folder, whose pixel range training did not use"))
     cmd = vllm_command(model=str(model), served_name=settings.served_name, max_model_len=max_len,
-                       media=settings.media_per_prompt, host=host, port=port, lora=lora, lora_rank=rank)
+                       media=settings.media_per_prompt, host=host, port=port, lora=lora, lora_rank=rank,
+                       processor=processor)
     env = {"VLLM_API_KEY": settings.api_key} if settings.api_key else {}
     if cfg.data.system_prompt:
         decisions.append(("system prompt", "send it", "vLLM renders the model folder's chat template without the run's "
@@ -73,7 +78,8 @@ def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> Vl
 def _what_to_load(path: Path, target: str):
     """(model folder or id, LoRA adapter folder or None, the run's config or None)."""
     from ..chat import is_run_or_checkpoint
-    from ..export import MARKER, run_config_of
+    from ..export import run_config_of
+    from ..export.origin import export_checkpoint
     from ..train.checkpoint import resolve_checkpoint
 
     if is_run_or_checkpoint(path):
@@ -85,12 +91,8 @@ def _what_to_load(path: Path, target: str):
             return (ckpt / "model").resolve(), None, cfg
         raise MMTuneError(f"{ckpt} holds a sharded full fine-tune, which vLLM cannot read", where=str(ckpt),
                           fix=f"mmtune export {target}, then mmtune serve <that export> --backend vllm")
-    cfg = None
-    marker = path / MARKER
-    if marker.is_file():  # an mmtune export: its run's config, where the run is still there
-        run = Path(json.loads(marker.read_text()).get("checkpoint", ""))
-        if run.is_dir():
-            cfg = run_config_of(run)
+    origin = export_checkpoint(path)  # an mmtune export: its run's config, where the run is still there
+    cfg = run_config_of(origin) if origin is not None else None
     if (path / "config.json").is_file():
         return path.resolve(), None, cfg
     if (path / "adapter_config.json").is_file():
