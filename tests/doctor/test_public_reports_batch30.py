@@ -10,7 +10,6 @@ import json
 import os
 
 import pytest
-
 from doctor_helpers import TINY_VL
 
 

@@ -25,13 +25,13 @@ from ..errors import DataError
 def split_files(source: str, subset: str | None, split: str, where: str) -> list[Path] | None:
     """The local data files of `split` in the repository at `source` (a folder), in datasets' order, or None when
     they are not all files mmtune's readers take."""
+    import tempfile
+
     import datasets
 
     from .compressed import compression_of, inner_suffix
     from .local_readers import FILE_READERS, TEXT_READERS
     from .splits import pick_split
-
-    import tempfile
 
     try:
         # A throw-away cache: the builder makes its folder there, and reading the layout writes nothing else, so a

@@ -20,7 +20,7 @@ def workers_fit_cores(ctx):
 
     from ...cores import usable_cores
 
-    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
+    resolved = ctx.need("resolved")
     n = resolved.loader.num_workers if resolved.loader is not None else 0
     if not n or not resolved.target.local:  # another machine's cores are not known here
         return
