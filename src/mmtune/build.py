@@ -286,7 +286,12 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
 
         t_scan = time.perf_counter()
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
-        run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20, resolved.compute_dtype)
+        # data.cache_mb is the run's: DataLoader workers each fill their own copy of the cache (the dataset is
+        # pickled into each), so each keeps its share; a full budget each grew host memory N-fold as the first epoch
+        # went on, until the kernel killed a worker ("DataLoader worker ... is killed by signal: Killed").
+        workers = resolved.loader.num_workers if resolved.loader is not None else 0
+        run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20 // max(1, workers),
+                                       resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
         check_records(records.records, cfg.train.micro_batch_size, "train.micro_batch_size", "train")
         decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
@@ -335,7 +340,9 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         else:
             decisions.append(f"data: {len(run.train_set.records)} training records {checked} by header; each is "
                              f"encoded when first drawn and kept up to data.cache_mb={cfg.data.cache_mb} MiB "
-                             "(encoded once; records past the budget are encoded each time they are drawn)")
+                             + (f"in all, {run.encode_cache.budget / 2**20:.0f} MiB in each of the {workers} DataLoader "
+                                "workers (each keeps its own copy) " if workers else "")
+                             + "(encoded once; records past the budget are encoded each time they are drawn)")
     if with_optimizer:
         if resolved.strategy == "fsdp" and accelerator.num_processes > 1:
             _shard_fsdp(run, loaded.family, resolved)

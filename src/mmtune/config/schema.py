@@ -144,7 +144,8 @@ class DataConfig(Section):
                             "(step 1 does not wait; its report arrives when done); auto: beside past 10,000 records "
                             "where nothing needs every length first; see docs/data.md")
     cache_mb: int = Field(1024, ge=0, description="memory for the encodings the loop keeps (ids, labels, pixels; "
-                                                  "each record encoded when first drawn); records past it are encoded each draw")
+                                                  "each record encoded when first drawn); records past it are encoded each "
+                                                  "draw. The run's total: train.num_workers workers keep 1/N each")
     streaming: bool = Field(False, description="read data.train as it is needed, never all in memory (sets too large "
                                                "for the disk or memory); needs train.max_steps; see docs/data.md")
     shuffle_buffer: int = Field(1000, gt=0, description="data.streaming: rows held to shuffle from (seeded; the "

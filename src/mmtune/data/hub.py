@@ -77,6 +77,13 @@ def _load(source: str, subset: str | None, where: str, streaming: bool = False):
     except ConnectionError as e:
         raise DataError(f"{where} is not in the Hub cache and the Hub cannot be reached ({str(e)[:200]})",
                         where=where, fix=f"fetch it once online: hf download --repo-type dataset {where}") from None
+    except OSError as e:  # its cache folder cannot be written (read-only HF_HOME, a full disk)
+        from .datasets_cache import unwritable_cache
+
+        err = unwritable_cache(e, where)
+        if err is None:
+            raise
+        raise err from None
 
 
 def dataset_rows(ds, split: str, label: str) -> Iterator[tuple[str, object]]:

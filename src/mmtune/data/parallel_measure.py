@@ -24,8 +24,10 @@ BACKGROUND_NICE = 10
 
 
 def _cpus() -> int:
-    """The CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may run on (a container's CPU quota counted: cores.py)."""
+    from ..cores import usable_cores
+
+    return usable_cores()[0]
 
 
 def processes_for(n_records: int, cpus: int | None = None) -> int:

@@ -9,8 +9,8 @@ the column as JSON text and parses every string back, so an answer "2" or "true"
 boolean and the record is refused as the user's mistake. The same records in one file are read correctly.
 
 So the split's files are found as `datasets` finds them (`load_dataset_builder`: the README's `configs:`,
-`data/train-0000X-of-0000N.parquet`, split names and globs, without building any table or writing any cache),
-and when every one is a file mmtune reads (JSONL / JSON / CSV, compressed or not, parquet, Arrow), they are
+`data/train-0000X-of-0000N.parquet`, split names and globs, without building any table, its cache a throw-away
+folder), and when every one is a file mmtune reads (JSONL / JSON / CSV, compressed or not, parquet, Arrow), they are
 read in order by mmtune's readers: each record on its own, a bad one counted at its file:line. Anything else
 (image folders, scripts, remote files) is left to `datasets`.
 """
@@ -25,6 +25,8 @@ from ..errors import DataError
 def split_files(source: str, subset: str | None, split: str, where: str) -> list[Path] | None:
     """The local data files of `split` in the repository at `source` (a folder), in datasets' order, or None when
     they are not all files mmtune's readers take."""
+    import tempfile
+
     import datasets
 
     from .compressed import compression_of, inner_suffix
@@ -32,7 +34,10 @@ def split_files(source: str, subset: str | None, split: str, where: str) -> list
     from .splits import pick_split
 
     try:
-        builder = datasets.load_dataset_builder(source, subset)
+        # A throw-away cache: the builder makes its folder there, and reading the layout writes nothing else, so a
+        # read-only or full HF_DATASETS_CACHE does not stop a local repository (data/datasets_cache.py).
+        with tempfile.TemporaryDirectory(prefix="mmtune-layout-") as cache:
+            builder = datasets.load_dataset_builder(source, subset, cache_dir=cache)
     except (FileNotFoundError, ValueError, datasets.exceptions.DatasetNotFoundError) as e:
         raise DataError(f"datasets could not read the layout of {where} ({type(e).__name__}: {str(e)[:300]})",
                         where=where, fix="check the folder and its data files; a subset (config) is chosen with "

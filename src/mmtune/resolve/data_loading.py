@@ -99,7 +99,9 @@ def _cores_beside_step(target, cores, load, torch_threads) -> tuple[float, float
     import os
 
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from ..cores import usable_cores
+
+        cores = usable_cores()[0]  # a container's CPU quota counted
     if target.device == "cuda":  # the step's thread mostly waits for the GPU: a thread beside it has a core
         return cores - 1, 0.0, f"{cores} cores, the step on the GPU"
     if load is None:
