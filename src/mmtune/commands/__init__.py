@@ -19,9 +19,14 @@ CONFIG_ARG = typer.Argument(..., help="YAML config (a recipe), e.g. recipes/demo
 OVERRIDES_ARG = typer.Argument(None, help="dotted key=value overrides, e.g. train.max_steps=50 profile=t4_qlora")
 
 
+# Unknown `--flags` reach the overrides, whose parser names the key=value that says each (an HF script's
+# `--learning_rate 2e-4` -> train.lr=2e-4) instead of click's bare "No such option".
+OPEN_OPTIONS = {"ignore_unknown_options": True, "allow_extra_args": True}
+
+
 def register_core(app: typer.Typer) -> None:
-    app.command("train")(train_cmd)
-    app.command("eval")(eval_cmd)
+    app.command("train", context_settings=OPEN_OPTIONS)(train_cmd)
+    app.command("eval", context_settings=OPEN_OPTIONS)(eval_cmd)
     app.command("export")(export_cmd)
 
 

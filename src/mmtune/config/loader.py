@@ -327,6 +327,7 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
 
 
 def split_overrides(args: list[str]) -> dict[str, str]:
+    _refuse_flags(args)
     out = {}
     for a in args:
         if "=" not in a:
@@ -335,6 +336,34 @@ def split_overrides(args: list[str]) -> dict[str, str]:
         k, v = a.split("=", 1)
         out[k.strip()] = v
     return out
+
+
+def _refuse_flags(args: list[str]) -> None:
+    """`--learning_rate 2e-4` (an HF script's flag) or `--train.lr=1e-4`: overrides are key=value only; each such
+    flag is named with the override that says it (another tool's name translated, config/aliases.py)."""
+    from .aliases import foreign_key
+
+    flags, i = [], 0
+    while i < len(args):
+        a = args[i]
+        if not a.startswith("--") or len(a) < 3:
+            i += 1
+            continue
+        key, eq, value = a[2:].partition("=")
+        if not eq and i + 1 < len(args) and not args[i + 1].startswith("--") and "=" not in args[i + 1]:
+            value, i = args[i + 1], i + 1
+        key = key.replace("-", "_") if "." not in key else key
+        ours = foreign_key(key)
+        target = ours[0] if ours and ours[0] else key if key in _schema_keys(RunConfig) else suggest(key)
+        fix = f"{target}={value or 'VALUE'}" if target else "(no such option or config key: mmtune train --help)"
+        flags.append((a if eq else f"{a} {value}".strip(), fix, ours))
+        i += 1
+    if flags:
+        said = "; ".join(f"{flag} -> {fix}" + (f" ({ours[1]}'s name)" if ours and ours[1] else "")
+                         for flag, fix, ours in flags)
+        raise ConfigError(f"{len(flags)} command-line option(s) mmtune does not have: {said}", where="command line",
+                          fix="write settings as dotted key=value after the config, e.g. mmtune train CONFIG.yaml "
+                              + " ".join(fix for _, fix, _ in flags if "=" in fix) + " (docs/config.md lists every key)")
 
 
 # Keys that say one thing two ways: a later layer (the file over a profile, the command line over the
