@@ -58,7 +58,7 @@ def with_tools(encoder, out: list[dict], record) -> list[dict]:
     source = template_source(encoder)
     missing = [k for k in needs if k not in source]
     if missing:
-        what = "tool schemas" if missing == ["tools"] else "tool calls and their results"
+        what = " or ".join({"tools": "tool schemas", "tool_calls": "tool calls and their results"}[k] for k in missing)
         raise BadRecord("tools not rendered", f"this model's chat template cannot render {what} (its source never "
                         f"mentions {' / '.join(missing)}): the record would be trained without them",
                         record.where() if record is not None else "",

@@ -338,13 +338,18 @@ def _in_split(rows, fmt: str, wanted: str):
 
 
 def record_key(rec) -> int | None:
-    """A record's identity for duplicate detection: every turn's role and text, and each media item's
-    file (or bytes). None when a media item is an in-memory object with no file to name it."""
+    """A record's identity for duplicate detection: every turn's role and text, its tool calls and the row's
+    tool schemas (the same question under other tools is another record), and each media item's file (or
+    bytes). None when a media item is an in-memory object with no file to name it."""
+    import json
+
     from ..data.records import content_parts
 
-    out = []
+    out = [json.dumps(rec.tools, sort_keys=True)] if getattr(rec, "tools", None) else []
     for m in rec.messages:
         out.append("\x1e" + str(m.get("role")))
+        if m.get("tool_calls"):
+            out.append(json.dumps(m["tool_calls"], sort_keys=True))
         for p in content_parts(m.get("content")):
             if p.get("type") == "text":
                 out.append(" ".join(str(p.get("text", "")).split()))
