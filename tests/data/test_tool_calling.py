@@ -16,6 +16,7 @@ from mmtune.data.encode import Encoder
 from mmtune.data.formats import BadRecord
 from mmtune.data.records import Record
 from mmtune.data.sources import load_records
+from mmtune.errors import DataError
 
 QWEN25_TEMPLATE = (Path(__file__).parent / "fixtures" / "qwen2_5_instruct_chat_template.jinja").read_text()
 WEATHER = {"name": "get_weather", "description": "Weather of a city",
@@ -150,10 +151,10 @@ BAD = [
 def test_bad_tool_shapes_are_counted_records_with_where_and_fix(tmp_path):
     rs = _load(tmp_path, [row for row, _ in BAD] + [OPENAI], on_bad_record="skip")
     assert len(rs) == 1 and rs.skipped == {"bad tool call": 5, "bad conversation": 1}, rs.problems
-    for (where, what), (_, said) in zip(rs.problems, BAD):
+    for (_, what), (_, said) in zip(rs.problems, BAD):
         assert said in what, (said, what)
     assert [w for w, _ in rs.problems] == [f"{tmp_path / 'train.jsonl'}:{i}" for i in range(1, len(BAD) + 1)]
-    with pytest.raises(Exception) as e:  # under data.on_bad_record=error: the record's error, with its fix
+    with pytest.raises(DataError) as e:  # under data.on_bad_record=error: the record's error, with its fix
         _load(tmp_path, BAD[0][:1])
     assert "not valid JSON" in str(e.value) and "JSON object" in str(e.value.fix)
 
