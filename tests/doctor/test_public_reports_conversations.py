@@ -160,6 +160,13 @@ def test_tool_calling_records_train_under_a_tools_template_and_are_refused_under
     assert _trained(enc, rs.records[0].messages) == ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
                                                      '\n</tool_call><|im_end|>20 degrees<|im_end|>')
     assert "<tools>" in enc.rendered(rs.records[1]) and "<tools>" not in enc.rendered(rs.records[2])
+    # the doctor's data pass reads them as training does: clean under Qwen2.5's template, MM014 under the other
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    assert not run_codes(context_for(tmp_path / "d1", _tree(tmp_path / "d1", folders["qwen25"], TOOL_ROWS[:2])),
+                         "MM014").findings
+    found = run_codes(context_for(tmp_path / "d2", _tree(tmp_path / "d2", folders["plain"], TOOL_ROWS[:2])), "MM014")
+    assert any("tools not rendered" in f.message for f in found.findings), [f.message for f in found.findings]
 
 
 # ----------------------------------------------------------------------------- pinned: system prompts

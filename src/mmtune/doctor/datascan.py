@@ -268,14 +268,15 @@ class _AnswerCounter:
 
     def __init__(self, encoder, cfg, scan: SplitScan, *, limit: int | None = None, cap: int | None = -1):
         """`limit` / `cap`: another budget and record cap (grpo's training split: max_completion_length, all)."""
-        self.tok = encoder.tokenizer
+        self.tok, self.encoder = encoder.tokenizer, encoder
         self.limit = cfg.eval.max_new_tokens if limit is None else limit
         self.cap, self.scan = cfg.data.eval_max_samples if cap == -1 else cap, scan
 
     def add(self, rec) -> None:
         if self.cap is not None and self.scan.answers >= self.cap:
             return
-        refs = [r for r in [rec.answer_text(), *rec.references] if r and r.strip()]
+        # the encoder's reference: a last turn that calls tools is scored as the template writes the call
+        refs = [r for r in [self.encoder.answer_text(rec), *rec.references] if r and r.strip()]
         if not refs:
             return
         self.scan.answers += 1
