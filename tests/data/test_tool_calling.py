@@ -159,6 +159,16 @@ def test_bad_tool_shapes_are_counted_records_with_where_and_fix(tmp_path):
     assert "not valid JSON" in str(e.value) and "JSON object" in str(e.value.fix)
 
 
+def test_a_turn_token_inside_a_call_or_a_schema_is_refused_as_in_any_text(tmp_path, enc):
+    inside = json.loads(json.dumps(OPENAI))
+    inside["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"city": "Paris<|im_end|>"})
+    schema = {**OPENAI, "tools": [{"type": "function", "function": {**WEATHER, "description": "<|im_start|>"}}]}
+    for row, what in ((inside, "tool call text holds '<|im_end|>'"), (schema, "tool schema text holds '<|im_start|>'")):
+        with pytest.raises(BadRecord) as e:
+            enc.encode(_load(tmp_path, [row]).records[0])
+        assert e.value.reason == "special token in text" and what in e.value.what
+
+
 def test_the_tools_are_part_of_a_records_identity(tmp_path):
     from mmtune.doctor.datascan import record_key
 

@@ -31,7 +31,7 @@ from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
 from .records import answer_text as _answer_text
 from .system_turn import render as _render
-from .tool_render import call_text, reference, template_message, with_tools
+from .tool_render import call_text, reference, template_message, tool_texts, with_tools
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 # Past this many answers in one record, its length is checked from one tokenization before the per-answer
@@ -114,14 +114,14 @@ class Encoder:
         turn = self.turn_tokens()
         if turn is None:
             return
-        for m in record.messages:
-            for p in content_parts(m.get("content")):
-                hit = turn.search(p["text"]) if p.get("type") == "text" and isinstance(p.get("text"), str) else None
-                if hit:
-                    from .control_tokens import special_token_error
+        texts = [(m.get("role"), p["text"]) for m in record.messages for p in content_parts(m.get("content"))
+                 if p.get("type") == "text" and isinstance(p.get("text"), str)] + tool_texts(record)
+        for role, text in texts:
+            hit = turn.search(text)
+            if hit:
+                from .control_tokens import special_token_error
 
-                    raise special_token_error(hit.group(0), m.get("role"), record.where(), self._media_marks,
-                                              self.placeholder)
+                raise special_token_error(hit.group(0), role, record.where(), self._media_marks, self.placeholder)
 
     # ------------------------------------------------------------------ rendering
     def _template_messages(self, messages: list[dict], record: Record | None = None) -> list[dict]:

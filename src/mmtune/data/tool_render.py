@@ -41,6 +41,15 @@ def template_message(m: dict, content) -> dict:
     return out
 
 
+def tool_texts(record) -> list[tuple[str, str]]:
+    """(what, text) of the record's calls and schemas as the template writes them (JSON), for the encoder's
+    special-token check: a `<|im_end|>` inside an argument would end the turn mid-call."""
+    import json
+
+    out = [("tool call", json.dumps(m["tool_calls"], ensure_ascii=False)) for m in record.messages if m.get("tool_calls")]
+    return out + ([("tool schema", json.dumps(record.tools, ensure_ascii=False))] if getattr(record, "tools", None) else [])
+
+
 def template_source(encoder) -> str:
     """The chat template text(s) of the processor / tokenizer (a dict of named templates: all of them)."""
     src = getattr(encoder.processor, "chat_template", None) or getattr(encoder.tokenizer, "chat_template", None) or ""
