@@ -104,6 +104,20 @@ def test_labels_cover_exactly_each_call_and_answer_with_its_end_of_turn(tmp_path
     assert runs == ["Checking both.\n" + CALL + "\n" + CALL.replace("Paris", "Rome") + "<|im_end|>", "20 and 25.<|im_end|>"]
 
 
+def test_under_qwen3s_template_a_call_is_trained_as_its_answers_are(tmp_path):
+    """Qwen3 writes an empty think block before a last answer, and renders a turn after the last user query
+    without it once a later turn follows: a last call is trained without the block (context, as before a plain
+    answer), and a call followed by its result is context like any answer the template rewrites in history."""
+    qwen3 = Encoder(_tokenizer((Path(__file__).parent / "fixtures" / "qwen3_chat_template.jinja").read_text()), None,
+                    RunConfig.model_validate({"model": {"name": "tiny/qwen2"}}))
+    rec = _load(tmp_path, [OPENAI]).records[0]
+    last_call = Record(rec.id, rec.source, rec.messages[:2], tools=rec.tools)
+    assert "<think>\n\n</think>\n\n" + CALL + "<|im_end|>" in qwen3.rendered(last_call)
+    assert _trained_runs(qwen3.encode(last_call), qwen3.tokenizer) == [CALL + "<|im_end|>"]
+    assert qwen3.answer_text(last_call) == CALL
+    assert _trained_runs(qwen3.encode(rec), qwen3.tokenizer) == ["It is 20 degrees.<|im_end|>"]
+
+
 def test_eval_prompts_with_the_tools_and_scores_the_call_as_the_template_writes_it(tmp_path, enc):
     rec = _load(tmp_path, [OPENAI]).records[0]
     upto_call = Record(rec.id, rec.source, rec.messages[:2], tools=rec.tools)

@@ -93,6 +93,20 @@ def _without_end(encoder, turn: str) -> str:
     return t[: -len(end)] if end else t
 
 
+def _preamble(encoder, tmessages: list[dict], i: int, prompt: str) -> str:
+    """What the template writes between the generation prompt and any answer of turn `i`'s position (Qwen3's
+    empty `<think>\n\n</think>\n\n` before a last answer): context, as it is before a plain answer, where the
+    answer is searched for after it. Read from the same turn rendered with no text and no call."""
+    empty = tmessages[:i]
+    content = tmessages[i]["content"]
+    empty.append({"role": "assistant", "content": "" if isinstance(content, str) else []})
+    try:
+        rendered = encoder.render(empty)
+    except Exception:  # noqa: BLE001 - a template that refuses an empty turn: nothing to take away
+        return ""
+    return _without_end(encoder, rendered[len(prompt):]) if rendered.startswith(prompt) else ""
+
+
 def call_text(encoder, tmessages: list[dict], i: int, upto: str, where: str = "") -> str:
     """The text the template writes for assistant turn `i` (a call turn) in `upto`, the rendering of the
     conversation up to and including it: its text and calls, stripped, without the header or end of turn."""
@@ -102,7 +116,9 @@ def call_text(encoder, tmessages: list[dict], i: int, upto: str, where: str = ""
                         "generation prompt, so the call's text cannot be told from the prompt", where,
                         "use a model whose template renders a call turn after its generation prompt, or report the "
                         "model to mmtune")
-    turn = _without_end(encoder, upto[len(prompt):]).strip()
+    turn = _without_end(encoder, upto[len(prompt):])
+    pre = _preamble(encoder, tmessages, i, prompt)
+    turn = (turn[len(pre):] if pre and turn.startswith(pre) else turn).strip()
     lost = [c["function"]["name"] for c in tmessages[i]["tool_calls"] if c["function"]["name"] not in turn]
     if lost:
         raise BadRecord("tools not rendered", f"the chat template does not write the call to {lost[0]!r} of turn {i}",
