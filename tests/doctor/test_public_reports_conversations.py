@@ -46,14 +46,14 @@ PLAIN_TWO_TURNS = [U("How many circles?"), A("3"), U("And squares?"), A("4")]
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """A tiny Qwen2 saved as save_pretrained writes it, four times: its own template, Qwen3's history rule,
-    Qwen2's default system turn, Qwen2.5-Instruct's real template (tools)."""
+    """A tiny Qwen2 saved as save_pretrained writes it, five times: its own template, Qwen3's history rule,
+    Qwen2's default system turn, Qwen2.5-Instruct's and Qwen3-8B's real templates (tools)."""
     from mmtune.models.tiny import build_tiny
 
     model, tok = build_tiny("tiny/qwen2")
     root, out = tmp_path_factory.mktemp("folders"), {}
     for name, rewrite in (("plain", lambda t: t), ("qwen3", lambda t: QWEN3_LIKE), ("qwen2", QWEN2_DEFAULT_SYSTEM.__add__),
-                          ("qwen25", lambda t: QWEN25)):
+                          ("qwen25", lambda t: QWEN25), ("qwen3_real", lambda t: QWEN3_REAL)):
         folder = out[name] = root / name
         model.save_pretrained(folder)
         tok.save_pretrained(folder)
@@ -137,7 +137,9 @@ TOOL_ROWS = [
     {"conversations": [{"from": "human", "value": "Weather?"}, {"from": "gpt", "value": "<tool_call>{}</tool_call>"},
                        {"from": "tool", "value": "20"}, {"from": "gpt", "value": "20 degrees"}]},
 ]
-QWEN25 = (Path(__file__).parent.parent / "data" / "fixtures" / "qwen2_5_instruct_chat_template.jinja").read_text()
+FIXTURES = Path(__file__).parent.parent / "data" / "fixtures"
+QWEN25 = (FIXTURES / "qwen2_5_instruct_chat_template.jinja").read_text()
+QWEN3_REAL = (FIXTURES / "qwen3_chat_template.jinja").read_text()
 
 
 def test_tool_calling_records_train_under_a_tools_template_and_are_refused_under_others(tmp_path, folders):
@@ -167,6 +169,12 @@ def test_tool_calling_records_train_under_a_tools_template_and_are_refused_under
                          "MM014").findings
     found = run_codes(context_for(tmp_path / "d2", _tree(tmp_path / "d2", folders["plain"], TOOL_ROWS[:2])), "MM014")
     assert any("tools not rendered" in f.message for f in found.findings), [f.message for f in found.findings]
+    # Qwen3's real template: a call followed by its result is context (its think-block rule), and MM195 counts it
+    (tmp_path / "d3").mkdir()
+    found = run_codes(context_for(tmp_path / "d3", _tree(tmp_path / "d3", folders["qwen3_real"], TOOL_ROWS[:1])), "MM195")
+    assert [f.message.split(" multi-turn")[0] for f in found.findings] == ["train: 1 answer(s) in 1"]
+    assert not run_codes(context_for(tmp_path / "d1", _tree(tmp_path / "d1", folders["qwen25"], TOOL_ROWS[:1])),
+                         "MM195").findings  # Qwen2.5 trains that call
 
 
 # ----------------------------------------------------------------------------- pinned: system prompts

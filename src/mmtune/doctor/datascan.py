@@ -87,7 +87,8 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
-    # Answers followed by a later user turn (MM195: a template may rewrite them in history), their records, first
+    # Answers followed by a later user turn, and tool-call turns followed by their results (MM195: a template may
+    # rewrite them in history: Qwen3's think block), their records, first
     earlier_answers: int = 0
     earlier_answer_records: int = 0
     earlier_answer_first: str = ""
@@ -381,6 +382,7 @@ def _look_at_text(rec, scan: SplitScan, train_keys: set | None, seen: set | None
     roles = [m.get("role") for m in msgs]
     last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
     earlier = sum(1 for r in roles[:last_user] if r == "assistant")
+    earlier += sum(1 for m in msgs[last_user + 1:-1] if m.get("tool_calls"))  # a call, then its result and more
     if earlier:
         scan.earlier_answers += earlier
         scan.earlier_answer_records += 1
