@@ -84,6 +84,12 @@ def test_openai_and_sharegpt_layouts_give_the_same_record_tokens_and_labels(tmp_
     calls = [m["tool_calls"] for m in a.messages if m.get("tool_calls")]
     assert calls == [[{"type": "function", "id": "call_1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]]
     assert [m["role"] for m in a.messages] == [m["role"] for m in b.messages] == ["user", "assistant", "tool", "assistant"]
+    # ShareGPT turns carrying OpenAI's keys (from: gpt + tool_calls, from: tool) read the same
+    mixed = {"conversations": [{"from": "human", "value": "Weather in Paris?"}, {"from": "gpt", "value": None,
+             "tool_calls": OPENAI["messages"][1]["tool_calls"]}, {"from": "tool", "value": "20 degrees"},
+             {"from": "gpt", "value": "It is 20 degrees."}], "tools": OPENAI["tools"]}
+    c = _load(tmp_path, [mixed]).records[0]
+    assert (c.messages, c.tools) == ([{k: v for k, v in m.items() if k != "tool_call_id"} for m in a.messages], a.tools)
     ea, eb = enc.encode(a), enc.encode(b)
     assert ea["input_ids"].tolist() == eb["input_ids"].tolist() and ea["labels"].tolist() == eb["labels"].tolist()
 

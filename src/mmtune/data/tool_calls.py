@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 
-from .formats import BadRecord
+from .formats import SHAREGPT_ROLES, BadRecord
 
 TOOL_FIELDS = ("tools", "functions")  # a row's tool schemas (OpenAI / xLAM; LLaMA-Factory's column)
 # The roles a tool's result comes under: OpenAI's `tool` (and `function` of its older functions API),
@@ -105,7 +105,7 @@ def calls(m: dict, i: int, role: str, content, where: str) -> list[dict] | None:
         [m["function_call"]] if _given(m.get("function_call")) else None)
     if given is None:
         return None
-    if role != "assistant":
+    if SHAREGPT_ROLES.get(role) != "assistant":  # (ShareGPT's `gpt` is an assistant turn too)
         raise BadRecord("bad tool call", f"message {i} ({role}) carries tool calls; only an assistant turn calls tools", where,
                         LAYOUTS)
     given = _json(given, f"message {i}'s tool_calls", where)
