@@ -8,6 +8,7 @@ its reason; the misses fixed here fail without their fix, the rest pin what mmtu
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from doctor_helpers import TINY_VL, context_for, run_codes
@@ -45,13 +46,14 @@ PLAIN_TWO_TURNS = [U("How many circles?"), A("3"), U("And squares?"), A("4")]
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
-    """A tiny Qwen2 saved as save_pretrained writes it, three times: its own template, Qwen3's history rule,
-    Qwen2's default system turn."""
+    """A tiny Qwen2 saved as save_pretrained writes it, five times: its own template, Qwen3's history rule,
+    Qwen2's default system turn, Qwen2.5-Instruct's and Qwen3-8B's real templates (tools)."""
     from mmtune.models.tiny import build_tiny
 
     model, tok = build_tiny("tiny/qwen2")
     root, out = tmp_path_factory.mktemp("folders"), {}
-    for name, rewrite in (("plain", lambda t: t), ("qwen3", lambda t: QWEN3_LIKE), ("qwen2", QWEN2_DEFAULT_SYSTEM.__add__)):
+    for name, rewrite in (("plain", lambda t: t), ("qwen3", lambda t: QWEN3_LIKE), ("qwen2", QWEN2_DEFAULT_SYSTEM.__add__),
+                          ("qwen25", lambda t: QWEN25), ("qwen3_real", lambda t: QWEN3_REAL)):
         folder = out[name] = root / name
         model.save_pretrained(folder)
         tok.save_pretrained(folder)
@@ -122,7 +124,9 @@ def test_mm195_says_how_many_answers_a_rewritten_history_leaves_untrained(tmp_pa
 # https://github.com/huggingface/trl/pull/6259 (a row's `tools` list dropped: the model trains without the tools the
 # data names), https://github.com/SalesforceAIResearch/xLAM/issues/12 (xLAM's query / tools / answers),
 # https://github.com/NovaSky-AI/SkyRL/pull/1675 (OpenAI `tool_calls` and `tool` turns). mmtune trained a `tools`
-# row as plain chat without a word and refused `tool_calls` as "lacks a role or content".
+# row as plain chat without a word and refused `tool_calls` as "lacks a role or content"; then refused every
+# tool-calling record. Since then they train where the model's template renders tools (tests/data/test_tool_calling.py)
+# and are refused, saying so, where it does not; the layouts with no call to train stay refused when read.
 
 TOOL_ROWS = [
     {"messages": [U("Weather in Paris?"), {"role": "assistant", "content": None, "tool_calls": [
@@ -133,17 +137,44 @@ TOOL_ROWS = [
     {"conversations": [{"from": "human", "value": "Weather?"}, {"from": "gpt", "value": "<tool_call>{}</tool_call>"},
                        {"from": "tool", "value": "20"}, {"from": "gpt", "value": "20 degrees"}]},
 ]
+FIXTURES = Path(__file__).parent.parent / "data" / "fixtures"
+QWEN25 = (FIXTURES / "qwen2_5_instruct_chat_template.jinja").read_text()
+QWEN3_REAL = (FIXTURES / "qwen3_chat_template.jinja").read_text()
 
 
-def test_tool_calling_records_are_refused_naming_the_tool_field(tmp_path):
+def test_tool_calling_records_train_under_a_tools_template_and_are_refused_under_others(tmp_path, folders):
+    from mmtune.data.inspect import scan_records
+
     rows = [*TOOL_ROWS, {"messages": [U("How many circles?"), A("3")], "tools": []},  # clean twins: no tools in them
             {"messages": [U("How many circles?"), {"role": "assistant", "content": "3", "tool_calls": None}]}]
     rs = load_records(str(_data(tmp_path, rows)), DataConfig(on_bad_record="skip"))
-    assert rs.skipped == {"bad conversation": 4} and len(rs) == 2, rs.problems
+    assert rs.skipped == {"bad tool call": 2} and len(rs) == 4, rs.problems  # xLAM's rows; a result with no call
     said = [what for _, what in rs.problems]
-    assert "message 1 is a tool call ('tool_calls')" in said[0]
-    assert "record has a 'tools' field" in said[1] and "record has a 'tools' field" in said[2]
-    assert "tool-calling role 'tool'" in said[3]
+    assert "record has a 'tools' field but no messages" in said[0] and "tool result with no tool call" in said[1]
+    # a template without tools (the tiny Qwen2's own): each tool record refused as what it is, the twins train
+    plain = scan_records(rs, _encoder(tmp_path / "p", folders["plain"]), "skip")
+    assert plain.records.skipped == {"bad tool call": 2, "tools not rendered": 2} and len(plain.records) == 2
+    what = [w for _, w in plain.records.problems[2:]]
+    assert "cannot render tool calls and their results" in what[0] and "cannot render tool schemas" in what[1]
+    # Qwen2.5's real template: both train, the call as the template writes it
+    enc = _encoder(tmp_path / "q", folders["qwen25"])
+    assert len(scan_records(rs, enc, "skip").records) == 4
+    assert _trained(enc, rs.records[0].messages) == ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+                                                     '\n</tool_call><|im_end|>20 degrees<|im_end|>')
+    assert "<tools>" in enc.rendered(rs.records[1]) and "<tools>" not in enc.rendered(rs.records[2])
+    # the doctor's data pass reads them as training does: clean under Qwen2.5's template, MM014 under the other
+    (tmp_path / "d1").mkdir()
+    (tmp_path / "d2").mkdir()
+    assert not run_codes(context_for(tmp_path / "d1", _tree(tmp_path / "d1", folders["qwen25"], TOOL_ROWS[:2])),
+                         "MM014").findings
+    found = run_codes(context_for(tmp_path / "d2", _tree(tmp_path / "d2", folders["plain"], TOOL_ROWS[:2])), "MM014")
+    assert any("tools not rendered" in f.message for f in found.findings), [f.message for f in found.findings]
+    # Qwen3's real template: a call followed by its result is context (its think-block rule), and MM195 counts it
+    (tmp_path / "d3").mkdir()
+    found = run_codes(context_for(tmp_path / "d3", _tree(tmp_path / "d3", folders["qwen3_real"], TOOL_ROWS[:1])), "MM195")
+    assert [f.message.split(" multi-turn")[0] for f in found.findings] == ["train: 1 answer(s) in 1"]
+    assert not run_codes(context_for(tmp_path / "d1", _tree(tmp_path / "d1", folders["qwen25"], TOOL_ROWS[:1])),
+                         "MM195").findings  # Qwen2.5 trains that call
 
 
 # ----------------------------------------------------------------------------- pinned: system prompts

@@ -7,9 +7,10 @@ files -- or `hf_hub_url` with optional `subset` / `split`), its `formatting` (`a
 system; both: images / videos / audios) and, for sharegpt, its `tags` (role_tag / content_tag /
 user_tag / assistant_tag / system_tag). Only the columns an entry names are read, as in LLaMA-Factory;
 media paths resolve against the registry's folder (LLaMA-Factory's default media_dir). A `ranking: true`
-entry (preference pairs: `chosen` / `rejected` columns) is read as data.format=preference. Entries mmtune
-cannot train on (tool turns, ModelScope / script sources) are refused with the entry's name and the key
-that makes them so.
+entry (preference pairs: `chosen` / `rejected` columns) is read as data.format=preference. A sharegpt entry's
+`tools` column and its function_call / observation turns are read as tool calls (data/tool_calls.py). Entries
+mmtune cannot train on (ModelScope / script sources) are refused with the entry's name and the key that makes
+them so.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..errors import DataError
 from .formats import BadRecord
 
 ALPACA_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "history": None, "system": None}
-SHAREGPT_COLUMNS = {"messages": "conversations", "system": None}
+SHAREGPT_COLUMNS = {"messages": "conversations", "system": None, "tools": None}
 MEDIA_COLUMNS = {"images": None, "videos": None, "audios": None}
 RANKING_COLUMNS = {"chosen": "chosen", "rejected": "rejected"}  # a `ranking: true` entry's pair
 SHAREGPT_TAGS = {"role_tag": "from", "content_tag": "value", "user_tag": "human", "assistant_tag": "gpt",
@@ -83,6 +84,8 @@ class Entry:
         out["messages"] = self._messages(row, where)
         if self.columns["system"] and row.get(self.columns["system"]):
             out["system"] = row[self.columns["system"]]
+        if self.columns.get("tools") and row.get(self.columns["tools"]) is not None:
+            out["tools"] = row[self.columns["tools"]]  # a JSON string of schemas, as LLaMA-Factory stores it
         return {**out, **media}
 
     def _pair_row(self, row: dict, where: str) -> dict:
@@ -123,9 +126,10 @@ class Entry:
             if not isinstance(role, (str, type(None))):
                 raise BadRecord("bad type", f"message {i}'s {t['role_tag']} is a {type(role).__name__}, not a role name",
                                 where, f"{self.where}: tags name user {t['user_tag']!r}, assistant {t['assistant_tag']!r}")
-            if role in (t["observation_tag"], t["function_tag"]):
-                raise BadRecord("bad conversation", f"message {i} is a tool turn ({t['role_tag']}={role!r}); mmtune "
-                                "trains on user / assistant / system turns", where, "leave tool-calling data out")
+            if role in (t["observation_tag"], t["function_tag"]):  # tool turns: read by the messages format
+                messages.append({"role": "observation" if role == t["observation_tag"] else "function_call",
+                                 "content": m.get(t["content_tag"])})
+                continue
             if role not in roles:
                 raise BadRecord("bad conversation", f"message {i} has {t['role_tag']}={role!r}"[:200], where,
                                 f"{self.where}: tags name user {t['user_tag']!r}, assistant {t['assistant_tag']!r}, "
@@ -196,12 +200,11 @@ def entry(path: str | Path, name: str) -> Entry:
     given = e.get("columns") or {}
     defaults = {**(ALPACA_COLUMNS if fmt == "alpaca" else SHAREGPT_COLUMNS), **MEDIA_COLUMNS,
                 **(RANKING_COLUMNS if ranking else {})}
-    unknown = sorted(set(given) - set(defaults) - {"tools"})
-    if unknown or "tools" in given:
-        bad = unknown or ["tools"]
-        raise DataError(f"{name}: columns {', '.join(bad)} are not read for {fmt} data", where=f"{where}.columns",
+    unknown = sorted(set(given) - set(defaults))
+    if unknown:
+        raise DataError(f"{name}: columns {', '.join(unknown)} are not read for {fmt} data", where=f"{where}.columns",
                         fix=f"{fmt} columns: {', '.join(defaults)}"
-                            + ("; tool calling is not supported" if "tools" in given else ""))
+                            + ("; tool-calling data is read from sharegpt entries" if "tools" in unknown else ""))
     tags = {**SHAREGPT_TAGS, **(e.get("tags") or {})}
     out = Entry(name=name, registry=reg, formatting=fmt, columns={**defaults, **given}, tags=tags,
                 subset=e.get("subset"), split=e.get("split", "train"), ranking=ranking)

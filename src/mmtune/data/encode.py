@@ -32,6 +32,7 @@ from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
 from .records import answer_text as _answer_text
 from .system_turn import render as _render
+from .tool_render import call_text, reference, template_message, tool_texts, with_tools
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 # Past this many answers in one record, its length is checked from one tokenization before the per-answer
@@ -115,25 +116,26 @@ class Encoder:
         turn = self.turn_tokens()
         if turn is None:
             return
-        for m in record.messages:
-            for p in content_parts(m.get("content")):
-                hit = turn.search(p["text"]) if p.get("type") == "text" and isinstance(p.get("text"), str) else None
-                if hit:
-                    from .control_tokens import special_token_error
+        texts = [(m.get("role"), p["text"]) for m in record.messages for p in content_parts(m.get("content"))
+                 if p.get("type") == "text" and isinstance(p.get("text"), str)] + tool_texts(record)
+        for role, text in texts:
+            hit = turn.search(text)
+            if hit:
+                from .control_tokens import special_token_error
 
-                    raise special_token_error(hit.group(0), m.get("role"), record.where(), self._media_marks,
-                                              self.placeholder)
+                raise special_token_error(hit.group(0), role, record.where(), self._media_marks, self.placeholder)
 
     # ------------------------------------------------------------------ rendering
-    def _template_messages(self, messages: list[dict]) -> list[dict]:
+    def _template_messages(self, messages: list[dict], record: Record | None = None) -> list[dict]:
         """Messages as the chat template wants them: media parts reduced to {"type": kind}; plain
-        strings for text-only tokenizers (their templates expect `content` to be a string)."""
+        strings for text-only tokenizers (their templates expect `content` to be a string); tool calls and
+        `record`'s tools as the template reads them (tool_render.py)."""
         out = []
         if self.system_prompt and not (messages and messages[0]["role"] == "system"):
             out.append({"role": "system", "content": self._content([{"type": "text", "text": self.system_prompt}])})
         for m in messages:
-            out.append({"role": m["role"], "content": self._content(content_parts(m["content"]))})
-        return out
+            out.append(template_message(m, self._content(content_parts(m["content"]))))
+        return with_tools(self, out, record)
 
     def _content(self, parts):
         if self.text_only:
@@ -186,12 +188,13 @@ class Encoder:
         for i, m in enumerate(tmessages):
             if m["role"] != "assistant":
                 continue
-            answer = m["content"] if isinstance(m["content"], str) else part_text(m["content"])
-            answer = answer.strip()
             upto = full if i == last else self.render(tmessages[: i + 1])
             if not full.startswith(upto):  # rewritten once a later turn follows (Qwen3's think blocks)
                 spans.append(history_answer(self, tmessages, i, full, record))
                 continue
+            answer = m["content"] if isinstance(m["content"], str) else part_text(m["content"])
+            # a call turn's answer is what the template writes for it (tool_render.py)
+            answer = call_text(self, tmessages, i, upto, record.where()) if m.get("tool_calls") else answer.strip()
             start = last_answer_start(self, full, answer) if i == last else -1  # no prompt render (answer_tail.py)
             if start < 0:
                 prompt = self.render(tmessages[:i], add_generation_prompt=True)
@@ -447,7 +450,7 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         self._check_text(record)
-        tmessages = self._template_messages(record.messages)
+        tmessages = self._template_messages(record.messages, record)
         full, spans = trained_only(*self._trained_text(tmessages, record), record)
         spans = [s for s in spans if s != HISTORY]  # answers the template rewrites in history: context
         self._check_media(record, tmessages, full)
@@ -476,7 +479,7 @@ class Encoder:
         """The prompt only (everything before the last assistant turn), with the generation prompt."""
         i = last_assistant_index(record.messages)
         msgs = record.messages[:i] if i is not None else record.messages
-        tmessages = self._template_messages(msgs)
+        tmessages = self._template_messages(msgs, record)
         text = self.render(tmessages, add_generation_prompt=True)
         prompt_record = Record(record.id, record.source, msgs)
         self._check_media(prompt_record, tmessages, text)
@@ -484,7 +487,8 @@ class Encoder:
         return self._finish(out, record)
 
     def answer_text(self, record: Record) -> str:
-        return _answer_text(record)
+        call = reference(self, record)  # a call as the template writes it (tool_render.py)
+        return _answer_text(record) if call is None else call
 
     def token_counts(self, record: Record) -> dict:
         """Tokens of each kind in the encoded record, counted from the placeholder ids in input_ids."""
@@ -508,7 +512,7 @@ class Encoder:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")
         self._check_text(record)
-        tmessages = self._template_messages(record.messages)
+        tmessages = self._template_messages(record.messages, record)
         full, _ = self._trained_text(tmessages, record)
         refuse_over_floor(self, full, record)  # before tokenizing: length_bound.py
         parts = record.media_parts()
@@ -590,4 +594,4 @@ class Encoder:
 
     def rendered(self, record: Record) -> str:
         """The text training tokenizes (the template's rendering plus any stop token the encoder adds)."""
-        return self._trained_text(self._template_messages(record.messages), record)[0]
+        return self._trained_text(self._template_messages(record.messages, record), record)[0]

@@ -24,7 +24,7 @@ class PromptEncoder(Forwarding):
         import torch
 
         item = self.encoder.encode_prompt(record)
-        refs = [r for r in [record.answer_text(), *record.references] if r and r.strip()]
+        refs = [r for r in [self.encoder.answer_text(record), *record.references] if r and r.strip()]
         item[REFS] = torch.tensor(list(json.dumps(refs).encode("utf-8")), dtype=torch.uint8)
         if check_length:
             self.encoder._check_length(int(item["input_ids"].shape[0]) + self.budget, record)

@@ -6,6 +6,10 @@ A `Record` is a conversation: `messages` is a list of `{"role", "content": [part
 (`{"type": "image", "image": <PIL.Image>}`). A video part may carry `"use_audio": true` to feed its
 own audio track too. The answer is the last assistant turn. An assistant message with `"train": False`
 (another tool's switch for it, data/foreign.py) is rendered but not trained on.
+
+Tool calling (data/tool_calls.py): an assistant message may carry `"tool_calls": [{"type": "function",
+"function": {"name", "arguments": {...}}}]` (its content then may be empty), a `"role": "tool"` message holds a
+tool's result as its content, and `Record.tools` the row's tool schemas, which the chat template renders.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class Record:
     # A preference pair's rejected answer (assistant content parts; data/preference.py); `messages` ends with
     # the chosen one. None: no pair.
     rejected: list[dict] | None = None
+    # The row's tool schemas ([{"type": "function", "function": {...}}], data/tool_calls.py); None: no tools.
+    tools: list[dict] | None = None
 
     def media_parts(self) -> list[dict]:
         return media_parts(self.messages)

@@ -20,9 +20,15 @@ def _text(content) -> str:
 
 
 def render(encoder, tmessages: list[dict], add_generation_prompt: bool = False, where: str = "") -> str:
-    """`processor.apply_chat_template(tmessages, tokenize=False)`; a template that refuses the conversation
-    only because of its system turn raises ConfigError (the turn is data.system_prompt's) or BadRecord."""
-    apply = encoder.processor.apply_chat_template
+    """`processor.apply_chat_template(tmessages, tokenize=False)`, with `tools=` where the messages carry a
+    record's tool schemas (tool_render.Conversation); a template that refuses the conversation only because of
+    its system turn raises ConfigError (the turn is data.system_prompt's) or BadRecord."""
+    tools = getattr(tmessages, "tools", None)
+    kwargs = {"tools": tools} if tools else {}  # passed only when given: a template without tools renders as before
+
+    def apply(messages, **kw):
+        return encoder.processor.apply_chat_template(messages, **kw, **kwargs)
+
     try:
         return apply(tmessages, tokenize=False, add_generation_prompt=add_generation_prompt)
     except MMTuneError:

@@ -40,6 +40,7 @@ SAMPLES_KEPT = 8  # first passing records per split kept for checks that encode 
 REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
     "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014", "bad count": "MM014",
+    "bad tool call": "MM014", "tools not rendered": "MM014",  # tool-calling records (data/tool_calls.py, tool_render.py)
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "audio too short": "MM018",
@@ -86,7 +87,8 @@ class SplitScan:
     leaked: int = 0
     leaked_first: str = ""
     system_records: int = 0  # records with a system message of their own (MM062)
-    # Answers followed by a later user turn (MM195: a template may rewrite them in history), their records, first
+    # Answers followed by a later user turn, and tool-call turns followed by their results (MM195: a template may
+    # rewrite them in history: Qwen3's think block), their records, first
     earlier_answers: int = 0
     earlier_answer_records: int = 0
     earlier_answer_first: str = ""
@@ -267,14 +269,15 @@ class _AnswerCounter:
 
     def __init__(self, encoder, cfg, scan: SplitScan, *, limit: int | None = None, cap: int | None = -1):
         """`limit` / `cap`: another budget and record cap (grpo's training split: max_completion_length, all)."""
-        self.tok = encoder.tokenizer
+        self.tok, self.encoder = encoder.tokenizer, encoder
         self.limit = cfg.eval.max_new_tokens if limit is None else limit
         self.cap, self.scan = cfg.data.eval_max_samples if cap == -1 else cap, scan
 
     def add(self, rec) -> None:
         if self.cap is not None and self.scan.answers >= self.cap:
             return
-        refs = [r for r in [rec.answer_text(), *rec.references] if r and r.strip()]
+        # the encoder's reference: a last turn that calls tools is scored as the template writes the call
+        refs = [r for r in [self.encoder.answer_text(rec), *rec.references] if r and r.strip()]
         if not refs:
             return
         self.scan.answers += 1
@@ -337,13 +340,18 @@ def _in_split(rows, fmt: str, wanted: str):
 
 
 def record_key(rec) -> int | None:
-    """A record's identity for duplicate detection: every turn's role and text, and each media item's
-    file (or bytes). None when a media item is an in-memory object with no file to name it."""
+    """A record's identity for duplicate detection: every turn's role and text, its tool calls and the row's
+    tool schemas (the same question under other tools is another record), and each media item's file (or
+    bytes). None when a media item is an in-memory object with no file to name it."""
+    import json
+
     from ..data.records import content_parts
 
-    out = []
+    out = [json.dumps(rec.tools, sort_keys=True)] if getattr(rec, "tools", None) else []
     for m in rec.messages:
         out.append("\x1e" + str(m.get("role")))
+        if m.get("tool_calls"):
+            out.append(json.dumps(m["tool_calls"], sort_keys=True))
         for p in content_parts(m.get("content")):
             if p.get("type") == "text":
                 out.append(" ".join(str(p.get("text", "")).split()))
@@ -374,6 +382,7 @@ def _look_at_text(rec, scan: SplitScan, train_keys: set | None, seen: set | None
     roles = [m.get("role") for m in msgs]
     last_user = max((i for i, r in enumerate(roles) if r == "user"), default=-1)
     earlier = sum(1 for r in roles[:last_user] if r == "assistant")
+    earlier += sum(1 for m in msgs[last_user + 1:-1] if m.get("tool_calls"))  # a call, then its result and more
     if earlier:
         scan.earlier_answers += earlier
         scan.earlier_answer_records += 1

@@ -1,5 +1,6 @@
 """data.format=messages: a conversation (`messages`, or ShareGPT's `conversations` with `from`/`value`), its
-media in the parts or in top-level `images`/`videos`/`audios` lists that fill `<image>`-style placeholders."""
+media in the parts or in top-level `images`/`videos`/`audios` lists that fill `<image>`-style placeholders, and
+its tool calls (OpenAI's or ShareGPT's layout, a row-level `tools` list: data/tool_calls.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from ..formats import (
     bad_type,
 )
 from ..records import MEDIA_TYPES, Record
-from ..tool_calls import refuse_tool_calling
+from ..tool_calls import CALL_ROLE, RESULT_ROLES, calls, result_message, row_tools
 
 FIELDS = {"messages": ("messages", "conversations"), "images": ("images", "image"),
           "videos": ("videos", "video"), "audios": ("audios", "audio"), "id": ("id",)}
@@ -30,7 +31,7 @@ def to_records(row, fmt, columns, where, index, rid, resolve, templates=None) ->
 
 
 def messages_records(row, columns, where, rid, resolve) -> list[Record]:
-    refuse_tool_calling(row, row.get("messages", row.get("conversations")) if isinstance(row, dict) else None, where)
+    tools = row_tools(row, where)
     raw = _get(row, "messages", "messages", columns, where)
     if not isinstance(raw, list) or not raw:
         raise BadRecord("missing field", "`messages` must be a non-empty list of {role, content}", where,
@@ -49,6 +50,14 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
         content = m.get("content", m.get("value"))
         if role is not None and not isinstance(role, str):
             raise bad_type(f"message {i}'s role", role, where, "role is one of user / assistant / system")
+        if role in RESULT_ROLES:  # a tool's result: context for the next assistant turn
+            messages.append(result_message(m, i, content, messages, where))
+            continue
+        tool_calls = calls(m, i, role, content, where) if isinstance(role, str) else None
+        if role == CALL_ROLE:  # ShareGPT's call turn: an assistant turn whose text is the call alone
+            role, content = "assistant", ""
+        elif tool_calls is not None and content is None:  # OpenAI: a call turn's content is null
+            content = ""
         if role is not None and role not in SHAREGPT_ROLES:
             raise BadRecord("bad conversation", f"message {i} has role {role!r}"[:200], where,
                             f"roles are {', '.join(sorted(set(SHAREGPT_ROLES)))}")
@@ -84,6 +93,8 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
         else:
             raise bad_type(f"message {i}'s content", content, where, "content is a string or a list of parts")
         messages.append({"role": role, "content": parts} if trained else {"role": role, "content": parts, "train": False})
+        if tool_calls is not None:
+            messages[-1]["tool_calls"] = tool_calls
     first = next((m["role"] for m in messages if m["role"] != "system"), None)
     if first == "assistant":
         raise BadRecord("bad conversation", "an assistant turn comes before any user turn", where,
@@ -109,11 +120,12 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
     if held:  # trained as input beside the answer, dropped from eval's prompt: no model here writes media
         raise BadRecord("bad conversation", f"an assistant turn holds a {held}: the models read media, they do not "
                         "write it", where, f"move the {held} (or its <{held}> tag) into the user turn it answers")
-    if messages[-1]["role"] == "user":  # a half-written conversation: eval's prompt would drop the question unseen
-        raise BadRecord("bad conversation", f"the conversation ends with a user turn ({len(messages)} turns) that no "
-                        "assistant turn answers", where, "end the conversation with the assistant's answer, or remove "
-                        "the unanswered user turn (evaluation prompts with everything before the last answer)")
-    return [Record(id=rid, source=where, messages=messages)]
+    if messages[-1]["role"] in ("user", "tool"):  # half-written: eval's prompt would drop the question unseen
+        turn = "a user turn" if messages[-1]["role"] == "user" else "a tool result"
+        raise BadRecord("bad conversation", f"the conversation ends with {turn} ({len(messages)} turns) that no "
+                        "assistant turn answers", where, f"end the conversation with the assistant's answer, or remove "
+                        f"the unanswered {turn[2:]} (evaluation prompts with everything before the last answer)")
+    return [Record(id=rid, source=where, messages=messages, tools=tools)]
 
 
 def _no_tags_without_media(messages: list[dict], row: dict, columns: dict[str, str], where: str) -> None:

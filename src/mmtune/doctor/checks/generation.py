@@ -286,9 +286,10 @@ def history_rewritten_answers(ctx):
         return
     for s in splits:
         yield warning(f"{s.split}: {s.earlier_answers} answer(s) in {s.earlier_answer_records} multi-turn record(s) come "
-                      "before a later user turn, and this chat template renders such an answer otherwise in history "
-                      "(Qwen3's drops its <think> block): they are context, not trained; only the answers after each "
-                      "record's last user turn are", where=s.earlier_answer_first,
+                      "before a later user turn (or are tool calls before their results), and this chat template "
+                      "renders such an answer otherwise in history (Qwen3's drops its <think> block): they are context, "
+                      "not trained; only the answers after each record's last user turn (and no call before its result) "
+                      "are", where=s.earlier_answer_first,
                       fix="to train every answer, split each conversation into one record per answer (the record ending "
                           "at that answer, the earlier turns as its history); to train them as history shows them, use a "
                           "chat template that renders an answer the same wherever it stands")
