@@ -109,3 +109,26 @@ def test_qwen3vl_pixels_and_fractions_are_found(tmp_path):
 def test_boxes_with_swapped_corners_are_found(tmp_path):
     found = _mm273(tmp_path, "tiny/qwen2-vl", _records(tmp_path, lambda w, h: (700, 100, 300, 900)))
     assert len(found) == 1 and "x2 < x1" in found[0].message and found[0].fix.startswith("x1 <= x2")
+
+
+# https://github.com/QwenLM/Qwen3-VL/issues/2020, https://github.com/QwenLM/Qwen3-VL/issues/1871,
+# https://github.com/modelscope/ms-swift/issues/3407: grounding scored after converting boxes from the model's space to
+# the file's pixels, by hand, each thread with its own conversion (and its own mistakes). mmtune had no box metric
+# (eval.metrics=[box_iou] was an unknown metric); now IoU is computed in the space prediction and reference share.
+def test_box_metrics_score_in_the_space_the_answers_are_written_in():
+    from mmtune.evaluate.metrics import compute
+
+    ref = '[{"bbox_2d": [100, 100, 300, 300], "label": "cat"}]'
+    same = '[{"bbox_2d": [100, 100, 300, 300], "label": "cat"}]'
+    half = "<|box_start|>(200,100),(400,300)<|box_end|>"  # IoU 1/3 with ref
+    out = compute(["box_iou", "box_acc50"], [same, half, "a cat"], [[ref], [ref], [ref]])
+    assert abs(out["box_iou"] - (1 + 1 / 3 + 0) / 3) < 1e-9 and abs(out["box_acc50"] - 1 / 3) < 1e-9
+    # IoU does not move when x and y are scaled apart: the 0-1000 grid of a 613x437 image and its pixels agree.
+    grid = [[100, 200, 500, 600], [300, 300, 700, 900]]
+    px = [[round(x * 613 / 1000, 6), round(y * 437 / 1000, 6), round(x2 * 613 / 1000, 6), round(y2 * 437 / 1000, 6)]
+          for x, y, x2, y2 in grid]
+    def as_json(b):
+        return f'{{"bbox_2d": {b}}}'
+    g = compute(["box_iou"], [as_json(grid[0])], [[as_json(grid[1])]])["box_iou"]
+    p = compute(["box_iou"], [as_json(px[0])], [[as_json(px[1])]])["box_iou"]
+    assert 0 < g < 1 and abs(g - p) < 1e-6

@@ -14,15 +14,11 @@ belongs to is not written down).
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
-BOX_PATTERNS = (
-    re.compile(r"<\|box_start\|>\s*\(" + _NUM + "," + _NUM + r"\)\s*,\s*\(" + _NUM + "," + _NUM + r"\)\s*<\|box_end\|>"),
-    re.compile(r"[\"']?bbox_2d[\"']?\s*:\s*\[" + _NUM + "," + _NUM + "," + _NUM + "," + _NUM + r"\]"),
-)
+from ..evaluate.metrics import find_boxes
+
 EXAMPLES = 3
 
 # kind -> what it means; the check words its finding from these.
@@ -49,14 +45,6 @@ class BoxTally:
         ex = self.examples.setdefault(kind, [])
         if len(ex) < EXAMPLES:
             ex.append((where, what))
-
-
-def find_boxes(text: str) -> list[tuple[str, tuple[float, float, float, float]]]:
-    """(as written, (x1, y1, x2, y2)) for each box in `text`."""
-    out = []
-    for pat in BOX_PATTERNS:
-        out += [(m.group(0), tuple(float(g) for g in m.groups())) for m in pat.finditer(text)]
-    return out
 
 
 def _text(record) -> str:
