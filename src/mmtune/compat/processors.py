@@ -65,3 +65,27 @@ def _qwen_arithmetic(processor, image_sizes, video_sizes) -> dict[str, list[int]
         raise CompatError(f"{type(vp).__name__} cannot count video patches without pixels",
                           fix="nothing to do: mmtune encodes such records in full")
     return {"image": images, "video": [count(t, h, w, {}) // vp.merge_size ** 2 for t, h, w in video_sizes], "audio": []}
+
+
+def resized_image_size(processor, height: int, width: int) -> tuple[int, int] | None:
+    """(height, width) of the image a Qwen-VL-style processor feeds the model: its module's `smart_resize` with the
+    processor's own factor and pixel caps (model.max_pixels / min_pixels land there). Checked against the processor's
+    own patch count, so a processor that sizes otherwise answers None rather than a guess."""
+    import sys
+
+    ip = getattr(processor, "image_processor", None)
+    if not _qwen_parts(processor) or not getattr(ip, "patch_size", None):
+        return None
+    fn = getattr(sys.modules.get(type(ip).__module__), "smart_resize", None)
+    size = getattr(ip, "size", None)
+    get = (lambda k: size.get(k)) if isinstance(size, dict) else (lambda k: getattr(size, k, None))
+    lo = get("shortest_edge") or getattr(ip, "min_pixels", None)
+    hi = get("longest_edge") or getattr(ip, "max_pixels", None)
+    if fn is None or not lo or not hi:
+        return None
+    try:
+        h, w = fn(height, width, factor=ip.patch_size * ip.merge_size, min_pixels=lo, max_pixels=hi)
+        patches = ip.get_number_of_image_patches(height, width, {})
+    except (ValueError, TypeError):
+        return None
+    return (int(h), int(w)) if (h // ip.patch_size) * (w // ip.patch_size) == patches else None

@@ -25,6 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..data.boxes import BoxTally, observe
 from ..errors import DataError
 from .context import NotAvailable
 
@@ -108,6 +109,8 @@ class SplitScan:
     # Preference pairs whose chosen and rejected answers are the same text (MM084): count and first.
     equal_pairs: int = 0
     equal_pairs_first: str = ""
+    # Grounding boxes in the records' text against the family's coordinate space (MM273, data/boxes.py).
+    boxes: BoxTally = field(default_factory=BoxTally)
 
     @property
     def decode_sampled(self) -> bool:
@@ -501,6 +504,7 @@ def _check_record(rec, encoder, max_len: int, scan: SplitScan) -> bool:
                      + ", or data.on_bad_record=skip")
         return False
     scan.ok += 1
+    observe(rec, encoder.processor, encoder.family, scan.boxes)
     return True
 
 

@@ -302,8 +302,54 @@ def cer(preds, refs) -> float:
     return _error_rate(preds, refs, list)
 
 
+# Grounding boxes as Qwen-VL writes them: `<|box_start|>(x1,y1),(x2,y2)<|box_end|>` (Qwen2-VL) and
+# `"bbox_2d": [x1, y1, x2, y2]` (Qwen2.5-VL, Qwen3-VL). data/boxes.py reads records' boxes with the same patterns.
+_BOX_NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
+BOX_PATTERNS = (
+    re.compile(r"<\|box_start\|>\s*\(" + _BOX_NUM + "," + _BOX_NUM + r"\)\s*,\s*\(" + _BOX_NUM + "," + _BOX_NUM
+               + r"\)\s*<\|box_end\|>"),
+    re.compile(r"[\"']?bbox_2d[\"']?\s*:\s*\[" + _BOX_NUM + "," + _BOX_NUM + "," + _BOX_NUM + "," + _BOX_NUM + r"\]"),
+)
+
+
+def find_boxes(text: str) -> list[tuple[str, tuple[float, ...]]]:
+    """(as written, (x1, y1, x2, y2)) for each box in `text`, in order of appearance."""
+    found = [(m.start(), m.group(0), tuple(float(g) for g in m.groups())) for pat in BOX_PATTERNS for m in pat.finditer(text)]
+    return [(raw, box) for _, raw, box in sorted(found)]
+
+
+def _iou(a, b) -> float:
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, w) * max(0.0, h)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def _box_ious(preds, refs) -> list[float]:
+    """Per item: the IoU of the prediction's first box with the closest reference's first box, in the space both
+    are written in (IoU does not change when x and y are scaled, so a 0-1000 grid and pixels score alike; nothing
+    is converted). No box in the prediction: 0."""
+    out = []
+    for p, rs in zip(preds, refs):
+        pb = find_boxes(p)
+        rbs = [b[0][1] for r in rs if (b := find_boxes(r))]
+        out.append(max((_iou(pb[0][1], rb) for rb in rbs), default=0.0) if pb else 0.0)
+    return out
+
+
+def box_iou(preds, refs) -> float:
+    return _mean(_box_ious(preds, refs))
+
+
+def box_acc50(preds, refs) -> float:
+    """Share of items whose first box overlaps the reference's at IoU >= 0.5 (RefCOCO's accuracy@0.5)."""
+    return _mean(float(v >= 0.5) for v in _box_ious(preds, refs))
+
+
 METRICS = {"exact_match": exact_match, "mae": mae, "rmse": rmse, "vqa_accuracy": vqa_accuracy, "anls": anls,
-           "relaxed_accuracy": relaxed_accuracy, "f1": f1, "wer": wer, "cer": cer}
+           "relaxed_accuracy": relaxed_accuracy, "f1": f1, "wer": wer, "cer": cer, "box_iou": box_iou,
+           "box_acc50": box_acc50}
 
 
 def compute(names, preds, refs) -> dict[str, float]:
@@ -345,6 +391,9 @@ def best_constant_baseline(names, train_answers: list[str], refs) -> dict[str, f
         if n in ("mae", "rmse"):
             nums = [v for a in train_answers if (v := parse_number(a)) is not None]
             const = str(median(nums)) if nums else mode
+            out[n] = METRICS[n]([const] * len(refs), refs)
+        elif n in ("box_iou", "box_acc50"):  # the most frequent box as written (normalising would erase it)
+            const = Counter(train_answers).most_common(1)[0][0] if train_answers else ""
             out[n] = METRICS[n]([const] * len(refs), refs)
         else:
             out[n] = METRICS[n]([mode] * len(refs), refs)

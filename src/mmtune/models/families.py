@@ -107,6 +107,11 @@ class Family:
     # Qwen2-VL: transformers#33294, fixed for transformers' eager attention by #33312 (#35151): an info.
     # Text-only Qwen2.5 LoRA in fp16 is seed 001's own setup and is not flagged.
     fp16_overflow: tuple[str, str] | None = None
+    # The space grounding boxes are written in (doctor MM273 reads the records' boxes against it): "grid1000", x and y
+    # scaled to 0-1000 of the image whatever its size (Qwen2-VL, Qwen3-VL: QwenLM/Qwen3-VL#663, #1486, #1987);
+    # "resized_pixels", absolute pixels of the image the processor's smart_resize made (Qwen2.5-VL: QwenLM/Qwen3-VL#721,
+    # #1161). None: not known for the family, not checked.
+    box_coordinates: str | None = None
     # Set by the day-0 path (models/generic.py): facts inferred from the model, not written down, and what
     # was inferred from what: (key, value, reason) each, printed as decisions of the resolved run.
     inferred: bool = False
@@ -171,6 +176,7 @@ register(Family(
     mrope=True,
     liger=LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="layer_norm", liger_module="qwen2_vl"),
     fp16_overflow=("info", "transformers#33294; fixed in transformers' eager attention by #33312"),
+    box_coordinates="grid1000",
 ))
 
 
@@ -197,6 +203,7 @@ register(Family(
     time_aware_video=True,
     liger=LigerPatch(rope="apply_multimodal_rotary_pos_emb", vision_norm="rms_norm", liger_module="qwen2_5_vl"),
     fp16_overflow=("warning", "MiMo-VL#8, llama.cpp#17534, ollama#18070"),
+    box_coordinates="resized_pixels",
 ))
 
 register(Family(
@@ -216,6 +223,7 @@ register(Family(
     time_aware_video=True,
     video_timestamps_in_text=True,
     liger=LigerPatch(swiglu=False, liger_module="qwen3_vl"),
+    box_coordinates="grid1000",
 ))
 
 register(Family(

@@ -318,3 +318,38 @@ def equal_pairs(ctx):
             yield make(f"{s.split}: {s.equal_pairs} preference pair(s) whose chosen and rejected answers are the same "
                        "text: their margin is 0 whatever the model learns", where=s.equal_pairs_first,
                        fix="fix or drop these pairs (they train nothing about the preference)")
+
+
+_BOX_FIX = {
+    "grid1000": "write boxes on the 0-1000 grid: x * 1000 / image width, y * 1000 / image height (of the file; the "
+                "grid does not move when the processor resizes)",
+    "resized_pixels": "write boxes in pixels of the resized image: x * resized width / file width, y * resized height / "
+                      "file height, with the resized size smart_resize gives at this run's model.max_pixels / "
+                      "min_pixels (the sizes in each finding); keep those caps the same at inference",
+}
+
+
+@check("MM273", "grounding boxes in the records are in the model family's coordinate space",
+       needs=("cfg", "scan", "resolved"))
+def box_coordinates(ctx):
+    """Qwen2-VL and Qwen3-VL read boxes on a 0-1000 grid, Qwen2.5-VL in pixels of the image after its processor's
+    resize (Family.box_coordinates). Boxes in another space (the file's pixels, 0-1 fractions, Qwen2.5-VL data on
+    Qwen3-VL, a max_pixels other than the one they were computed for) train with no error and the model learns
+    shifted boxes. A box outside the space it should be in proves the mix-up: a warning per split, with the count,
+    the first boxes and their image sizes (data/boxes.py)."""
+    from ...data.boxes import KINDS
+
+    space = ctx.need("resolved").family.box_coordinates
+    for s in ctx.need("scan").splits:
+        t = s.boxes
+        if not t.off:
+            continue
+        kinds = "; ".join(f"{n} {KINDS[k]}" for k, n in t.off.most_common())
+        first = next(iter(t.examples.values()))[0]
+        shown = "; ".join(what for ex in t.examples.values() for _, what in ex[:1])
+        name = ctx.need("resolved").family.name
+        expects = "a 0-1000 grid of the image" if space == "grid1000" else "pixels of the image after the processor's resize"
+        fix = "x1 <= x2 and y1 <= y2 in every box" if set(t.off) == {"inverted"} else _BOX_FIX[space]
+        yield warning(f"{s.split}: {sum(t.off.values())} of {t.boxes} grounding box(es) are not in {name}'s space "
+                      f"({expects}): {kinds}. The model learns boxes shifted by the mix-up, with no error. First: {shown}",
+                      where=first[0], fix=fix)
