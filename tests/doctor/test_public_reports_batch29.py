@@ -7,6 +7,7 @@ doctor (the fast checks are what `mmtune train` runs before it starts).
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import pytest
 from doctor_helpers import context_for, model_folder, run_codes, sums_jsonl
@@ -127,3 +128,76 @@ def test_the_doctor_reports_a_gguf_model_name_under_mm024(tmp_path):
     found = _findings(tmp_path, tree, "MM024")
     assert [f.severity for f in found] == ["error"] and "GGUF" in found[0].message, found
 
+
+
+# ----------------------------------------------------------------------------- a checkpoint saved in bnb 4-bit
+def _bnb_saved(tmp_path):
+    """A tiny Qwen2 saved by save_pretrained after loading in bitsandbytes 4-bit on the CPU: uint8 blocks and
+    `quantization_config` (quant_method bitsandbytes) in config.json, as unsloth's -bnb-4bit uploads are."""
+    pytest.importorskip("bitsandbytes")
+    import torch
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from mmtune.models.tiny import build_tiny
+
+    model, tok = build_tiny("tiny/qwen2", seed=0)
+    model.save_pretrained(tmp_path / "base16")
+    tok.save_pretrained(tmp_path / "base16")
+    q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    m4 = AutoModelForCausalLM.from_pretrained(tmp_path / "base16", quantization_config=q, device_map={"": "cpu"})
+    m4.save_pretrained(tmp_path / "bnb4")
+    tok.save_pretrained(tmp_path / "bnb4")
+    return tmp_path / "bnb4"
+
+
+# https://github.com/axolotl-ai-cloud/axolotl/issues/1513 ("Can't load BnB models": unsloth/tinyllama-bnb-4bit),
+# https://github.com/QwenLM/Qwen3-VL/issues/888 (load_in_4bit on a checkpoint already quantized): MM009 read the
+# saved uint8 blocks as "a merged/converted quantized checkpoint?" and its error stopped `mmtune train` for lora and
+# qlora alike, though both train two steps on that folder (run, with --skip-checks). Now MM040's warning is all.
+def test_a_bnb_saved_4bit_checkpoint_is_not_refused_as_a_broken_merge(tmp_path):
+    folder = _bnb_saved(tmp_path)
+    tree = {"model": {"name": str(folder)}, "data": {"train": sums_jsonl(tmp_path)}}
+    found = _findings(tmp_path, tree, "MM009", "MM040")
+    assert [(f.code, f.severity) for f in found] == [("MM040", "warning")], found
+
+
+# https://github.com/unslothai/unsloth/issues/1110, https://github.com/huggingface/peft/issues/2501, https://github.com/
+# artidoro/qlora/issues/28: merging LoRA into a 4-bit base. `mmtune export --merge` of a run trained on a bnb-saved
+# checkpoint stopped in transformers ("You cannot cast a bitsandbytes model in a new `dtype`"); now the base is
+# dequantized first (transformers' dequantize) and the merged model computes what was trained.
+def test_merged_export_of_a_run_on_a_bnb_saved_base_computes_what_was_trained(tmp_path):
+    import torch
+    import yaml
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.export import export
+    from mmtune.train.loop import train
+
+    folder = _bnb_saved(tmp_path)
+    tree = {"output_dir": str(tmp_path / "run"), "model": {"name": str(folder), "gradient_checkpointing": False},
+            "data": {"train": sums_jsonl(tmp_path), "max_length": 64},
+            "adapter": {"method": "lora", "r": 4, "dropout": 0.0},
+            "train": {"max_steps": 2, "micro_batch_size": 2, "grad_accum": 1, "lr": 0.05, "precision": "fp32",
+                      "device": "cpu", "warmup_steps": 0, "seed": 0, "save_every": 2},
+            "eval": {"every": None}, "logging": {"tensorboard": False}}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(tree))
+    train(build_run(load_config(tmp_path / "c.yaml", [])))
+    out = export(tmp_path / "run", merge=True)
+    ids = torch.randint(5, 200, (1, 12), generator=torch.Generator().manual_seed(0))
+    base = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, device_map={"": "cpu"})
+    trained = PeftModel.from_pretrained(base, str(tmp_path / "run" / "checkpoint-2" / "adapter")).eval()
+    merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert getattr(merged.config, "quantization_config", None) is None
+    with torch.no_grad():
+        want, got = trained(input_ids=ids).logits, merged(input_ids=ids).logits
+        with trained.disable_adapter():
+            plain = trained(input_ids=ids).logits
+    # bitsandbytes' CPU 4-bit matmul is not bit-exact against the dequantized weights (1e-3 here), so the test
+    # is against the adapter's own effect: the merge keeps it, within a small part of its size
+    effect, off = (want - plain).abs().max().item(), (got - want).abs().max().item()
+    assert effect > 0.05 and off < 0.05 * effect, (effect, off)
+    notes = json.loads((out / ".mmtune-export.json").read_text())["notes"]
+    assert any("dequantized" in n for n in notes), notes
