@@ -201,3 +201,29 @@ def test_merged_export_of_a_run_on_a_bnb_saved_base_computes_what_was_trained(tm
     assert effect > 0.05 and off < 0.05 * effect, (effect, off)
     notes = json.loads((out / ".mmtune-export.json").read_text())["notes"]
     assert any("dequantized" in n for n in notes), notes
+
+
+# ----------------------------------------------------------------------------- qlora on a checkpoint already quantized
+# https://github.com/QwenLM/Qwen3-VL/issues/888 (load_in_4bit on Qwen2.5-VL-72B-Instruct-AWQ: "'BitsAndBytesConfig'
+# object has no attribute 'get_loading_attributes'"), https://github.com/hiyouga/LlamaFactory/issues/7963 (QLoRA
+# settings on Qwen2.5-VL-AWQ): MM040 said "transformers keeps the checkpoint's own quantization" (a warning) while
+# transformers 5.24 stops from_pretrained with "The model is quantized with FineGrainedFP8Config but you are passing a
+# BitsAndBytesConfig config" (run: `mmtune train` of the tiny FP8 twin with adapter.method=qlora, after the data).
+@pytest.mark.parametrize("q", [FP8, AWQ, GPTQ], ids=["fp8", "awq", "gptq"])
+def test_qlora_on_a_checkpoint_quantized_another_way_is_an_error(tmp_path, q):
+    found = _findings(tmp_path, _tree(tmp_path, q, method="qlora"), "MM040")
+    assert [f.severity for f in found] == ["error"], found
+    assert "BitsAndBytesConfig" in found[0].message and "adapter.method=lora" in found[0].fix
+
+
+BNB4 = {"_load_in_4bit": True, "_load_in_8bit": False, "bnb_4bit_compute_dtype": "bfloat16",
+        "bnb_4bit_quant_storage": "uint8", "bnb_4bit_quant_type": "nf4", "bnb_4bit_use_double_quant": True,
+        "llm_int8_enable_fp32_cpu_offload": False, "llm_int8_has_fp16_weight": False, "llm_int8_skip_modules": None,
+        "llm_int8_threshold": 6.0, "load_in_4bit": True, "load_in_8bit": False, "quant_method": "bitsandbytes"}
+
+
+def test_qlora_on_a_bnb_saved_checkpoint_stays_a_warning(tmp_path):
+    # same config class: transformers keeps the checkpoint's quantization (the real bnb-saved twin trained two qlora
+    # steps on the CPU, batch 29's run)
+    found = _findings(tmp_path, _tree(tmp_path, BNB4, method="qlora"), "MM040")
+    assert [f.severity for f in found] == ["warning"], found

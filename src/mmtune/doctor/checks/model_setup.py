@@ -140,6 +140,15 @@ def prequantized_checkpoint(ctx):
         yield error(f"{what}: adapter.method=full cannot train integer weights (\"You cannot perform fine-tuning "
                     "on purely quantized models\")", where="model.name",
                     fix="train the original 16-bit model (model.name=<its base model>), or adapter.method=lora")
+    elif cfg.adapter.method in ("qlora", "lora8bit") and kind != "bitsandbytes":
+        # transformers merges a passed BitsAndBytesConfig into the checkpoint's own only for the same config class;
+        # any other ("The model is quantized with FineGrainedFP8Config but you are passing a BitsAndBytesConfig")
+        # stops from_pretrained after the data was prepared
+        yield error(f"{what}: adapter.method={cfg.adapter.method} asks bitsandbytes to quantize it again, and "
+                    f"transformers refuses a second quantization config on a {kind} checkpoint (\"The model is "
+                    "quantized with ... but you are passing a BitsAndBytesConfig config\")", where="adapter.method",
+                    fix="adapter.method=lora (LoRA on the checkpoint's own quantized layers), or model.name=<the 16-bit "
+                        "base model> with adapter.method=qlora")
     elif cfg.adapter.method == "qlora":
         yield warning(f"{what}: transformers keeps the checkpoint's own quantization and ignores the run's "
                       "4-bit settings (adapter.bnb_4bit_*), and the planned memory assumes NF4 from 16-bit weights",
