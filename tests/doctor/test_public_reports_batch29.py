@@ -227,3 +227,13 @@ def test_qlora_on_a_bnb_saved_checkpoint_stays_a_warning(tmp_path):
     # steps on the CPU, batch 29's run)
     found = _findings(tmp_path, _tree(tmp_path, BNB4, method="qlora"), "MM040")
     assert [f.severity for f in found] == ["warning"], found
+
+
+def test_a_gguf_hub_repo_is_named_before_any_download(tmp_path):
+    # Qwen/Qwen2.5-7B-Instruct-GGUF, unsloth/Qwen2.5-VL-7B-Instruct-GGUF: repos of .gguf files only, no config.json
+    from mmtune.errors import ModelLoadError
+    from mmtune.models.hub_files import model_folder as resolve_folder
+
+    with pytest.raises(ModelLoadError) as e:
+        resolve_folder("unsloth/Qwen2.5-VL-7B-Instruct-GGUF")
+    assert "GGUF" in e.value.what and "converted from" in e.value.fix

@@ -149,6 +149,8 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
             raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
                                  where="model.name", fix="save the model with save_pretrained into this folder")
         return path
+    if name.lower().endswith(("-gguf", "_gguf")):  # the hub's convention for GGUF-only repos (Qwen, unsloth, bartowski)
+        _raise_for_gguf(name, [Path(name.rsplit("/", 1)[-1] + ".gguf")])
     snap = cached_snapshot(name, revision)
     if snap is not None:
         miss = missing_files(snap, family, tokenizer, weights)
