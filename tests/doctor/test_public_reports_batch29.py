@@ -150,8 +150,8 @@ def _bnb_saved(tmp_path):
     return tmp_path / "bnb4"
 
 
-# https://github.com/axolotl-ai-cloud/axolotl/issues/1513 ("Can't load BnB models": unsloth/tinyllama-bnb-4bit),
-# https://github.com/QwenLM/Qwen3-VL/issues/888 (load_in_4bit on a checkpoint already quantized): MM009 read the
+# https://github.com/unslothai/unsloth/issues/1597 (fine-tuning unsloth/...-bnb-4bit), https://github.com/oobabooga/
+# textgen/issues/5330 (LoRA training on a 4-bit quantized checkpoint): MM009 read the
 # saved uint8 blocks as "a merged/converted quantized checkpoint?" and its error stopped `mmtune train` for lora and
 # qlora alike, though both train two steps on that folder (run, with --skip-checks). Now MM040's warning is all.
 def test_a_bnb_saved_4bit_checkpoint_is_not_refused_as_a_broken_merge(tmp_path):
@@ -161,10 +161,11 @@ def test_a_bnb_saved_4bit_checkpoint_is_not_refused_as_a_broken_merge(tmp_path):
     assert [(f.code, f.severity) for f in found] == [("MM040", "warning")], found
 
 
-# https://github.com/unslothai/unsloth/issues/1110, https://github.com/huggingface/peft/issues/2501, https://github.com/
-# artidoro/qlora/issues/28: merging LoRA into a 4-bit base. `mmtune export --merge` of a run trained on a bnb-saved
-# checkpoint stopped in transformers ("You cannot cast a bitsandbytes model in a new `dtype`"); now the base is
-# dequantized first (transformers' dequantize) and the merged model computes what was trained.
+# https://github.com/huggingface/peft/issues/2105, https://github.com/unslothai/unsloth/issues/2516,
+# https://github.com/ unslothai/unsloth-zoo/pull/810: an adapter trained on a 4-bit base merges onto the dequantized
+# 4-bit weights. `mmtune export --merge` of a run trained on a bnb-saved checkpoint stopped in transformers ("You
+# cannot cast a bitsandbytes model in a new `dtype`"); now the base is dequantized first (transformers' dequantize)
+# and the merged model computes what was trained.
 def test_merged_export_of_a_run_on_a_bnb_saved_base_computes_what_was_trained(tmp_path):
     import torch
     import yaml
@@ -205,10 +206,11 @@ def test_merged_export_of_a_run_on_a_bnb_saved_base_computes_what_was_trained(tm
 
 # ----------------------------------------------------------------------------- qlora on a checkpoint already quantized
 # https://github.com/QwenLM/Qwen3-VL/issues/888 (load_in_4bit on Qwen2.5-VL-72B-Instruct-AWQ: "'BitsAndBytesConfig'
-# object has no attribute 'get_loading_attributes'"), https://github.com/hiyouga/LlamaFactory/issues/7963 (QLoRA
-# settings on Qwen2.5-VL-AWQ): MM040 said "transformers keeps the checkpoint's own quantization" (a warning) while
-# transformers 5.24 stops from_pretrained with "The model is quantized with FineGrainedFP8Config but you are passing a
-# BitsAndBytesConfig config" (run: `mmtune train` of the tiny FP8 twin with adapter.method=qlora, after the data).
+# object has no attribute 'get_loading_attributes'"), https://github.com/huggingface/transformers/issues/39939 (the
+# same with a BitsAndBytesConfig on MXFP4 gpt-oss-20b): MM040 said "transformers keeps the checkpoint's own
+# quantization" (a warning) while transformers 5.24 stops from_pretrained with "The model is quantized with
+# FineGrainedFP8Config but you are passing a BitsAndBytesConfig config" (run: `mmtune train` of the tiny FP8 twin with
+# adapter.method=qlora, after the data).
 @pytest.mark.parametrize("q", [FP8, AWQ, GPTQ], ids=["fp8", "awq", "gptq"])
 def test_qlora_on_a_checkpoint_quantized_another_way_is_an_error(tmp_path, q):
     found = _findings(tmp_path, _tree(tmp_path, q, method="qlora"), "MM040")
