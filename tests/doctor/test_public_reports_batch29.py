@@ -85,8 +85,8 @@ def test_a_quant_method_this_transformers_does_not_know_is_an_error(tmp_path):
 
 # ----------------------------------------------------------------------------- pinned: MM040 on each method
 # https://github.com/huggingface/transformers/issues/41516 ("QuantizationMethod.FP8 do not support training",
-# DeepSeek V3.1 LoRA), https://github.com/hiyouga/LlamaFactory/issues/8145 (Qwen3 FP8 LoRA), https://github.com/
-# modelscope/ms-swift/issues/2686 (Qwen2-VL-GPTQ-Int4 LoRA: the adapter will not merge): full fine-tuning of a
+# DeepSeek V3.1 LoRA), https://github.com/hiyouga/LlamaFactory/issues/8145 (Qwen3 FP8 LoRA),
+# https://github.com/modelscope/ms-swift/issues/2686 (Qwen2-VL-GPTQ-Int4 LoRA: the adapter will not merge): full fine-tuning of a
 # quantized checkpoint is an error (the run does not start), LoRA on it a warning that names the merge.
 @pytest.mark.parametrize("q", [FP8, GPTQ, AWQ], ids=["fp8", "gptq", "awq"])
 def test_full_training_of_a_quantized_checkpoint_is_refused_and_lora_warned(tmp_path, q):
@@ -150,8 +150,8 @@ def _bnb_saved(tmp_path):
     return tmp_path / "bnb4"
 
 
-# https://github.com/unslothai/unsloth/issues/1597 (fine-tuning unsloth/...-bnb-4bit), https://github.com/oobabooga/
-# textgen/issues/5330 (LoRA training on a 4-bit quantized checkpoint): MM009 read the
+# https://github.com/unslothai/unsloth/issues/1597 (fine-tuning unsloth/...-bnb-4bit),
+# https://github.com/oobabooga/textgen/issues/5330 (LoRA training on a 4-bit quantized checkpoint): MM009 read the
 # saved uint8 blocks as "a merged/converted quantized checkpoint?" and its error stopped `mmtune train` for lora and
 # qlora alike, though both train two steps on that folder (run, with --skip-checks). Now MM040's warning is all.
 def test_a_bnb_saved_4bit_checkpoint_is_not_refused_as_a_broken_merge(tmp_path):
@@ -162,7 +162,7 @@ def test_a_bnb_saved_4bit_checkpoint_is_not_refused_as_a_broken_merge(tmp_path):
 
 
 # https://github.com/huggingface/peft/issues/2105, https://github.com/unslothai/unsloth/issues/2516,
-# https://github.com/ unslothai/unsloth-zoo/pull/810: an adapter trained on a 4-bit base merges onto the dequantized
+# https://github.com/unslothai/unsloth-zoo/pull/810: an adapter trained on a 4-bit base merges onto the dequantized
 # 4-bit weights. `mmtune export --merge` of a run trained on a bnb-saved checkpoint stopped in transformers ("You
 # cannot cast a bitsandbytes model in a new `dtype`"); now the base is dequantized first (transformers' dequantize)
 # and the merged model computes what was trained.
