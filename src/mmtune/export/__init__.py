@@ -208,7 +208,10 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
         dtype = resolved.compute_dtype
         loaded = load_model(resolved, device="cpu")
         bar.advance()
-        notes = untie_trained_embeddings(loaded.model, ckpt / "adapter")
+        from .prequantized import dequantize_base
+
+        notes = dequantize_base(loaded.model, dtype, cfg.model.name, ckpt)
+        notes += untie_trained_embeddings(loaded.model, ckpt / "adapter")
         try:
             model = PeftModel.from_pretrained(loaded.model, str(ckpt / "adapter"))
         except RuntimeError as e:  # peft's load_state_dict: "size mismatch for ... copying a param with shape"

@@ -105,6 +105,22 @@ def unreadable_weights(folder: Path) -> list[tuple[str, str]]:
     return bad
 
 
+def _raise_for_gguf(name: str, files: list[Path]) -> None:
+    """A GGUF file (llama.cpp's single-file format, mostly quantized: Q4_K_M, Q8_0) in place of a save_pretrained
+    folder: without this, a .gguf path read as "folder ... does not exist" (it does) and a folder of them as
+    "save the model with save_pretrained into this folder". Its weights are quantized to llama.cpp's own block
+    types (transformers' GGUF quantizer says is_trainable False); the checkpoint it was converted from trains."""
+    gguf = [f for f in files if f.suffix.lower() == ".gguf"]
+    if gguf:
+        raise ModelLoadError(
+            f"model.name {name} is a GGUF checkpoint ({gguf[0].name}: llama.cpp's format, quantized to its own block "
+            "types); mmtune loads safetensors checkpoints saved with save_pretrained, and transformers' GGUF "
+            "quantizer is not trainable", where="model.name",
+            fix="model.name=<the hub id the GGUF was converted from> (its model card names the base model, e.g. "
+                "Qwen/Qwen2.5-VL-7B-Instruct); adapter.method=qlora gives the 4-bit memory; a trained run exports "
+                "back to GGUF with llama.cpp's convert_hf_to_gguf.py after mmtune export --merge")
+
+
 def model_folder(name: str, revision: str | None = None, family: Family | None = None,
                  tokenizer: bool = True, weights: bool = True) -> Path | str:
     """A local folder holding the model, or the hub id when it may still be downloaded.
@@ -116,17 +132,25 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
     # A hub id is ORG/NAME; anything with more path parts (runs/x/final) is a folder, never downloaded.
     if is_local_name(name):
         if not path.is_dir():
+            _raise_for_gguf(name, [path] if path.is_file() else [])
             _raise_for_run_folder(name)
+            if path.is_file():
+                raise ModelLoadError(f"model.name {name} is a file, not a model folder", where="model.name",
+                                     fix=f"model.name={path.parent} if that folder was saved with save_pretrained, "
+                                         "or a hub id")
             raise ModelLoadError(f"model folder {name} does not exist", where="model.name",
                                  fix="point model.name at a folder saved with save_pretrained, or use a hub id")
         miss = missing_files(path, family, tokenizer, weights)
         if miss:
             if "config.json" in miss:
+                _raise_for_gguf(name, sorted(path.glob("*.gguf")))
                 _raise_for_run_folder(name)
             have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
             raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
                                  where="model.name", fix="save the model with save_pretrained into this folder")
         return path
+    if name.lower().endswith(("-gguf", "_gguf")):  # the hub's convention for GGUF-only repos (Qwen, unsloth, bartowski)
+        _raise_for_gguf(name, [Path(name.rsplit("/", 1)[-1] + ".gguf")])
     snap = cached_snapshot(name, revision)
     if snap is not None:
         miss = missing_files(snap, family, tokenizer, weights)

@@ -164,6 +164,8 @@ def checkpoint_dtypes(ctx):
         counts[d] = counts.get(d, 0) + 1
     floats = {d: n for d, n in counts.items() if d in FLOAT_DTYPES}
     ints = [k for k, d in dtypes.items() if d in ("U8", "I8") and k.endswith("weight")]
+    if ints and _declares_quantization(folder):
+        ints = []  # saved quantized on purpose (unsloth's -bnb-4bit uploads): it loads and trains; MM040 says what it means
     if ints:
         yield error(f"{len(ints)} weight(s) are stored as 8-bit integers (a merged/converted quantized "
                     f"checkpoint?), e.g. {', '.join(ints[:3])}", where=ints[0].rsplit(".", 1)[0],
@@ -177,6 +179,15 @@ def checkpoint_dtypes(ctx):
         yield info(f"the checkpoint mixes dtypes {floats}: {len(odd)} tensor(s) are not {main}, in modules "
                    f"{', '.join(mods[:5])}{' ...' if len(mods) > 5 else ''}; mmtune casts all to the compute dtype "
                    f"({cfg.train.precision}) at load", where=mods[0] if mods else "model.name")
+
+
+def _declares_quantization(folder: Path) -> bool:
+    """config.json names the quantization its integer weights are in (a bitsandbytes save_pretrained writes
+    `quantization_config` beside the uint8 4-bit blocks); a merged checkpoint that lost it does not."""
+    try:
+        return bool(json.loads((folder / "config.json").read_text()).get("quantization_config"))
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @check("MM004", "one compute dtype: no fp32/uint8 module left beside 4-bit weights", needs=("cfg", "adapted"),

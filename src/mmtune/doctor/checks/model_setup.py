@@ -140,6 +140,15 @@ def prequantized_checkpoint(ctx):
         yield error(f"{what}: adapter.method=full cannot train integer weights (\"You cannot perform fine-tuning "
                     "on purely quantized models\")", where="model.name",
                     fix="train the original 16-bit model (model.name=<its base model>), or adapter.method=lora")
+    elif cfg.adapter.method in ("qlora", "lora8bit") and kind != "bitsandbytes":
+        # transformers merges a passed BitsAndBytesConfig into the checkpoint's own only for the same config class;
+        # any other ("The model is quantized with FineGrainedFP8Config but you are passing a BitsAndBytesConfig")
+        # stops from_pretrained after the data was prepared
+        yield error(f"{what}: adapter.method={cfg.adapter.method} asks bitsandbytes to quantize it again, and "
+                    f"transformers refuses a second quantization config on a {kind} checkpoint (\"The model is "
+                    "quantized with ... but you are passing a BitsAndBytesConfig config\")", where="adapter.method",
+                    fix="adapter.method=lora (LoRA on the checkpoint's own quantized layers), or model.name=<the 16-bit "
+                        "base model> with adapter.method=qlora")
     elif cfg.adapter.method == "qlora":
         yield warning(f"{what}: transformers keeps the checkpoint's own quantization and ignores the run's "
                       "4-bit settings (adapter.bnb_4bit_*), and the planned memory assumes NF4 from 16-bit weights",
@@ -149,6 +158,38 @@ def prequantized_checkpoint(ctx):
                       "was planned), and merging the adapter into it fails (\"Cannot merge LORA layers when the "
                       "model is ... quantized\") or loses precision", where="model.name",
                       fix="model.name=<the 16-bit base model> (adapter.method=qlora quantizes it at load)")
+
+
+@check("MM258", "a pre-quantized checkpoint's backend (gptqmodel / optimum / compressed-tensors ...) is installed "
+       "where the run executes", fast=True)
+def prequantized_backend(ctx):
+    """A GPTQ / AWQ / compressed-tensors checkpoint loads only through its quantization backend; without it
+    `from_pretrained` stops with an ImportError after the data was prepared ("Loading an AWQ quantized model
+    requires gptqmodel", "Loading a GPTQ quantized model requires optimum"). transformers' own quantizer for the
+    checkpoint's `quant_method` is asked here (compat/quantizers.py), so the package names and minimums are its."""
+    from ...compat.quantizers import quantizer_blocker
+
+    cfg = ctx.need("cfg")
+    raw, path = raw_config(cfg)
+    q = (raw or {}).get("quantization_config") or {}
+    if not q or cfg.model.weights == "random":  # random weights are built from the config, never dequantized
+        return
+    blocked = quantizer_blocker(q)
+    if blocked is None:
+        return
+    kind, said = blocked
+    method = q.get("quant_method") or "bitsandbytes"
+    what = f"{cfg.model.name} is saved quantized ({method}; quantization_config in {path})"
+    fix = ("model.name=<the 16-bit base model> (adapter.method=qlora quantizes it at load with bitsandbytes), or "
+           + ("install the package named above" if kind == "package" else "a transformers release that knows it"))
+    if kind == "method":
+        yield error(f"{what}, a method this transformers does not know: loading stops (\"{said[:160]}...\")",
+                    where="model.name", fix=fix)
+    elif ctx.has("gpu"):  # planned for another machine: that machine needs it
+        yield info(f"{what}; loading it needs what this machine lacks, the GPU machine needs it: {said}",
+                   where="model.name", fix=fix)
+    else:
+        yield error(f"{what}, and loading it stops before any weight is read: {said}", where="model.name", fix=fix)
 
 
 @check("MM043", "every token id the run feeds exists in the model's embedding matrix", needs=("cfg", "resolved"),
