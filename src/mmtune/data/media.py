@@ -214,7 +214,9 @@ def sample_indices(n_source: int, n_frames: int, fps: float | None = None, sourc
 
 
 def _frames_folder(folder: Path, part, where, n_frames, fps, max_pixels) -> VideoClip:
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    from .frame_files import frame_files
+
+    files = frame_files(folder, IMAGE_SUFFIXES)
     if not files:
         raise _bad("video frames folder holds no image files", part, where,
                    f"put the frames as images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the folder")
@@ -242,7 +244,9 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
                                fix="give a video file, or an audio part for audio-only files")
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate) if stream.average_rate else None
-        known = stream.frames or 0
+        # Matroska / WebM headers hold no frame count: count the packets (demuxing reads no pixels), else the
+        # decode below would keep every frame of the clip in memory to sample from afterwards.
+        known = stream.frames or _packet_count(container, stream)
         picked = sample_indices(known, n_frames, fps, source_fps) if known else None
         if picked and known >= SEEK_MIN_SPACING * len(picked) and _header_is_consistent(container, stream, known,
                                                                                          source_fps):
@@ -291,6 +295,18 @@ def _header_is_consistent(container, stream, known: int, source_fps: float | Non
     else:
         return False
     return abs(seconds * source_fps - known) <= 1.0
+
+
+def _packet_count(container, stream) -> int:
+    """The stream's frames, counted from its packets (one coded frame each), the container rewound."""
+    import av
+
+    try:
+        n = sum(1 for packet in container.demux(stream) if packet.size)
+        container.seek(0)
+    except av.error.FFmpegError:
+        return 0  # decoding below counts what is there
+    return n
 
 
 def _frame_index(pts, start: int, tb, source_fps: float) -> int | None:
