@@ -246,7 +246,7 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
         source_fps = float(stream.average_rate) if stream.average_rate else None
         # Matroska / WebM headers hold no frame count: count the packets (demuxing reads no pixels), else the
         # decode below would keep every frame of the clip in memory to sample from afterwards.
-        known = stream.frames or _packet_count(container, stream)
+        known = stream.frames or packet_count(container, stream)
         picked = sample_indices(known, n_frames, fps, source_fps) if known else None
         if picked and known >= SEEK_MIN_SPACING * len(picked) and _header_is_consistent(container, stream, known,
                                                                                          source_fps):
@@ -297,7 +297,7 @@ def _header_is_consistent(container, stream, known: int, source_fps: float | Non
     return abs(seconds * source_fps - known) <= 1.0
 
 
-def _packet_count(container, stream) -> int:
+def packet_count(container, stream) -> int:
     """The stream's frames, counted from its packets (one coded frame each), the container rewound."""
     import av
 

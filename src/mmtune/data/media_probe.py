@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import DataError
-from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES, wav_cut_short
+from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES, packet_count, wav_cut_short
 
 
 def _src(part: dict):
@@ -140,7 +140,7 @@ def frames_by_fps(total: int, seconds: float | None, rate: float | None, n_frame
 
 
 def _video_file_header(part: dict) -> tuple[int, float | None, int, int, float | None]:
-    """(frame count or 0 when the container does not say, seconds or None, height, width, frames a second or None).
+    """(frame count (0 when none is found), seconds or None, height, width, frames a second or None).
     Matroska / WebM (what yt-dlp saves) carry neither a frame count nor a stream duration: the seconds are the
     container's then."""
     import av
@@ -151,7 +151,9 @@ def _video_file_header(part: dict) -> tuple[int, float | None, int, int, float |
                 raise DataError("corrupt media (no video stream)", fix="give a video file with a video stream")
             stream = container.streams.video[0]
             w, h = stream.codec_context.width, stream.codec_context.height
-            total = stream.frames or 0
+            # Matroska / WebM: no frame count in the header; the packets are counted as the loader counts them
+            # (demuxing, no pixels), so a clip shorter than model.video_frames is refused at start, not mid-run.
+            total = stream.frames or packet_count(container, stream)
             seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
             if seconds is None and container.duration:
                 seconds = container.duration / av.time_base
