@@ -148,7 +148,9 @@ def _video_file_header(part: dict) -> tuple[int, float | None, int, int, float |
     try:
         with av.open(_src(part)) as container:
             if not container.streams.video:
-                raise DataError("corrupt media (no video stream)", fix="give a video file with a video stream")
+                # a sound-only MP4 / M4A given as a video: the loader's fix (media._frames_file)
+                raise DataError("corrupt media (no video stream)",
+                                fix="give a video file, or an audio part for audio-only files")
             stream = container.streams.video[0]
             w, h = stream.codec_context.width, stream.codec_context.height
             # Matroska / WebM: no frame count in the header; the packets are counted as the loader counts them
