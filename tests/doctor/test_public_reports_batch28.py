@@ -218,3 +218,28 @@ def test_a_sound_only_file_given_as_a_video_is_refused_by_its_header(tmp_path):
     with pytest.raises(BadRecord) as e:
         _run_encoder(tmp_path).measure(_record({"type": "video", "path": str(tmp_path / "voice.mp4")}))
     assert "voice.mp4" in e.value.what and "no video stream" in e.value.what and "an audio part" in e.value.fix
+
+
+# A clip given as frames of different sizes (a folder holding a rotated or re-cut frame). qwen_vl_utils and
+# transformers' video processors stack the frames: "all input arrays must have the same shape", naming no frame.
+# mmtune's start-up scan read the first frame's header only, so `mmtune train` stopped mid-run with that message
+# ("reading the record raised ValueError ... found while training"); the doctor's MM014 said "unreadable record" with
+# "report it to mmtune". Now the frames the loader takes must share one size, checked from their headers at start.
+
+def test_frames_of_different_sizes_are_refused_at_start_naming_them(tmp_path):
+    from PIL import Image
+
+    from mmtune.data.media import load_video
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for i in range(8):
+        Image.new("RGB", (48, 64) if i == 3 else (64, 48), (i * 30, 0, 0)).save(folder / f"{i}.png")
+    part = {"type": "video", "path": str(folder)}
+    with pytest.raises(BadRecord) as e:
+        _run_encoder(tmp_path).measure(_record(part))  # the start-up scan: headers only
+    assert e.value.reason == "bad media" and "0.png is 64x48, 3.png is 48x64" in e.value.what and "one size" in e.value.fix
+    with pytest.raises(BadRecord, match="differ in size"):
+        load_video(part, n_frames=8)  # the loader (doctor's decode pass, training) says the same
+    Image.new("RGB", (64, 48), (90, 0, 0)).save(folder / "3.png")  # one size: read
+    assert len(load_video(part, n_frames=8).frames) == 8

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .formats import BadRecord
+from .frame_files import check_one_size
 from .records import media_label
 from .video_rotation import frame_image
 
@@ -220,14 +221,15 @@ def _frames_folder(folder: Path, part, where, n_frames, fps, max_pixels) -> Vide
     if not files:
         raise _bad("video frames folder holds no image files", part, where,
                    f"put the frames as images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the folder")
-    return _listed_frames(files, where, n_frames, max_pixels)
+    return _listed_frames(files, where, n_frames, max_pixels, part)
 
 
-def _listed_frames(files: list, where, n_frames, max_pixels) -> VideoClip:
+def _listed_frames(files: list, where, n_frames, max_pixels, part) -> VideoClip:
     """Frames read from their image files, in the given order (a folder's, sorted, or a part's `frames` list)."""
     # Frame files carry no frame rate; fps sampling needs one, so frames are taken uniformly.
     idx = sample_indices(len(files), n_frames)
     frames = [load_image({"type": "image", "path": str(files[i])}, where, max_pixels) for i in idx]
+    check_one_size([f.size for f in frames], [Path(files[i]).name for i in idx], part, where)  # the processor stacks them
     return VideoClip(frames, len(files), None, idx)
 
 
@@ -414,9 +416,11 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     if obj is not None:
         frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
         idx = sample_indices(len(frames), n_frames)
-        return VideoClip([cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx], len(frames), None, idx)
+        taken = [cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx]
+        check_one_size([f.size for f in taken], [f"frame {i}" for i in idx], part, where)  # the processor stacks them
+        return VideoClip(taken, len(frames), None, idx)
     if part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
-        clip = _listed_frames(part["frames"], where, n_frames, max_pixels)
+        clip = _listed_frames(part["frames"], where, n_frames, max_pixels, part)
     else:
         if part.get("path") is None:
             raise _bad("video part has no path", part, where, 'give {"type": "video", "path": "clip.mp4 or frames/"}')

@@ -94,7 +94,7 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
             else tuple(first.shape[:2])
         seconds = rate = None
     elif part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
-        h, w = image_size({"type": "image", "path": str(part["frames"][0])}, where)
+        h, w = _frames_size([Path(f) for f in part["frames"]], n_frames, part, where)
         total, seconds, rate = len(part["frames"]), None, None
     elif path is not None and Path(path).is_dir():
         from .frame_files import frame_files
@@ -102,7 +102,7 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
         frames = frame_files(Path(path), IMAGE_SUFFIXES)
         if not frames:
             raise DataError("corrupt media (a video folder without image frames)", fix="put the frames (.jpg/.png) in the folder")
-        h, w = image_size({"type": "image", "path": str(frames[0])}, where)
+        h, w = _frames_size(frames, n_frames, part, where)
         total, seconds, rate = len(frames), None, None
     else:
         try:
@@ -122,6 +122,18 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
                             "or data.on_bad_record=skip to drop such records (they are counted)")
         n = n_frames
     return n, h, w
+
+
+def _frames_size(files: list, n_frames: int, part: dict, where: str) -> tuple[int, int]:
+    """(height, width) of a clip given as frame files, from the headers of the frames the loader takes, which must
+    agree (frame_files.check_one_size: the loader's refusal, here at the start-up scan)."""
+    from .frame_files import check_one_size
+    from .media import sample_indices
+
+    idx = sample_indices(len(files), n_frames)
+    sizes = [image_size({"type": "image", "path": str(files[i])}, where) for i in idx]
+    check_one_size([(w, h) for h, w in sizes], [files[i].name for i in idx], part, where)
+    return sizes[0]
 
 
 def frames_by_fps(total: int, seconds: float | None, rate: float | None, n_frames: int, fps: float) -> int:
