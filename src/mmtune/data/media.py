@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .formats import BadRecord
+from .frame_files import check_one_size
 from .records import media_label
 from .video_rotation import frame_image
 
@@ -214,18 +215,21 @@ def sample_indices(n_source: int, n_frames: int, fps: float | None = None, sourc
 
 
 def _frames_folder(folder: Path, part, where, n_frames, fps, max_pixels) -> VideoClip:
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    from .frame_files import frame_files
+
+    files = frame_files(folder, IMAGE_SUFFIXES)
     if not files:
         raise _bad("video frames folder holds no image files", part, where,
                    f"put the frames as images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the folder")
-    return _listed_frames(files, where, n_frames, max_pixels)
+    return _listed_frames(files, where, n_frames, max_pixels, part)
 
 
-def _listed_frames(files: list, where, n_frames, max_pixels) -> VideoClip:
+def _listed_frames(files: list, where, n_frames, max_pixels, part) -> VideoClip:
     """Frames read from their image files, in the given order (a folder's, sorted, or a part's `frames` list)."""
     # Frame files carry no frame rate; fps sampling needs one, so frames are taken uniformly.
     idx = sample_indices(len(files), n_frames)
     frames = [load_image({"type": "image", "path": str(files[i])}, where, max_pixels) for i in idx]
+    check_one_size([f.size for f in frames], [Path(files[i]).name for i in idx], part, where)  # the processor stacks them
     return VideoClip(frames, len(files), None, idx)
 
 
@@ -242,7 +246,9 @@ def _frames_file(path: Path, part, where, n_frames, fps, max_pixels) -> VideoCli
                                fix="give a video file, or an audio part for audio-only files")
         stream = container.streams.video[0]
         source_fps = float(stream.average_rate) if stream.average_rate else None
-        known = stream.frames or 0
+        # Matroska / WebM headers hold no frame count: count the packets (demuxing reads no pixels), else the
+        # decode below would keep every frame of the clip in memory to sample from afterwards.
+        known = stream.frames or packet_count(container, stream)
         picked = sample_indices(known, n_frames, fps, source_fps) if known else None
         if picked and known >= SEEK_MIN_SPACING * len(picked) and _header_is_consistent(container, stream, known,
                                                                                          source_fps):
@@ -291,6 +297,18 @@ def _header_is_consistent(container, stream, known: int, source_fps: float | Non
     else:
         return False
     return abs(seconds * source_fps - known) <= 1.0
+
+
+def packet_count(container, stream) -> int:
+    """The stream's frames, counted from its packets (one coded frame each), the container rewound."""
+    import av
+
+    try:
+        n = sum(1 for packet in container.demux(stream) if packet.size)
+        container.seek(0)
+    except av.error.FFmpegError:
+        return 0  # decoding below counts what is there
+    return n
 
 
 def _frame_index(pts, start: int, tb, source_fps: float) -> int | None:
@@ -398,9 +416,11 @@ def load_video(part: dict, where: str = "", n_frames: int = 8, fps: float | None
     if obj is not None:
         frames = [f if hasattr(f, "convert") else Image.fromarray(f) for f in obj]
         idx = sample_indices(len(frames), n_frames)
-        return VideoClip([cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx], len(frames), None, idx)
+        taken = [cap_pixels(to_rgb(frames[i]), max_pixels) for i in idx]
+        check_one_size([f.size for f in taken], [f"frame {i}" for i in idx], part, where)  # the processor stacks them
+        return VideoClip(taken, len(frames), None, idx)
     if part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
-        clip = _listed_frames(part["frames"], where, n_frames, max_pixels)
+        clip = _listed_frames(part["frames"], where, n_frames, max_pixels, part)
     else:
         if part.get("path") is None:
             raise _bad("video part has no path", part, where, 'give {"type": "video", "path": "clip.mp4 or frames/"}')

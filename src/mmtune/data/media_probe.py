@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import DataError
-from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES, wav_cut_short
+from .media import EXIF_ORIENTATION, IMAGE_SUFFIXES, SIDEWAYS, SOUNDFILE_SUFFIXES, packet_count, wav_cut_short
 
 
 def _src(part: dict):
@@ -84,7 +84,7 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
     """(frames sampled, height, width) of an in-memory clip, listed frame files, a folder of frames or a video file.
 
     Sampling by count (`fps=None`) takes exactly `n_frames`; a shorter video is the loader's
-    "video too short" BadRecord here too. By fps, the count is the clip's duration times fps."""
+    "video too short" BadRecord here too. By fps, the count the loader takes (frames_by_fps)."""
     obj = part.get("video")
     path = part.get("path")
     if obj is not None:
@@ -92,23 +92,25 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
         first = obj[0]
         h, w = (first.size[1], first.size[0]) if hasattr(first, "size") and not hasattr(first, "shape") \
             else tuple(first.shape[:2])
-        seconds = None
+        seconds = rate = None
     elif part.get("frames"):  # the frames' files, listed (data/formats._frame_files)
-        h, w = image_size({"type": "image", "path": str(part["frames"][0])}, where)
-        total, seconds = len(part["frames"]), None
+        h, w = _frames_size([Path(f) for f in part["frames"]], n_frames, part, where)
+        total, seconds, rate = len(part["frames"]), None, None
     elif path is not None and Path(path).is_dir():
-        frames = sorted(p for p in Path(path).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        from .frame_files import frame_files
+
+        frames = frame_files(Path(path), IMAGE_SUFFIXES)
         if not frames:
             raise DataError("corrupt media (a video folder without image frames)", fix="put the frames (.jpg/.png) in the folder")
-        h, w = image_size({"type": "image", "path": str(frames[0])}, where)
-        total, seconds = len(frames), None
+        h, w = _frames_size(frames, n_frames, part, where)
+        total, seconds, rate = len(frames), None, None
     else:
         try:
-            total, seconds, h, w = _video_file_header(part)
+            total, seconds, h, w, rate = _video_file_header(part)
         except DataError as e:
             raise explained(e, part, "video", damaged="no video stream" not in e.what) from None
     if fps:
-        n = max(1, int(seconds * fps)) if seconds else n_frames
+        n = frames_by_fps(total, seconds, rate, n_frames, fps)
     else:
         if total and total < n_frames:
             from .formats import BadRecord
@@ -122,25 +124,61 @@ def video_shape(part: dict, n_frames: int, fps: float | None, where: str = "") -
     return n, h, w
 
 
-def _video_file_header(part: dict) -> tuple[int, float | None, int, int]:
-    """(frame count or 0 when the container does not say, seconds or None, height, width)."""
+def _frames_size(files: list, n_frames: int, part: dict, where: str) -> tuple[int, int]:
+    """(height, width) of a clip given as frame files, from the headers of the frames the loader takes, which must
+    agree (frame_files.check_one_size: the loader's refusal, here at the start-up scan)."""
+    from .frame_files import check_one_size
+    from .media import sample_indices
+
+    idx = sample_indices(len(files), n_frames)
+    sizes = [image_size({"type": "image", "path": str(files[i])}, where) for i in idx]
+    check_one_size([(w, h) for h, w in sizes], [files[i].name for i in idx], part, where)
+    return sizes[0]
+
+
+def frames_by_fps(total: int, seconds: float | None, rate: float | None, n_frames: int, fps: float) -> int:
+    """How many frames the loader takes from a clip by `model.video_fps`: media.sample_indices on the header's
+    numbers, so a rate above the file's own takes each frame once (a 10 fps clip at video_fps=30: its frames, not
+    3x as many), and a Matroska / WebM file (no frame count in its header) counts seconds x its own rate."""
+    from .media import sample_indices
+
+    if not total and seconds and rate:
+        total = max(1, round(seconds * rate))
+    if total and rate:
+        return len(sample_indices(total, n_frames, fps, rate))
+    # No rate of its own (frames folders, listed or in-memory frames, a file without one): the loader takes
+    # `n_frames` uniformly, at most the frames there are.
+    return min(n_frames, total) if total else n_frames
+
+
+def _video_file_header(part: dict) -> tuple[int, float | None, int, int, float | None]:
+    """(frame count (0 when none is found), seconds or None, height, width, frames a second or None).
+    Matroska / WebM (what yt-dlp saves) carry neither a frame count nor a stream duration: the seconds are the
+    container's then."""
     import av
 
     try:
         with av.open(_src(part)) as container:
             if not container.streams.video:
-                raise DataError("corrupt media (no video stream)", fix="give a video file with a video stream")
+                # a sound-only MP4 / M4A given as a video: the loader's fix (media._frames_file)
+                raise DataError("corrupt media (no video stream)",
+                                fix="give a video file, or an audio part for audio-only files")
             stream = container.streams.video[0]
             w, h = stream.codec_context.width, stream.codec_context.height
-            total = stream.frames or 0
+            # Matroska / WebM: no frame count in the header; the packets are counted as the loader counts them
+            # (demuxing, no pixels), so a clip shorter than model.video_frames is refused at start, not mid-run.
+            total = stream.frames or packet_count(container, stream)
             seconds = float(stream.duration * stream.time_base) if stream.duration and stream.time_base else None
+            if seconds is None and container.duration:
+                seconds = container.duration / av.time_base
+            rate = float(stream.average_rate) if stream.average_rate else None
     except FileNotFoundError:
         raise DataError("missing media", fix="check the path and data.media_root") from None
     except av.error.FFmpegError as e:
         raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
     if not w or not h:
         raise DataError("corrupt media (video without frame size)", fix="re-encode the video")
-    return total, seconds, h, w
+    return total, seconds, h, w, rate
 
 
 def audio_seconds(part: dict) -> float:

@@ -433,13 +433,14 @@ def _video_rate(part, model_cfg, rec, scan: SplitScan) -> None:
     from ..errors import DataError
 
     try:
-        total, seconds, _, _ = media_probe._video_file_header(part)
+        total, seconds, _, _, rate = media_probe._video_file_header(part)
     except DataError:
         return  # a clip that cannot be read is MM018's
     if not seconds:
         return
     fps = model_cfg.video_fps
-    n = max(1, int(seconds * fps)) if fps else min(model_cfg.video_frames, total or model_cfg.video_frames)
+    n = media_probe.frames_by_fps(total, seconds, rate, model_cfg.video_frames, fps) if fps \
+        else min(model_cfg.video_frames, total or model_cfg.video_frames)
     if n / seconds > scan.video_rate_max[0]:
         scan.video_rate_max = (n / seconds, rec.where())
 
