@@ -1,0 +1,67 @@
+"""Broken setups from the thirty-third batch of public bug reports (docs/doctor.md, "Public bug reports, batch 33:
+what a run shows: logged loss, steps, learning rate, trackers and reports"): the learning rate a step logs, what a
+step counts, trackers that cannot start (not installed, no credentials), logs after a killed and resumed run. Each
+is rebuilt on a tiny twin trained for real (or a config through the doctor's fast checks) and read back from what
+the user reads: metrics.jsonl, TensorBoard's events, report.html, the doctor's findings.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from doctor_helpers import sums_jsonl
+
+
+def _base(folder: Path) -> Path:
+    """A tiny Qwen2 model folder as save_pretrained writes it."""
+    from mmtune.models.tiny import build_tiny
+
+    model, tok = build_tiny("tiny/qwen2", seed=0)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _config(tmp_path: Path, name: str = "run", train: dict | None = None, **top):
+    import yaml
+
+    from mmtune.config import load_config
+
+    tree = {"output_dir": str(tmp_path / name), "model": {"name": str(_base(tmp_path / "base")),
+                                                           "gradient_checkpointing": False},
+            "data": {"train": sums_jsonl(tmp_path, 16), "max_length": 64},
+            "adapter": {"method": "lora", "r": 4, "dropout": 0.0},
+            "train": {"max_steps": 4, "micro_batch_size": 2, "grad_accum": 2, "lr": 0.01, "precision": "fp32",
+                      "device": "cpu", "warmup_steps": 2, "scheduler": "cosine", "seed": 0, "save_every": 4,
+                      **(train or {})},
+            "eval": {"every": None}, "logging": {"tensorboard": False}, **top}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    return load_config(path, [])
+
+
+def _rows(run: Path, kind: str = "train") -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["kind"] == kind]
+
+
+# ----------------------------------------------------------------------------- the learning rate a step logs
+# https://github.com/huggingface/transformers/issues/35942 (fixed by https://github.com/huggingface/transformers/pull/36973),
+# https://github.com/OpenNMT/OpenNMT-py/issues/1666, https://github.com/pytorch/pytorch/issues/22107: the logged
+# learning rate is read after the scheduler stepped, so it is the next step's: step 1 of a warmup shows step 2's
+# rate, and the last step of a decay to zero shows 0 though it trained at a rate above 0.
+def test_each_step_logs_the_learning_rate_its_update_used(tmp_path):
+    from mmtune.build import build_run
+    from mmtune.train.loop import train
+    from mmtune.train.schedule import lr_factor
+
+    cfg = _config(tmp_path)
+    train(build_run(cfg))
+    rows = _rows(Path(cfg.output_dir))
+    # one row per optimizer step (grad_accum=2 micro-batches each), not per micro-batch
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    used = [0.01 * lr_factor(s - 1, warmup=2, total=4, kind="cosine") for s in (1, 2, 3, 4)]
+    assert used[0] == pytest.approx(0.005) and used[-1] > 0  # warmup's first step is half the rate, never 0
+    assert [r["lr"] for r in rows] == pytest.approx(used, rel=1e-6)
