@@ -65,3 +65,55 @@ def test_each_step_logs_the_learning_rate_its_update_used(tmp_path):
     used = [0.01 * lr_factor(s - 1, warmup=2, total=4, kind="cosine") for s in (1, 2, 3, 4)]
     assert used[0] == pytest.approx(0.005) and used[-1] > 0  # warmup's first step is half the rate, never 0
     assert [r["lr"] for r in rows] == pytest.approx(used, rel=1e-6)
+
+
+# ----------------------------------------------------------------------------- trackers that cannot start
+# https://github.com/unslothai/unsloth/issues/1914, https://github.com/OptimalScale/LMFlow/issues/436,
+# https://github.com/ByteDance-Seed/VeOmni/issues/284, https://github.com/ultralytics/yolov5/issues/2848: "wandb.errors.
+# UsageError: api_key not configured (no-tty)" from wandb.init when training starts; a tracker that is not installed
+# (https://github.com/Eiztrips/ai-responder/issues/8: "TensorBoardCallback requires tensorboard to be installed").
+# mmtune started its trackers in the loop, after the model was loaded, and the doctor said nothing.
+def _fast_findings(tmp_path, **logging):
+    import yaml
+
+    from mmtune.doctor.runner import run_doctor
+
+    tmp_path.mkdir(exist_ok=True)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"output_dir": str(tmp_path / "run"), "model": {"name": "tiny/qwen2"},
+                                    "data": {"train": sums_jsonl(tmp_path)}, "logging": logging}))
+    # the fast checks are what `mmtune train` runs before it loads anything
+    return [f for f in run_doctor(path, [], fast=True).findings if f.code == "MM278"]
+
+
+def test_mm278_a_tracker_that_is_not_installed_stops_the_run_before_the_model_loads(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not importable, whatever this environment has
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    found = _fast_findings(tmp_path, wandb=True, mlflow=True)
+    assert [(f.severity, f.where) for f in found] == [("error", "logging.wandb"), ("error", "logging.mlflow")]
+    assert "wandb is not installed" in found[0].message and "logging.wandb=false" in found[0].fix
+    assert _fast_findings(tmp_path / "off") == []  # the defaults: TensorBoard, a dependency of mmtune
+
+
+def test_mm278_wandb_without_an_api_key_is_said_before_training(tmp_path, monkeypatch):
+    """wandb is installed (a package folder on the path: the check reads the environment, not wandb), and no key
+    is set: an error under pytest (no terminal, as in a batch job); a netrc entry or WANDB_MODE=offline: silent."""
+    pkg = tmp_path / "site" / "wandb"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    for var in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    netrc = tmp_path / "netrc"
+    monkeypatch.setenv("NETRC", str(netrc))  # no such file: never logged in
+    (found,) = _fast_findings(tmp_path, wandb=True)
+    assert found.severity == "error" and "api_key not configured (no-tty)" in found.message
+    assert "WANDB_API_KEY=" in found.fix and "WANDB_MODE=offline" in found.fix
+    netrc.write_text("machine api.wandb.ai\n  login user\n  password 0123456789abcdef\n")  # as `wandb login` writes
+    netrc.chmod(0o600)
+    assert _fast_findings(tmp_path, wandb=True) == []
+    netrc.unlink()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert _fast_findings(tmp_path, wandb=True) == []
