@@ -117,3 +117,37 @@ def test_mm278_wandb_without_an_api_key_is_said_before_training(tmp_path, monkey
     netrc.unlink()
     monkeypatch.setenv("WANDB_MODE", "offline")
     assert _fast_findings(tmp_path, wandb=True) == []
+
+
+# ----------------------------------------------------------------------------- logs of a killed and resumed run
+# https://github.com/wandb/wandb/issues/4482, https://github.com/allenai/tango/issues/152 ("Step must only increase in
+# log calls ... dropping"), https://github.com/JiahuiYu/generative_inpainting/issues/466 (TensorBoard curves overlap
+# after a resume), https://github.com/huggingface/transformers/pull/21478 (the epoch after a resume): steps logged
+# after the last checkpoint are logged again by the resumed run. Pinned: each step is in metrics.jsonl and in
+# TensorBoard once, with the rate and loss of the run that finished, and report.html draws the whole run.
+def test_a_killed_and_resumed_run_logs_every_step_once_and_reports_the_whole_run(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.train.loop import train
+
+    cfg = _config(tmp_path, train={"max_steps": 6, "save_every": 2}, logging={"tensorboard": True})
+    assert train(build_run(cfg), stop_after=3) is None  # killed after step 3: checkpoint-2 is the last one
+    out = Path(cfg.output_dir)
+    assert [r["step"] for r in _rows(out)] == [1, 2, 3]
+    train(build_run(load_config(out / "config.resolved.yaml", [])))
+    rows = _rows(out)
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/lr")] == [1, 2, 3, 4, 5, 6]
+    assert [e.value for e in events.Scalars("train/lr")] == pytest.approx([r["lr"] for r in rows], rel=1e-6)
+    assert all(r["epoch"] == (r["step"] - 1) // 4 for r in rows)  # 16 records / (2 x 2) = 4 steps an epoch
+    # `mmtune report RUN`: the curves hold every step once, the killed process's and the resumed one's
+    from mmtune.report import write_report
+    from mmtune.report.collect import read_run
+
+    assert write_report([out]).name == "report.html" and (out / "plots" / "lr.svg").exists()
+    drawn = read_run(out).train
+    assert [s for s, _ in drawn["loss"]] == [1, 2, 3, 4, 5, 6] and [s for s, _ in drawn["lr"]] == [1, 2, 3, 4, 5, 6]
