@@ -151,3 +151,20 @@ def test_a_killed_and_resumed_run_logs_every_step_once_and_reports_the_whole_run
     assert write_report([out]).name == "report.html" and (out / "plots" / "lr.svg").exists()
     drawn = read_run(out).train
     assert [s for s, _ in drawn["loss"]] == [1, 2, 3, 4, 5, 6] and [s for s, _ in drawn["lr"]] == [1, 2, 3, 4, 5, 6]
+
+
+# ----------------------------------------------------------------------------- a small loss shown as 0.0000
+# https://github.com/huggingface/transformers/pull/42104 (closes transformers#38032: the logged loss rounded to 4
+# decimals), https://github.com/ACEsuit/mace/issues/646, https://github.com/Canjie-Luo/MORAN_v2/issues/17: a loss
+# below 5e-5 printed and charted as 0. mmtune's display keeps 4 significant digits and metrics.jsonl the float.
+def test_a_small_loss_is_shown_with_its_digits_not_as_zero():
+    import io
+
+    from rich.console import Console
+
+    from mmtune.train.progress import Progress
+
+    buf = io.StringIO()
+    with Progress(total=10, out=Console(file=buf, force_terminal=False, width=200)) as bar:
+        bar.update(10, loss=3.2e-05, lr=2e-4, tokens_per_s=1000.0)
+    assert "loss 3.2e-05" in buf.getvalue()
