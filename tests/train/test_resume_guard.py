@@ -36,8 +36,8 @@ def test_changed_lr_is_refused_then_applied_when_accepted(tiny_vl_config):
     summary = train(build_run(load_config(changed, ["train.accept_changes=true"])))
     rows = _rows(out)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    for r in rows[2:]:  # the new base lr on the new schedule (the lr logged at step s is the one set for the next step)
-        assert r["lr"] == pytest.approx(5e-3 * lr_factor(r["step"], warmup=1, total=6, kind="cosine"))
+    for r in rows[2:]:  # the new base lr on the new schedule (the lr logged at step s is the one its update used)
+        assert r["lr"] == pytest.approx(5e-3 * lr_factor(r["step"] - 1, warmup=1, total=6, kind="cosine"))
     recorded = _rows(out, "resume")
     assert recorded[0]["step"] == 2 and recorded[0]["accepted_changes"]["train.lr"] == [0.001, 0.005]
     assert summary["accepted_changes"][0]["changes"]["train.max_steps"] == [4, 6]

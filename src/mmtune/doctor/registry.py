@@ -14,7 +14,7 @@ from typing import Callable
 
 AREAS = ("config", "schedule", "hardware", "loading", "adapters", "data", "generation", "runtime", "memory",
          "model_setup", "training_setup", "distributed", "media_setup", "objectives",
-         "quantization", "offload", "remote_code", "attention", "speed", "environment", "workers")
+         "quantization", "offload", "remote_code", "attention", "speed", "environment", "workers", "trackers")
 CHECK_MODULES = tuple(f"mmtune.doctor.checks.{a}" for a in AREAS)
 
 

@@ -213,7 +213,8 @@ class _Loop:
         self.tokens_seen += res.input_tokens
         self.data_wait += wait
         self.padded_tokens += padded
-        lr = self.run.optimizer.param_groups[0]["lr"]
+        # the rate the step's update used, not the optimizer's now (the scheduler has moved it to the next step's)
+        lr = res.lr if res.lr is not None else self.run.optimizer.param_groups[0]["lr"]
         row = {"loss": res.loss, **res.parts, "lr": lr,
                **({"stage": _stage_index(cfg.train.stages, step - 1)} if self.staged else {}),
                "grad_norm": res.grad_norm, "answer_tokens": res.answer_tokens,

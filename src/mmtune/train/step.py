@@ -45,6 +45,10 @@ class StepResult:
     # With auxiliary losses: {"lm_loss": ..., "aux/<name>": unweighted mean or None when no record of the
     # step has a target}; `loss` is then lm_loss + sum(weight * aux).
     parts: dict = field(default_factory=dict)
+    # The learning rate this step's update used (param group 0), read before the scheduler moves it on: the
+    # optimizer's lr after the step is the *next* step's (a warmup's step 1 showed step 2's rate, a decay's
+    # last step showed 0).
+    lr: float | None = None
 
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
@@ -133,6 +137,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     # itself; without one (bf16, fp32) the update is skipped here and said (StepResult.nonfinite_grad).
     nonfinite_grad = (grad_norm is not None and not math.isfinite(grad_norm) and not deepspeed
                       and getattr(accelerator, "scaler", None) is None)
+    groups = getattr(optimizer, "param_groups", None)
+    lr = float(groups[0]["lr"]) if groups else None
     if not nonfinite_grad:
         optimizer.step()
     skipped = nonfinite_grad or bool(getattr(optimizer, "step_was_skipped", False))
@@ -143,7 +149,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     if not terms:
         logged = objective.parts({k: world_tokens(float(v)) for k, v in stat_sums.items()}, global_tokens)
         return StepResult(loss=lm_loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
-                          grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=logged)
+                          grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=logged, lr=lr)
     parts, loss = {"lm_loss": lm_loss}, lm_loss
     for term, weight, n, acc in terms:
         value = None
@@ -153,4 +159,4 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         parts[f"aux/{term.name}"] = value
         parts[f"aux_weight/{term.name}"] = weight
     return StepResult(loss=loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
-                      grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=parts)
+                      grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=parts, lr=lr)
