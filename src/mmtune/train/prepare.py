@@ -119,13 +119,25 @@ def _finished_summary(out: Path, step: int) -> dict | None:
     return summary if summary.get("steps") == step and not summary.get("interrupted") else None
 
 
-def seed_python_and_numpy(seed: int) -> None:
+def seed_streams(seed: int, rank: int) -> None:
+    """Seed python, numpy and torch for the training steps, one stream per rank.
+
+    build_run seeded torch with train.seed alone, so that every rank builds the same initial weights (LoRA's
+    random A). The steps then draw dropout masks (LoRA's `adapter.dropout`, the model's own) and any other noise
+    from these streams: seeded with train.seed alone, every rank would draw the same masks for its own records
+    (transformers#31412: "the dropout masks will be identical across all devices"), so N ranks' gradients
+    average N copies of one mask pattern. (seed, rank) keeps each rank's stream reproducible run to run, and a
+    resume restores every rank's own state (rng/rank-R); the data order does not use these streams (it is a
+    pure function of seed and epoch: data/batches.py), so every rank still reads its own share."""
     import random
 
     import numpy as np
+    import torch
 
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
+    mixed = seed + 1_000_003 * rank  # rank 0 keeps train.seed: a one-process run draws what it always drew
+    random.seed(mixed)
+    np.random.seed(mixed % 2**32)
+    torch.manual_seed(mixed)
 
 
 def aux_terms(run) -> list:
