@@ -121,3 +121,33 @@ def test_two_ranks_draw_their_own_dropout_masks(tmp_path):
     states = [read_state(rng, f"rank-{r}") for r in (0, 1)]
     assert [s["world_size"] for s in states] == [2, 2]
     assert not torch.equal(torch.as_tensor(states[0]["torch"]), torch.as_tensor(states[1]["torch"]))
+
+
+# The same, for a run resumed on more processes than wrote its checkpoint: the new rank had no saved state of its
+# own and took the main rank's (rng/rank-0), so it drew the main rank's masks again. Rebuilt: one process trains
+# step 1 of 2 (global batch 4: micro-batch 2 x accumulation 2) and is stopped; two ranks resume it at the same
+# global batch (accumulation 1, accepted on purpose) and save step 2.
+@pytest.mark.slow  # ~25 s on 2 cores
+@pytest.mark.distributed
+def test_a_rank_added_on_resume_draws_its_own_dropout_masks(tmp_path):
+    import torch
+
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.train.loop import train as run_train
+    from mmtune.train.state_files import read_state
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+    from torchrun import failure, launch, torchrun_cmd
+
+    cfg = _config_file(tmp_path, "grow", {"grad_accum": 2, "save_every": 1})
+    run_train(build_run(load_config(cfg, [])), stop_after=1)
+    assert (tmp_path / "grow" / "checkpoint-1").is_dir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = launch(lambda port: torchrun_cmd(port, "-m", "mmtune.cli", "train", str(cfg), "--skip-checks",
+                                           "train.grad_accum=1", "train.accept_changes=true"), timeout=600, env=env)
+    assert out.returncode == 0, failure(out)
+    rng = tmp_path / "grow" / "checkpoint-2" / "rng"
+    states = [read_state(rng, f"rank-{r}") for r in (0, 1)]
+    assert [s["world_size"] for s in states] == [2, 2]
+    assert not torch.equal(torch.as_tensor(states[0]["torch"]), torch.as_tensor(states[1]["torch"]))

@@ -30,7 +30,8 @@ from .milestones import (
     track_best,
     write_summary,
 )
-from .prepare import aux_terms, prepare_output, seed_streams
+from .prepare import aux_terms, prepare_output
+from .seeding import seed_streams
 
 
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
