@@ -69,7 +69,8 @@ def _same(a: dict, b: dict) -> bool:
 # https://github.com/huggingface/transformers/issues/8396, https://github.com/wzhouad/ATLOP/issues/5,
 # https://github.com/open-mmlab/mmaction2/issues/1596: the same config and seed trained twice gives other losses.
 # mmtune seeds the model build with train.seed and the steps with (train.seed, rank); the data order is a pure
-# function of (seed, epoch). On a CPU two runs are bit-identical, dropout included.
+# function of (seed, epoch). On a CPU two runs are bit-identical, dropout included; the seed is in
+# config.resolved.yaml (https://github.com/emidan19/deep-tempest/issues/13: a seed drawn at random and not recorded).
 def test_the_same_config_trained_twice_repeats_bit_for_bit(tmp_path):
     first, adapter_1 = _train(tmp_path, "first")
     second, adapter_2 = _train(tmp_path, "second")
@@ -78,6 +79,11 @@ def test_the_same_config_trained_twice_repeats_bit_for_bit(tmp_path):
     # and the seed is what decides it: another seed trains another adapter
     _, other = _train(tmp_path, "other", {"seed": 1})
     assert not _same(adapter_1, other)
+    # the seed a run used is written down even when the config left it out (emidan19/deep-tempest#13)
+    import yaml
+
+    resolved = yaml.safe_load((tmp_path / "first" / "config.resolved.yaml").read_text())
+    assert resolved["train"]["seed"] == 0
 
 
 # ----------------------------------------------------------------------------- data order and the loader's workers
