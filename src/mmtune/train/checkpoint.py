@@ -514,7 +514,14 @@ def _restore(run, ckpt: Path, state: dict) -> dict:
     run.load_scaler_state(state["scaler"])
     acc = run.accelerator
     mine, note = rank_rng(ckpt, acc.process_index, acc.num_processes)
-    set_rng_state(mine if mine is not None else state["rng"])
+    if mine is not None or acc.process_index == 0:
+        set_rng_state(mine if mine is not None else state["rng"])
+    else:
+        # A rank the saving run did not have (resumed on more processes): its own stream, not a copy of the
+        # main rank's, which would draw the main rank's dropout masks again (train/seeding.py).
+        from .seeding import seed_streams
+
+        seed_streams(run.cfg.train.seed + int(state["train_state"].get("step", 0)), acc.process_index)
     if note and acc.is_main_process:
         console.print(f"[yellow]note:[/] {note}")
     train_state = state["train_state"]

@@ -30,7 +30,8 @@ from .milestones import (
     track_best,
     write_summary,
 )
-from .prepare import aux_terms, prepare_output, seed_python_and_numpy
+from .prepare import aux_terms, prepare_output
+from .seeding import seed_streams
 
 
 def train(run, *, plan: dict | None = None, stop_after: int | None = None) -> dict | None:
@@ -63,7 +64,7 @@ def _train(run, plan, stop_after, stop) -> dict | None:
     """prepare -> resume -> for each step: feed, step, log, evaluate / checkpoint / stop -> finish."""
     from .progress import Progress
 
-    seed_python_and_numpy(run.cfg.train.seed)  # torch is seeded by build_run; resume restores all three
+    seed_streams(run.cfg.train.seed, run.accelerator.process_index)  # one stream a rank; resume restores each
     st = prepare_output(run)  # the output folder, and the checkpoint to resume from
     if st.finished is not None:
         return st.finished

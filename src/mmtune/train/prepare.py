@@ -1,4 +1,4 @@
-"""What the loop sets up before its first step: seeds, the output folder (a checkpoint resumed through the
+"""What the loop sets up before its first step: the output folder (a checkpoint resumed through the
 resume guard, or an earlier run's logs and checkpoints cleared), config.resolved.yaml with every decision,
 and the auxiliary loss terms."""
 
@@ -117,15 +117,6 @@ def _finished_summary(out: Path, step: int) -> dict | None:
     except (OSError, ValueError):
         return None
     return summary if summary.get("steps") == step and not summary.get("interrupted") else None
-
-
-def seed_python_and_numpy(seed: int) -> None:
-    import random
-
-    import numpy as np
-
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
 
 
 def aux_terms(run) -> list:
