@@ -251,3 +251,24 @@ def test_a_second_training_with_other_data_into_a_finished_run_is_refused(tmp_pa
     assert "train.resume=false / a new output_dir to start over" in said
     assert (tmp_path / "run" / "checkpoint-2" / "manifest.json").read_bytes() == saved
     assert not (tmp_path / "run" / "checkpoint-4").exists()
+
+
+# ----------------------------------------------------------------------------- killed at the very end
+# https://github.com/ultralytics/hub/issues/83: Colab disconnected during the last epoch, and the resume crashed
+# ("UnboundLocalError: local variable 'epoch' referenced before assignment").
+def test_a_run_killed_after_its_last_checkpoint_finishes_on_the_same_command(tmp_path):
+    """The last checkpoint saved, then the process gone before summary.json: the same command loads it, trains
+    nothing more and writes the summary with the last evaluation."""
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.train.loop import train
+
+    (tmp_path / "eval").mkdir()
+    cfg = _config(tmp_path, train={"max_steps": 2, "save_every": 2},
+                  data={"eval": sums_jsonl(tmp_path / "eval", 4)}, eval={"every": 2, "max_new_tokens": 2})
+    first = train(build_run(load_config(cfg, [])))
+    (tmp_path / "run" / "summary.json").unlink()  # as a kill between the last checkpoint and the summary leaves it
+    again = train(build_run(load_config(cfg, [])))
+    assert again["steps"] == 2 and again["eval"] == first["eval"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 2
+    assert [r["step"] for r in _rows(tmp_path / "run", "train")] == [1, 2]
