@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 
+class EvalInterrupted(Exception):
+    """The run was asked to stop (SIGTERM, Ctrl-C) during an in-training evaluation: the evaluation is given up
+    between two batches so the checkpoint is written inside a preemption's grace period (often 30 s), not after
+    an evaluation that may take minutes."""
+
+
+def _check(interrupt) -> None:
+    if interrupt is not None and interrupt():
+        raise EvalInterrupted
+
+
 def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, batch_size: int,
                      max_new_tokens: int, autocast, streamer=None, balance=None,
-                     progress: str | None = None) -> list[str]:
+                     progress: str | None = None, interrupt=None) -> list[str]:
     """Greedy answers to the records' prompts. `streamer` (a transformers streamer, one record at a
     time) receives the tokens as they come: `mmtune chat` answers through this same function.
-    `progress`: a label to show the batches' progress under (console.TaskBar).
+    `progress`: a label to show the batches' progress under (console.TaskBar). `interrupt`: asked before each
+    batch (on every rank alike); True raises EvalInterrupted.
 
     A sharded model (FSDP2) generates in step with the other ranks (`synced_gpus`: a rank whose answers
     are done keeps running forwards while another's are not, or the all-gathers would wait forever), with
@@ -26,6 +38,7 @@ def generate_answers(model, encoder, records, *, device, dtype, pad_id: int, bat
     model.eval()
     with TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
+            _check(interrupt)
             chunk = records[start:start + batch_size]
             batch = collate([encoder.encode_prompt(r) for r in chunk])
             if balance is not None:  # sharded towers: the same media kinds on every rank (mmtune/media_balance.py)
@@ -70,7 +83,7 @@ class _root_gathered:
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
                    real: int | None = None, balance=None, progress: str | None = None,
-                   loss_impl: str = "full") -> tuple[float, int]:
+                   loss_impl: str = "full", interrupt=None) -> tuple[float, int]:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
     filled up to the others' length so every rank runs as many forwards): run, but counted nowhere.
     `loss_impl`: the run's train.loss_impl (mmtune.loss.eval_impl: a chunked run evaluates chunked too)."""
@@ -84,6 +97,7 @@ def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int
     real = len(records) if real is None else real
     with torch.no_grad(), TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
+            _check(interrupt)
             items = []
             for i, r in enumerate(records[start:start + batch_size], start):
                 enc = encoder.encode(r)
@@ -114,18 +128,28 @@ def references(encoder, record) -> list[str]:
     return [str(x) for x in refs] if refs else [encoder.answer_text(record)]
 
 
-def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict, list[dict]]:
+def evaluate(run, records, *, with_generation: bool | None = None, interrupt=None) -> tuple[dict, list[dict]]:
     """(metrics, per-record predictions) on `records` with the run's current weights.
 
     Several processes: every rank calls it; each evaluates its shard of the records (rank r takes records
     r, r + world, ...; shards filled to one length), the loss sums and the answers are gathered, and
-    every rank returns the metrics of the whole set, as one process would compute them."""
+    every rank returns the metrics of the whole set, as one process would compute them.
+    `interrupt` (training's stop request, agreed on by every rank): asked before each batch; True gives the
+    evaluation up with EvalInterrupted, the model back in training mode."""
+    model = run.unwrapped_model()
+    was_training = model.training
+    try:
+        return _evaluate(run, model, records, with_generation, interrupt)
+    finally:
+        if was_training:
+            model.train()
+
+
+def _evaluate(run, model, records, with_generation, interrupt) -> tuple[dict, list[dict]]:
     from . import metrics as M
 
     cfg = run.cfg
     acc = run.accelerator
-    model = run.unwrapped_model()
-    was_training = model.training
     device = acc.device
     world, rank = acc.num_processes, acc.process_index
     order = list(range(rank, len(records), world))  # one process: every record
@@ -137,7 +161,8 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
     balance = balance_for(run, records)
     total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
                                    batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
-                                   balance=balance, progress="eval loss", loss_impl=cfg.train.loss_impl)
+                                   balance=balance, progress="eval loss", loss_impl=cfg.train.loss_impl,
+                                   interrupt=interrupt)
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}
@@ -148,7 +173,7 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
         answers = generate_answers(model, run.encoder, padded, device=device, dtype=run.resolved.compute_dtype,
                                    pad_id=run.collator.pad_token_id, batch_size=cfg.eval.batch_size,
                                    max_new_tokens=cfg.eval.max_new_tokens, autocast=acc.autocast,
-                                   balance=balance, progress="eval answers")[:len(mine)]
+                                   balance=balance, progress="eval answers", interrupt=interrupt)[:len(mine)]
         if world > 1:
             from accelerate.utils import gather_object
 
@@ -163,6 +188,4 @@ def evaluate(run, records, *, with_generation: bool | None = None) -> tuple[dict
             out.update(M.compute(cfg.eval.metrics, answers, refs))
         preds = [{"id": r.id, "prediction": a, "references": rs, **({"source": r.origin} if r.origin else {})}
                  for r, a, rs in zip(records, answers, refs)]
-    if was_training:
-        model.train()
     return out, preds

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 from ..errors import MMTuneError
 from ..train.checkpoint import resolve_checkpoint
 from .origin import MARKER  # the export's marker, read by chat and serve too
+from .staging import make_staging, remove_dead_staging
 
 
 def run_config_of(ckpt: Path):
@@ -53,7 +53,12 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None, pu
     _refuse_unsafe_out(out, ckpt=ckpt, run_dir=run_dir, given=Path(checkpoint))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
+        from ..console import console
+        from ..train.durable import fmt_bytes
+
+        for left, size in remove_dead_staging(out):  # a killed export's (export/staging.py)
+            console.print(f"removed {left}, the staging folder of an export that was killed ({fmt_bytes(size)})")
+        tmp = make_staging(out)
     except OSError as e:
         raise MMTuneError(f"cannot write beside --out {out} ({e.strerror})", where=str(out.parent),
                           fix="give --out a folder you can write to") from None

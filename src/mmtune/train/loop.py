@@ -244,9 +244,17 @@ class _Loop:
         last = step == cfg.train.max_steps
         if at_eval or at_save or last or stopping or stop_after is not None and step >= stop_after:
             settle(self.loader)  # the prefetch thread is idle: evaluation and checkpoints use the processor
-        if (at_eval or last) and run.eval_set is not None:
-            self.eval_metrics = evaluate_now(run, step, self.sinks, bar)
-            track_best(cfg, self.best, self.eval_metrics, step)
+        # A stop asked for before or during the evaluation gives it up, so the checkpoint comes within a preemption's
+        # grace period (the last step's evaluation is finished: the run is done then).
+        eval_due = bool(at_eval or last) and run.eval_set is not None
+        skipped_eval = eval_due and stopping and not last
+        if eval_due and not skipped_eval:
+            metrics = evaluate_now(run, step, self.sinks, bar, stop=None if last else self.stop)
+            if metrics is None:
+                stopping = skipped_eval = True
+            else:
+                self.eval_metrics = metrics
+                track_best(cfg, self.best, self.eval_metrics, step)
         if at_eval or at_save or last or stopping:
             checkpoint_now(run, step, {"step": step, "position": self.cursor.position(), "best": self.best,
                                        "accepted_changes": self.history, "data": self.st.data}, self.eval_metrics)
@@ -257,7 +265,9 @@ class _Loop:
                 write_summary(self.out, self.summary(interrupted=self.stop.signal_name or "signal"))
             raise MMTuneError(
                 f"stopped by {self.stop.signal_name or 'a signal on another rank'} at step {step} of "
-                f"{cfg.train.max_steps}; checkpoint-{step} and the summary so far are saved",
+                f"{cfg.train.max_steps}; checkpoint-{step} and the summary so far are saved"
+                + (f" (its evaluation was given up for the stop; `mmtune eval CONFIG checkpoint={self.out}/checkpoint-{step}` "
+                   "runs it)" if skipped_eval else ""),
                 where=str(self.out),
                 fix="run the same command again (same output_dir) to resume from this step")
         if stop_after is not None and step >= stop_after and not last:

@@ -21,12 +21,20 @@ def agree(acc, *flags: bool) -> tuple[bool, ...]:
     return tuple(bool(v > 0) for v in acc.reduce(t, reduction="sum").tolist())
 
 
-def evaluate_now(run, step, sinks, bar):
-    from ..evaluate.run_eval import evaluate
+def evaluate_now(run, step, sinks, bar, stop=None):
+    """The eval set's metrics at `step`, or None when `stop` (the run's StopRequest) was set during the evaluation:
+    it is then given up between two batches, every rank at the same batch, so the stop's checkpoint is written
+    within a preemption's grace period whatever the eval set's size."""
+    from ..evaluate.run_eval import EvalInterrupted, evaluate
 
     acc = run.accelerator
+    interrupt = None if stop is None else (lambda: agree(acc, stop.requested)[0])
     # Capped by data.eval_max_samples when loaded. Every rank evaluates its shard; all get the whole set's metrics.
-    metrics, preds = evaluate(run, run.eval_set.records)
+    try:
+        metrics, preds = evaluate(run, run.eval_set.records, interrupt=interrupt)
+    except EvalInterrupted:
+        bar.note(f"evaluation of step {step} given up for the stop: it is not in metrics.jsonl")
+        return None
     if acc.is_main_process:
         sinks.log(step, metrics, kind="eval")
         with open(Path(run.cfg.output_dir) / "predictions.jsonl", "a") as f:
