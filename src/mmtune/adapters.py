@@ -276,6 +276,16 @@ def _component_module_names(model, family: Family, component: str) -> list[str]:
     return out
 
 
+def _bare_parameters(model, family: Family, components: list[str], to_save: list[str]) -> list[str]:
+    """Parameters of the trained components that sit on no module peft's modules_to_save can copy: LLaVA-NeXT's
+    and OneVision's `image_newline` is an nn.Parameter of the model itself, so listing the projector there left it
+    frozen (a composed model kept its random separator). These are made trainable by name; the checkpoint's
+    trainable.safetensors carries them and export --merge writes them into the merged model."""
+    inside = tuple(m + "." for m in to_save)
+    return [n for n, _ in model.named_parameters()
+            if family.component_of(n) in components and not n.startswith(inside)]
+
+
 def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> AdapterResult:
     """Apply the adapter config to `model` (see module docstring)."""
     if train_cfg is None:
@@ -318,7 +328,11 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
             target_modules=list(targets),
             modules_to_save=to_save or None,
         )
+        bare = _bare_parameters(model, family, train_c, to_save)
         model = get_peft_model(model, lcfg)
+        wrapped = dict(model.named_parameters())
+        for n in bare:  # after peft froze the base: these are trained in full beside modules_to_save
+            wrapped[f"base_model.model.{n}"].requires_grad_(True)
         from .models.checkpointing import text_input_grads_only
 
         # peft re-hooks every sub-model's input embeddings; only the text embeddings' (models/checkpointing.py)

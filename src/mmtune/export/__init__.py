@@ -18,6 +18,7 @@ checkpoint folder, hold them, or lie inside the run folder elsewhere than the de
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -196,7 +197,10 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
     if not merge:
         _same_base(ckpt)  # the adapter's card names model.name as its base
         shutil.copytree(ckpt / "adapter", out)
-        return []
+        bare = bare_trained_names(ckpt)
+        return [f"trained in full but not part of a PEFT adapter folder: {', '.join(bare)} (an nn.Parameter outside "
+                "any module peft can save); PeftModel.from_pretrained gives the base's values there: export with "
+                "--merge to keep them (mmtune chat / eval on the checkpoint read them)"] if bare else []
     from peft import PeftModel
 
     from ..build import load_model
@@ -226,6 +230,7 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
 
             raise base_changed(ckpt, cfg.model.name, _first_mismatch(str(e))) from None
         _same_base(ckpt)  # shapes that fit say nothing of the values (after peft's load: its shape message first)
+        load_bare_trained(model, ckpt)
         bar.advance()
         merged = model.merge_and_unload()
         merged.to(dtype)
@@ -235,6 +240,37 @@ def _write(ckpt: Path, out: Path, *, merge: bool) -> list[str]:
             loaded.processor.save_pretrained(str(out))
         bar.advance()
     return notes
+
+
+def bare_trained_names(ckpt: Path, *, full: bool = False) -> list[str]:
+    """Names in the checkpoint's trainable.safetensors that are neither LoRA weights nor a modules_to_save copy
+    (without `full`: as the base model names them)."""
+    path = ckpt / "trainable.safetensors"
+    if not path.is_file():
+        return []
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        names = [n for n in f.keys() if not re.search(r"\.lora_|\.modules_to_save\.|\.original_module\.", n)]
+    return names if full else [n.removeprefix("base_model.model.") for n in names]
+
+
+def load_bare_trained(model, ckpt: Path) -> list[str]:
+    """The tensors trained in full that the PEFT adapter folder cannot hold (adapters._bare_parameters: LLaVA-NeXT's
+    `image_newline` when the projector is trained), copied from the checkpoint's trainable.safetensors onto the
+    peft-wrapped `model` before the merge. Returns their names."""
+    import torch
+    from safetensors import safe_open
+
+    params = dict(model.named_parameters())
+    names = [n for n in bare_trained_names(ckpt, full=True) if n in params]
+    if not names:
+        return []
+    with safe_open(str(ckpt / "trainable.safetensors"), "pt") as f:
+        with torch.no_grad():
+            for n in names:
+                params[n].copy_(f.get_tensor(n).to(params[n].dtype))
+    return names
 
 
 def untie_trained_embeddings(model, adapter_dir: Path) -> list[str]:

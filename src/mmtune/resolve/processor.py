@@ -256,10 +256,15 @@ def fixed_crop(processor) -> tuple[int, int] | None:
 
 def most_tiles(processor) -> int | None:
     """The most tiles a fixed-size processor cuts one image into (its `fixed_crop` is then a tile's size, not the
-    image's): Phi-4-multimodal's `dynamic_hd` crops, InternVL's `max_patches` with `crop_to_patches`; else None."""
+    image's): Phi-4-multimodal's `dynamic_hd` crops, InternVL's `max_patches` with `crop_to_patches`, LLaVA-NeXT's and
+    OneVision's "anyres" `image_grid_pinpoints` (the largest grid's tiles plus the whole image as one more view: an
+    image's token count follows its aspect ratio, so it is not "every image resized to one size"); else None."""
     sub = getattr(processor, "image_processor", None)
     if sub is None:
         return None
+    grid, crop = getattr(sub, "image_grid_pinpoints", None), fixed_crop(processor)
+    if grid and crop:
+        return max((int(gh) // crop[0]) * (int(gw) // crop[1]) for gh, gw in grid) + 1
     if getattr(sub, "dynamic_hd", None):
         return int(sub.dynamic_hd)
     if getattr(sub, "crop_to_patches", False) and getattr(sub, "max_patches", None):
