@@ -139,19 +139,9 @@ def test_a_webm_shorter_than_video_frames_is_refused_at_start(tmp_path):
 # https://github.com/EvolvingLMMs-Lab/lmms-eval/pull/1433.
 
 def _rate_ctx(tmp_path, clip: str, **model):
-    from doctor_helpers import context_for
+    from test_public_reports_families import _video_ctx  # the released Qwen2.5-VL's time scale on the twin
 
-    from mmtune.models.tiny import tiny_config_and_processor
-
-    f = tmp_path / f"{clip}.jsonl"
-    row = {"messages": [{"role": "user", "content": "<video>What happens?"}, {"role": "assistant", "content": "a"}],
-           "videos": [clip]}
-    f.write_text((json.dumps(row) + "\n") * 2)
-    ctx = context_for(tmp_path, {"model": {"name": "tiny/qwen2.5-vl", **model}, "data": {"train": str(f)}})
-    config, _ = tiny_config_and_processor("tiny/qwen2.5-vl")
-    config.vision_config.tokens_per_second = 2  # the released Qwen2.5-VL's (the twin's is 4)
-    ctx.put("model_config", config)
-    return ctx
+    return _video_ctx(tmp_path, clip, **model)[0]
 
 
 def test_mm066_reads_a_webms_length_and_the_rate_frames_are_really_taken_at(tmp_path):
