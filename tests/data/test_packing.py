@@ -22,13 +22,14 @@ RECORDS = [((64, 48), "What colour?", "red"), ((100, 80), "Count the things in i
            (None, "Say hi", "hi there friend"), ((56, 112), "Shape?", "a tall one")]
 
 
-def _setup(name, tmp_path):
+def _setup(name, tmp_path, **overrides):
+    """(tiny model in fp32 train mode, its collator, RECORDS encoded); `overrides` go to build_tiny's config."""
     import torch
 
     from mmtune.models.tiny import build_tiny
 
     torch.manual_seed(0)
-    model, proc = build_tiny(name)
+    model, proc = build_tiny(name, **overrides)
     model = model.float().train()
     enc = Encoder(proc, None, RunConfig.model_validate({"model": {"name": name}}))
     items = []

@@ -15,34 +15,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from doctor_helpers import context_for, model_folder, run_codes  # noqa: E402
 
-RECORDS = [((64, 48), "What colour?", "red"), ((100, 80), "Count the things in it please, carefully.", "three of them"),
-           (None, "Say hi", "hi there friend"), ((56, 112), "Shape?", "a tall one")]
-
 
 def _encoded(name, tmp_path, **overrides):
-    import torch
+    """test_packing's records on a tiny model: (model, collator, encoded items)."""
+    from tests.data.test_packing import _setup
 
-    from mmtune.config.schema import RunConfig
-    from mmtune.data.collate import Collator
-    from mmtune.data.encode import Encoder
-    from mmtune.data.records import Record
-    from mmtune.models.tiny import build_tiny
-
-    torch.manual_seed(0)
-    model, proc = build_tiny(name, **overrides)
-    model = model.float().train()
-    enc = Encoder(proc, None, RunConfig.model_validate({"model": {"name": name}}))
-    items = []
-    for i, (size, q, a) in enumerate(RECORDS):
-        content = [{"type": "text", "text": q}]
-        if size and "image" in enc.modalities:
-            from PIL import Image
-
-            Image.new("RGB", size, (40 * i, 100, 200)).save(tmp_path / f"{i}.png")
-            content.insert(0, {"type": "image", "path": str(tmp_path / f"{i}.png")})
-        items.append(enc.encode(Record(str(i), f"f:{i}", [{"role": "user", "content": content},
-                                                          {"role": "assistant", "content": a}])))
-    return model, Collator(enc.tokenizer.pad_token_id or 0), items
+    return _setup(name, tmp_path, **overrides)
 
 
 def _loss(model, batch):
