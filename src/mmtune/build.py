@@ -409,6 +409,9 @@ def attach_eval_data(run: Run) -> None:
                                 cfg.data.on_bad_record, progress="check eval data").records
     check_records(run.eval_set.records, cfg.eval.batch_size, "eval.batch_size", "eval")
     run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
+    from .resolve import generation_budget
+
+    generation_budget.apply(run)  # eval.max_new_tokens unset: enough for the longest reference answer
     run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
 
 

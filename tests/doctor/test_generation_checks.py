@@ -40,12 +40,26 @@ def _tokens(text):
 def test_answers_longer_than_max_new_tokens_warn(doctor, eval_set):
     path = eval_set(["3", LONG, "two"])
     n = _tokens(LONG)
-    assert n > 16  # the premise: the default eval.max_new_tokens=16 cuts it
-    rep = doctor(_tree(path), "MM036")
+    assert n > 16  # the premise: a set eval.max_new_tokens=16 cuts it
+    rep = doctor(_tree(path, max_new_tokens=16), "MM036")
     (f,) = rep.findings
     assert (f.code, f.severity) == ("MM036", "warning")
     assert "1 of 3 evaluated records" in f.message and f"longest: {n} tokens" in f.message
     assert f.where.startswith(f"{path}:2") and f.fix == f"eval.max_new_tokens={n}"
+
+
+def test_unset_budget_is_decided_from_the_answers_and_only_the_cap_cuts(doctor, eval_set):
+    """eval.max_new_tokens unset: training decides it from these answers (resolve/generation_budget.py), so the
+    long answer is not cut; one past the decided budget's cap still is, and the finding says the budget was unset."""
+    from mmtune.resolve.generation_budget import CAP
+
+    assert doctor(_tree(eval_set(["3", LONG])), "MM036").findings == []
+    huge = " ".join([LONG] * 60)
+    assert _tokens(huge) > CAP
+    tree = _tree(eval_set(["3", huge]))
+    tree["data"]["max_length"] = 4096  # the record itself fits: only its generation is cut
+    (f,) = doctor(tree, "MM036").findings
+    assert f"eval.max_new_tokens={CAP} (unset" in f.message and "1 of 2 evaluated records" in f.message
 
 
 @pytest.mark.parametrize("answers,ev", [

@@ -82,6 +82,7 @@ class SplitScan:
     answers: int = 0  # records whose answers were counted
     answers_cut: int = 0  # of those, how many need more than eval.max_new_tokens
     answer_longest: tuple[int, str] = (0, "")
+    answer_limit: int = 0  # the budget they were counted against (eval.max_new_tokens, or the one decided)
     # The first records that passed, for checks that encode a real record (collate, targets): no reload.
     samples: list = field(default_factory=list)
     # Eval records identical to a training record (MM061; conversation text and media files).
@@ -261,6 +262,8 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
         if out is not None:
             out.close()
     decoder.finish()
+    if answers is not None:
+        answers.finish()
     return scan
 
 
@@ -268,13 +271,19 @@ class _AnswerCounter:
     """How many tokens each evaluated record's answer needs, with the run's tokenizer: evaluation
     generates at most eval.max_new_tokens, so a longer answer is cut and scored wrong. A record with
     several accepted answers (`references`) needs only its shortest. Only the records evaluation
-    reads: the first data.eval_max_samples."""
+    reads: the first data.eval_max_samples. eval.max_new_tokens unset: the budget training will decide from
+    these answers (resolve/generation_budget.py), known once every record is counted."""
 
     def __init__(self, encoder, cfg, scan: SplitScan, *, limit: int | None = None, cap: int | None = -1):
         """`limit` / `cap`: another budget and record cap (grpo's training split: max_completion_length, all)."""
+        from ..resolve import generation_budget
+
         self.tok, self.encoder = encoder.tokenizer, encoder
+        self.decided = limit is None and not generation_budget.is_set(cfg)
         self.limit = cfg.eval.max_new_tokens if limit is None else limit
         self.cap, self.scan = cfg.data.eval_max_samples if cap == -1 else cap, scan
+        self.needs: list[int] = []
+        self.most = 0  # the longest accepted answer of any record: what the decided budget covers
 
     def add(self, rec) -> None:
         if self.cap is not None and self.scan.answers >= self.cap:
@@ -284,11 +293,18 @@ class _AnswerCounter:
         if not refs:
             return
         self.scan.answers += 1
-        need = min(len(self.tok(r.strip(), add_special_tokens=False)["input_ids"]) for r in refs)
-        if need > self.limit:
-            self.scan.answers_cut += 1
+        counts = [len(self.tok(r.strip(), add_special_tokens=False)["input_ids"]) for r in refs]
+        need = min(counts)
+        self.needs.append(need)
+        self.most = max(self.most, *counts)
         if need > self.scan.answer_longest[0]:
             self.scan.answer_longest = (need, rec.where())
+
+    def finish(self) -> None:
+        from ..resolve import generation_budget
+
+        self.scan.answer_limit = generation_budget.budget_for(self.most) if self.decided else self.limit
+        self.scan.answers_cut = sum(n > self.scan.answer_limit for n in self.needs)
 
 
 class _Decoder:

@@ -51,6 +51,9 @@ class PlanBatch:
     records_seen: int = 0
     skipped: dict = field(default_factory=dict)
     lengths: list[int] = field(default_factory=list)  # every scanned record's tokens (run_growth.py), data order
+    # The eval batch: eval.max_new_tokens decided from these records' answers when the config leaves it unset
+    # (resolve/generation_budget.py: the rule training applies to the same records), else None.
+    generation: object = None
 
 
 def _stats(values: list[int]) -> dict:
@@ -153,7 +156,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         for r in rs.records:
             distinct.setdefault(key(r), r)
         records = list(distinct.values())[:max_records]
-        worst, worst_n, counts, lengths = None, -1, {k: [] for k in MEDIA}, []
+        worst, worst_n, counts, lengths, good = None, -1, {k: [] for k in MEDIA}, [], []
         skipped = dict(rs.skipped)
         for r in records:
             try:
@@ -169,6 +172,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
             for k in MEDIA:
                 counts[k].append(c[k])
             lengths.append(int(c["total"]))
+            good.append(r)
             if c["total"] > worst_n:
                 worst, worst_n = r, c["total"]
         if worst is None:
@@ -191,8 +195,11 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
             worst_n = cfg.data.max_length
         if packed:
             item, worst_n, src = _packed_row(item, enc, resolved, src)
+        from ..resolve import generation_budget
+
+        generation = generation_budget.decide(cfg, enc, good) if split == "eval" else None
         return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
-                         len(records), skipped, lengths)
+                         len(records), skipped, lengths, generation)
     decl = declared or Declared.default_for(family.modalities)
     record = _declared_record(decl)
     if training and cfg.train.objective == "dpo":  # a declared pair: both sides as long as the declared answer

@@ -192,8 +192,11 @@ def _trace(resolved, declared, steps, plan_eval, fast, dedup, attention_kernels=
             from .execute import run_eval
 
             eb = _eval_batch(resolved, declared)
+            if eb.generation is not None:  # eval.max_new_tokens unset: what training will decide from these answers
+                pm.decisions.append(eb.generation.line())
             ex.eval_info = run_eval(ex, pm.model, eb.micro_batch, mode=mode, compute_dtype=dtype,
-                                    max_new_tokens=cfg.eval.max_new_tokens, generate=cfg.eval.generate,
+                                    max_new_tokens=int(eb.generation.value) if eb.generation is not None
+                                    else cfg.eval.max_new_tokens, generate=cfg.eval.generate,
                                     attention=attention, loss_impl=loss_impl)
         if attention is not None and attention.calls:
             pm.decisions.append("attention: SDPA calls traced per target kernel: " + ", ".join(

@@ -15,16 +15,21 @@ def answers_fit_generation(ctx):
     exact-match style metrics score it wrong however well the model learned it. A warning, not an
     error: training is unaffected, the reported metrics are low."""
     cfg, scan, resolved = ctx.need("cfg"), ctx.need("scan"), ctx.need("resolved")
-    limit = cfg.eval.max_new_tokens
+    from ...resolve import generation_budget
+
+    decided = not generation_budget.is_set(cfg)  # unset: training decides it from these answers, up to the cap
     approx = "" if resolved.exact_text_tokens else \
         " (counted with the stand-in tokenizer, not the model's own: approximate until the model is downloaded)"
     for s in scan.splits:
         if s.split != "eval" or not s.answers_cut:
             continue
         longest, where = s.answer_longest
+        limit = s.answer_limit
+        what = f"eval.max_new_tokens={limit}" + (f" (unset: the budget training decides, capped at "
+                                                 f"{generation_budget.CAP})" if decided else "")
         make = warning if resolved.exact_text_tokens else info
         yield make(f"{s.split}: {s.answers_cut} of {s.answers} evaluated records have reference answers longer than "
-                   f"eval.max_new_tokens={limit} tokens (longest: {longest} tokens): generation stops before the "
+                   f"{what} tokens (longest: {longest} tokens): generation stops before the "
                    f"answer ends, so they are scored wrong{approx}", where=where, fix=f"eval.max_new_tokens={longest}")
 
 
