@@ -135,3 +135,23 @@ def test_a_completion_is_trained_to_its_turn_end_and_a_long_one_is_refused_not_c
     (finding,) = [x for x in report.findings if x.code == "MM017" and x.severity == "error"]
     assert finding.where.startswith(f"{f}:3") and "never truncates" in finding.message, finding
     assert "data.max_length=" in finding.fix  # the length that fits, or skip: never a silent cut or chunking
+
+
+# ----------------------------------------------------------------------------- LLaMA-Factory's pretraining entry
+# https://github.com/hiyouga/LlamaFactory/issues/5599, https://github.com/hiyouga/LlamaFactory/issues/7508: a corpus
+# registered as LLaMA-Factory registers its own c4_demo for stage pt, `"columns": {"prompt": "text"}`. mmtune read
+# it as alpaca SFT data and refused every row with the fix "set columns.response in the entry to the field that
+# holds it": followed with `text`, each document would train as the answer to itself.
+def test_a_prompt_only_registry_entry_is_named_a_pretraining_corpus(tmp_path):
+    _jsonl(tmp_path, [{"text": d} for d in DOCS], "c4_demo.jsonl")
+    (tmp_path / "dataset_info.json").write_text(json.dumps({
+        "c4_demo": {"file_name": "c4_demo.jsonl", "columns": {"prompt": "text"}},
+        "qa": {"file_name": "qa.jsonl", "columns": {"prompt": "question"}}}))
+    with pytest.raises(DataError) as e:
+        load_records("c4_demo", DataConfig(dataset_info=str(tmp_path)))
+    assert "raw-text corpus for stage pt" in e.value.what and "columns.response" not in e.value.fix
+    assert "prompt/completion pair" in e.value.fix
+    # an SFT entry naming its prompt column, whose rows have the default answer column, trains as before
+    _jsonl(tmp_path, [{"question": "2+2?", "output": "4"}], "qa.jsonl")
+    (rec,) = load_records("qa", DataConfig(dataset_info=str(tmp_path))).records
+    assert [m["role"] for m in rec.messages] == ["user", "assistant"] and rec.answer_text() == "4"
