@@ -81,6 +81,14 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "template": ("", "LLaMA-Factory"),
     "do_train": ("", "transformers / LLaMA-Factory"),
     "report_to": ("logging.wandb", "transformers / LLaMA-Factory"),
+    # the loss mask and raw text (batch 38 in docs/doctor.md): difflib answered train_on_inputs with
+    # train.save_every_minutes, train_on_prompt with train.loss_impl, mask_prompt with data.system_prompt
+    "train_on_inputs": ("", "axolotl / alpaca-lora"),
+    "train_on_prompt": ("", "LLaMA-Factory"),
+    "mask_prompt": ("", "mlx-lm"),
+    "completion_only_loss": ("", "TRL"),
+    "assistant_only_loss": ("", "TRL"),
+    "dataset_text_field": ("", "TRL"),
 }
 
 # Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
@@ -104,10 +112,18 @@ FOREIGN_NOTES: dict[str, str] = {
                 "refused by the doctor (MM030), there is no template name to pick",
     "do_train": "`mmtune train` trains; it evaluates where data.eval is set (eval.every)",
     "report_to": "logging.wandb=true / logging.tensorboard=true / logging.mlflow=true, one switch each",
+    "train_on_inputs": "the loss is on the answers only (assistant turns, a prompt/completion row's completion, "
+                       "each with its end-of-turn token); prompts are context and there is no switch to train them: "
+                       "text that should be trained goes in the answer",
+    "dataset_text_field": "records are conversations (data.format, docs/data.md): a row holding one raw `text` "
+                          "document is refused; write it as a prompt/completion pair (the completion is trained) "
+                          "with a model that has a chat template",
 }
 for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_to_save", "modules_to_save"),
                        ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path"),
-                       ("eval_strategy", "evaluation_strategy"), ("bnb_4bit_compute_dtype", "torch_dtype")):
+                       ("eval_strategy", "evaluation_strategy"), ("bnb_4bit_compute_dtype", "torch_dtype"),
+                       ("train_on_prompt", "train_on_inputs"), ("mask_prompt", "train_on_inputs"),
+                       ("completion_only_loss", "train_on_inputs"), ("assistant_only_loss", "train_on_inputs")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 

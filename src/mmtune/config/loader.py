@@ -341,7 +341,7 @@ def split_overrides(args: list[str]) -> dict[str, str]:
 def _refuse_flags(args: list[str]) -> None:
     """`--learning_rate 2e-4` (an HF script's flag) or `--train.lr=1e-4`: overrides are key=value only; each such
     flag is named with the override that says it (another tool's name translated, config/aliases.py)."""
-    from .aliases import foreign_key
+    from .aliases import foreign_key, foreign_note
 
     flags, i = [], 0
     while i < len(args):
@@ -356,6 +356,8 @@ def _refuse_flags(args: list[str]) -> None:
         ours = foreign_key(key)
         target = ours[0] if ours and ours[0] else key if key in _schema_keys(RunConfig) else suggest(key)
         fix = f"{target}={value or 'VALUE'}" if target else "(no such option or config key: mmtune train --help)"
+        if ours and not ours[0]:  # another tool's setting with nothing here: no near key guessed (as the YAML path)
+            fix = "drop it" + (f", {foreign_note(key)}" if foreign_note(key) else "")
         flags.append((a if eq else f"{a} {value}".strip(), fix, ours))
         i += 1
     if flags:

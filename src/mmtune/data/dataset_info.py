@@ -44,6 +44,9 @@ class Entry:
     split: str = "train"
     notes: list[str] = field(default_factory=list)
     ranking: bool = False  # preference pairs (chosen / rejected): data.format=preference
+    # an alpaca entry naming columns.prompt alone: LLaMA-Factory's way to register a raw-text corpus for stage pt
+    # (its own c4_demo / wiki_demo entries), where the prompt column is the document and there is no answer
+    prompt_only: bool = False
 
     @property
     def where(self) -> str:
@@ -71,6 +74,14 @@ class Entry:
             return {**out, **media, **self._pair_row(row, where)}
         if self.formatting == "alpaca":
             for key in ("prompt", "response"):
+                if key == "response" and self.prompt_only and row.get(self.columns[key]) is None:
+                    # the generic fix (columns.response=<field>) would train the document as the answer to itself
+                    raise BadRecord("missing field", f"{self.name} names only columns.prompt "
+                                    f"({self.columns['prompt']!r}): LLaMA-Factory's layout of a raw-text corpus for "
+                                    "stage pt, which has no answer to train", where,
+                                    "continued pretraining on raw text is not an mmtune objective: write each document "
+                                    'as a prompt/completion pair in a .jsonl, {"prompt": "<its opening>", '
+                                    '"completion": "<the text to train>"}, and give that file as data.train')
                 if row.get(self.columns[key]) is None:
                     raise BadRecord("missing field", f"record has no {self.columns[key]!r} ({self.where}: "
                                     f"columns.{key})", where, f"the record's fields are: {', '.join(sorted(map(str, row)))}; "
@@ -207,7 +218,8 @@ def entry(path: str | Path, name: str) -> Entry:
                             + ("; tool-calling data is read from sharegpt entries" if "tools" in unknown else ""))
     tags = {**SHAREGPT_TAGS, **(e.get("tags") or {})}
     out = Entry(name=name, registry=reg, formatting=fmt, columns={**defaults, **given}, tags=tags,
-                subset=e.get("subset"), split=e.get("split", "train"), ranking=ranking)
+                subset=e.get("subset"), split=e.get("split", "train"), ranking=ranking,
+                prompt_only=fmt == "alpaca" and not ranking and set(given) - set(MEDIA_COLUMNS) == {"prompt"})
     if e.get("file_name"):
         out.file = (reg.parent / e["file_name"]).expanduser()
         if not out.file.exists():

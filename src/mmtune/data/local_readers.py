@@ -259,6 +259,12 @@ FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parqu
 
 
 TEXT_READERS = (".jsonl", ".json", ".csv")  # the ones a compressed file (train.jsonl.gz) is read through
+# Plain text files are a continued-pretraining corpus (datasets' "text" loader: one document per line): say why
+# no reader takes them, not only which suffixes are read.
+_RAW_TEXT = dict.fromkeys((".txt", ".text", ".md"),
+                          "; a plain text file is a raw-text corpus (one document per line), and mmtune trains "
+                          "conversations: write a .jsonl of prompt/completion rows, {\"prompt\": ..., \"completion\": ...}, "
+                          "whose completions are the text to train")
 
 
 def reader_for(path: Path):
@@ -270,7 +276,7 @@ def reader_for(path: Path):
                         where=str(path),
                         fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow (JSONL / JSON / "
                             "CSV also compressed: .gz, .bz2, .xz, .zst), a save_to_disk folder, a dataset repository "
-                            "folder or a Hub id ORG/NAME")
+                            "folder or a Hub id ORG/NAME" + _RAW_TEXT.get(suffix, ""))
     return FILE_READERS[suffix] if kind is None else _whole_stream(FILE_READERS[suffix])
 
 
