@@ -56,8 +56,8 @@ def rewritten_answer(encoder, tmessages: list[dict], i: int, upto: str, answer: 
         final = answer.rsplit("</think>", 1)[1].strip()
         reasoning = answer.rsplit("</think>", 1)[0].split("<think>")[-1].strip()
         if final and final in region and reasoning and reasoning not in region:
-            raise BadRecord("reasoning dropped", f"the chat template drops assistant turn {i}'s <think> reasoning and "
-                            f"renders the answer alone ({region.strip()[:80]!r}): trained so, the reasoning is lost",
+            raise BadRecord("reasoning dropped", f"the chat template drops assistant turn {i}'s <think> reasoning (or part "
+                            f"of it) and renders {region.strip()[:80]!r}: trained so, the reasoning is lost",
                             record.where(), "train with a chat template that keeps the last answer's reasoning: in the "
                             "model folder's chat_template.jinja (or tokenizer_config.json) remove the `{% if '</think>' "
                             "in content %}{% set content = content.split('</think>')[-1] %}{% endif %}` step, as TRL's "
