@@ -144,6 +144,8 @@ def test_a_template_that_drops_the_last_answers_reasoning_refuses_the_record_say
         enc.encode(Record("r0", "x", [U("How many circles?"), A("<think>\ncount them\n</think>\n\n3")]))
     assert "content.split('</think>')" in err.value.fix
     assert _trained(enc, Record("r1", "x", [U("How many circles?"), A("3")])) == "3<|im_end|>"
+    # an empty block the template leaves out loses nothing: the answer trains as rendered
+    assert _trained(enc, Record("r2", "x", [U("How many circles?"), A("<think></think>3")])) == "3<|im_end|>"
     rows = [{"messages": [U("How many circles?"), A("<think>\ncount them\n</think>\n\n3")]}] * 2
     codes = run_codes(context_for(tmp_path / "doc", _tree(tmp_path / "doc", folders["r1"], rows)), "MM014")
     assert any("reasoning dropped" in f.message or "drops assistant turn" in f.message for f in codes.findings), codes.findings

@@ -46,16 +46,20 @@ def rewritten_answer(encoder, tmessages: list[dict], i: int, upto: str, answer: 
         return None
     prompt = encoder.render(tmessages[:i], add_generation_prompt=True)
     if upto.startswith(prompt):
-        region = upto[len(prompt):]
-        span = respaced_span(region, answer)
+        base = len(prompt)
+        span = respaced_span(upto[base:], answer)
         if span is not None:
-            return len(prompt) + span[0], len(prompt) + span[1]
+            return base + span[0], base + span[1]
     else:  # a generation prompt that opens the reasoning itself (DeepSeek-R1's `<think>\n`): the turn as rendered
-        region = upto[len(encoder.render(tmessages[:i])) if i else 0:]
+        base = len(encoder.render(tmessages[:i])) if i else 0
+    region = upto[base:]
     if "</think>" in answer:
         final = answer.rsplit("</think>", 1)[1].strip()
         reasoning = answer.rsplit("</think>", 1)[0].split("<think>")[-1].strip()
-        if final and final in region and reasoning and reasoning not in region:
+        if final and not reasoning and final in region:  # an empty block the template leaves out: nothing is lost
+            start = base + region.rindex(final)
+            return start, start + len(final)
+        if final and final in region and reasoning not in region:
             raise BadRecord("reasoning dropped", f"the chat template drops assistant turn {i}'s <think> reasoning (or part "
                             f"of it) and renders {region.strip()[:80]!r}: trained so, the reasoning is lost",
                             record.where(), "train with a chat template that keeps the last answer's reasoning: in the "
