@@ -31,6 +31,7 @@ from .media_caps import MediaCaps
 from .media_tokens import audio_extractor, media_token_ids, whisper_audio_tokens, with_frames_mask
 from .records import MEDIA_TYPES, Record, content_parts, last_assistant_index, part_text, trained_only
 from .records import answer_text as _answer_text
+from .rendered_answer import rewritten_answer
 from .system_turn import render as _render
 from .tool_render import call_text, reference, template_message, tool_texts, with_tools
 
@@ -202,10 +203,12 @@ class Encoder:
             if start < 0:  # templates whose generation prompt differs from an assistant turn's header
                 before = self.render(tmessages[:i]) if i else ""
                 start = upto.rfind(answer, len(before))
+            end = start + len(answer)
+            if start < 0 and (found := rewritten_answer(self, tmessages, i, upto, answer, record)):  # re-spaced think block
+                start, end = found
             if not answer or start < 0:
                 raise BadRecord("no answer", f"assistant turn {i} has no answer text the template renders", record.where(),
                                 "give every assistant turn a non-empty text answer")
-            end = start + len(answer)
             tail = upto[end:]
             stripped = tail.lstrip(" ")
             # the end-of-turn token, if the template puts one right after (the longest special string that

@@ -42,6 +42,7 @@ REASON_CODES = {
     "bad json": "MM014", "missing field": "MM014", "no answer": "MM014", "bad media": "MM014",
     "bad conversation": "MM014", "bad csv": "MM014", "bad encoding": "MM014", "bad type": "MM014", "bad count": "MM014",
     "bad tool call": "MM014", "tools not rendered": "MM014",  # tool-calling records (data/tool_calls.py, tool_render.py)
+    "reasoning dropped": "MM014",  # a template that drops the last answer's <think> reasoning (data/rendered_answer.py)
     "placeholder mismatch": "MM016",
     "too long": "MM017",
     "missing media": "MM018", "corrupt media": "MM018", "video too short": "MM018", "audio too short": "MM018",

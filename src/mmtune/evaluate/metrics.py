@@ -27,7 +27,8 @@ R1's generation prompt opens `<think>` itself, so only the closing tag may be ge
 predictions and references alike, since the benchmarks' scorers compare answers, not reasoning. A thinking
 model writes "<think>\n\n</think>\n\n7" for "7" even when its data has no reasoning
 (https://github.com/hiyouga/LlamaFactory/issues/9392), which every metric above scored wrong
-(https://github.com/EleutherAI/lm-evaluation-harness/pull/3240). predictions.jsonl keeps the raw text.
+(https://github.com/EleutherAI/lm-evaluation-harness/pull/3240). A block opened and not closed (generation cut
+mid-thought) scores as no answer. predictions.jsonl keeps the raw text.
 """
 
 from __future__ import annotations
@@ -366,13 +367,18 @@ def compute(names, preds, refs) -> dict[str, float]:
     return out
 
 
-THINK_END = "</think>"
+THINK_START, THINK_END = "<think>", "</think>"
 
 
 def final_answer(text: str) -> str:
-    """The text after the last closing reasoning tag, stripped; the text itself (stripped) without one."""
+    """The text after the last closing reasoning tag, stripped; the text itself (stripped) without one.
+    A reasoning block opened and never closed was cut by eval.max_new_tokens mid-thought: it has no final
+    answer (""), not its half-written reasoning, whose first number mae / rmse would parse and whose words
+    f1 / contains would match (https://github.com/EleutherAI/lm-evaluation-harness/issues/3382)."""
     text = str(text)
-    return (text.rsplit(THINK_END, 1)[1] if THINK_END in text else text).strip()
+    if THINK_END in text:
+        return text.rsplit(THINK_END, 1)[1].strip()
+    return "" if THINK_START in text else text.strip()
 
 
 def greater_is_better(name: str) -> bool:

@@ -19,6 +19,7 @@ from ..formats import (
     _split_placeholders,
     bad_type,
 )
+from ..reasoning_field import with_reasoning
 from ..records import MEDIA_TYPES, Record
 from ..tool_calls import CALL_ROLE, RESULT_ROLES, calls, result_message, row_tools
 
@@ -66,6 +67,8 @@ def messages_records(row, columns, where, rid, resolve) -> list[Record]:
             raise BadRecord("missing field", f"message {i} lacks a role or content (has {', '.join(sorted(map(str, m)))})",
                             where, "each message needs role (user/assistant/system) and content")
         trained = turn_trained(m, i, role, where)
+        if role == "assistant":  # `reasoning_content` & co. beside the text: written inline (reasoning_field.py)
+            content = with_reasoning(m, i, content, where)
         if isinstance(content, str):
             if role != "assistant":
                 check_text(content, i, where)
