@@ -167,13 +167,17 @@ def test_a_reasoning_block_cut_mid_thought_scores_as_no_answer():
 
 
 def test_mm036_counts_the_reasoning_a_thinking_answer_must_generate(tmp_path, folders):
-    """References written with their reasoning are counted whole against eval.max_new_tokens (pinned: MM036)."""
+    """References written with their reasoning are counted whole against eval.max_new_tokens (pinned: MM036); left
+    unset, the budget decided from the same answers covers the reasoning (resolve/generation_budget.py)."""
     trace = "<think>\n" + " ".join(["count the circles one by one"] * 8) + "\n</think>\n\n3"
     rows = [{"messages": [U("How many circles?"), A(trace)]}] * 2
-    tree = _tree(tmp_path, folders["qwen3"], rows)
+    tree = _tree(tmp_path / "set", folders["qwen3"], rows)
     tree["data"]["eval"] = tree["data"]["train"]
-    (f,) = run_codes(context_for(tmp_path, tree), "MM036").findings
+    tree.setdefault("eval", {})["max_new_tokens"] = 16
+    (f,) = run_codes(context_for(tmp_path / "set", tree), "MM036").findings
     assert f.severity == "warning" and "eval.max_new_tokens=" in f.fix
+    del tree["eval"]["max_new_tokens"]
+    assert run_codes(context_for(tmp_path / "unset", tree), "MM036").findings == []
 
 
 # ----------------------------------------------------------------------------- Thinking templates, data without reasoning
