@@ -177,7 +177,7 @@ def test_mm036_counts_the_reasoning_a_thinking_answer_must_generate(tmp_path, fo
     (f,) = run_codes(context_for(tmp_path / "set", tree), "MM036").findings
     assert f.severity == "warning" and "eval.max_new_tokens=" in f.fix
     del tree["eval"]["max_new_tokens"]
-    assert run_codes(context_for(tmp_path / "unset", tree), "MM036").findings == []
+    assert run_codes(context_for(tmp_path / "set", tree), "MM036").findings == []
 
 
 # ----------------------------------------------------------------------------- Thinking templates, data without reasoning
