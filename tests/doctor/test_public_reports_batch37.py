@@ -99,6 +99,24 @@ def test_adamw_resumed_as_adamw_8bit_trains_on(tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4] and all(r["loss"] == r["loss"] for r in rows)
 
 
+# https://github.com/axolotl-ai-cloud/axolotl/issues/864 (paged_adamw_32bit "will cause an error when resuming from
+# checkpoint"): the same paged optimizer resumed continues exactly on the CPU (its 32-bit state1 / state2 saved and
+# loaded): 2 steps + 2 resumed equal 4 straight, loss for loss. The CUDA paged-memory error itself needs a GPU.
+def test_paged_adamw_resumes_exactly(tmp_path):
+    pytest.importorskip("bitsandbytes")
+    from mmtune.build import build_run
+    from mmtune.train.loop import train
+
+    opts = {"optimizer": "paged_adamw", "scheduler": "constant"}
+    straight = _config(tmp_path, "straight", train={**opts, "max_steps": 4})
+    train(build_run(straight))
+    split = _config(tmp_path, "split", train=opts)
+    train(build_run(split))
+    _resume(Path(split.output_dir), "train.max_steps=4", "train.accept_changes=true")
+    losses = [[r["loss"] for r in _rows(Path(c.output_dir))] for c in (straight, split)]
+    assert len(losses[1]) == 4 and losses[1] == pytest.approx(losses[0], rel=1e-6, abs=1e-7)
+
+
 # ----------------------------------------------------------------------------- bitsandbytes' optimizers over FSDP2
 # https://github.com/hiyouga/LlamaFactory/issues/5619, https://github.com/bitsandbytes-foundation/bitsandbytes/issues/89,
 # https://github.com/meta-pytorch/torchtune/issues/1856: adamw_8bit / paged optimizers under FSDP fail at the first
