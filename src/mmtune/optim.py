@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# train.optimizer values stepped by bitsandbytes (its kernels, its state layout): what resolve refuses beside
+# sharded parameters or CPU-offloaded state, and what needs the package installed.
+BITSANDBYTES = ("adamw_8bit", "paged_adamw_8bit", "paged_adamw")
+
 
 def make_optimizer(param_groups: list[dict], train_cfg, *, cpu_adam: bool = False):
     """`param_groups` as apply_adapters returns them: torch groups with `params`, `lr`, `weight_decay`

@@ -413,7 +413,9 @@ class TrainConfig(Section):
                                                              "unset too); give this or train.warmup_ratio")
     warmup_ratio: float | None = Field(None, ge=0, le=1, description="warmup as a fraction of the run's optimizer "
                                                                      "steps, rounded (the resolved run's warmup_steps)")
-    max_grad_norm: float | None = Field(1.0, gt=0)
+    max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global norm to this before each "
+                                                              "update (null: no clipping); metrics.jsonl's grad_norm is "
+                                                              "the norm before clipping, so it can be above this")
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     loss_impl: Literal["auto", "full", "chunked", "liger"] = Field(
         "full", description="full fp32 logits, or the loss over the hidden states in checkpointed chunks (chunked; "

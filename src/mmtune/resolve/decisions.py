@@ -360,14 +360,15 @@ DDP_STATE_SHARE = 0.5
 LORA_SHARE = 50  # LoRA's trainable weights: at most 1/50 of the model (2 %), as the run's estimates count them
 
 
-def decide_strategy(requested: str, target, adapter, stages, model_params) -> tuple[str, Decision]:
+def decide_strategy(requested: str, target, adapter, stages, model_params, optimizer: str = "adamw") -> tuple[str, Decision]:
     """How the processes share the run: ddp | fsdp | zero2 | zero3.
 
     `model_params()` -> (total parameters, bytes per frozen weight), called only when `auto` must weigh
     the model against the GPU. QLoRA's 4-bit weights are sharded by FSDP2 (stored in the compute dtype:
     resolve/quantization.py) but not by ZeRO-3 here, int8 weights by neither, and staged unfreezing
     changes which parameters learn mid-run, which sharded optimizers do not allow: each is refused with
-    the strategy that works."""
+    the strategy that works. So are bitsandbytes' optimizers (`optimizer`, train.optimizer) over FSDP2's
+    sharded parameters on several processes: their kernels take plain tensors, not DTensor shards."""
     key, n = "train.strategy", target.processes
     if adapter.method == "qlora" and requested == "zero3":
         raise ConfigError("train.strategy=zero3 cannot shard QLoRA's 4-bit decoder weights (DeepSpeed ZeRO-3 does not "
@@ -384,6 +385,8 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
         raise ConfigError(f"train.strategy={requested} with train.stages: a sharded optimizer cannot change which "
                           "parameters learn in the middle of a run", where=key,
                           fix="train.strategy=ddp or fsdp for staged unfreezing, or one run per stage (docs/stages.md)")
+    if n > 1 and requested == "fsdp":
+        _bitsandbytes_over_fsdp(optimizer, "requested")
     if requested != "auto":
         why = "requested" + ("; one process: nothing to shard, checkpoints keep the sharded format"
                              if n == 1 and requested == "fsdp" else "")
@@ -409,10 +412,26 @@ def decide_strategy(requested: str, target, adapter, stages, model_params) -> tu
                                f"~{per_gpu / gib:.0f} GiB fit whole on each {target.gpu.name} "
                                f"({mem / gib:.0f} GiB) with room for activations: a copy per GPU is the fastest",
                                changed=True)
+    _bitsandbytes_over_fsdp(optimizer, f"auto: {size} parameters do not fit whole on each {target.gpu.name}")
     return "fsdp", Decision(key, "fsdp", f"auto: {size} parameters; weights + trainable state "
                             f"~{per_gpu / gib:.0f} GiB are over {DDP_STATE_SHARE:.0%} of one {target.gpu.name} "
                             f"({mem / gib:.0f} GiB): sharded over {n} GPUs, ~{per_gpu / n / gib:.1f} GiB each",
                             changed=True)
+
+
+def _bitsandbytes_over_fsdp(optimizer: str, why: str) -> None:
+    """bitsandbytes' optimizer steps run its own operators on each parameter; under FSDP2 on several processes
+    the parameters are DTensor shards, and the first update fails after the model has loaded: "Operator
+    bitsandbytes.optimizer_update_32bit.default does not have a sharding strategy registered" (2 CPU ranks;
+    bitsandbytes#89, LlamaFactory#5619). One process keeps plain tensors, and DDP each rank's whole copy."""
+    from ..optim import BITSANDBYTES
+
+    if optimizer in BITSANDBYTES:
+        raise ConfigError(f"train.strategy=fsdp ({why}) with train.optimizer={optimizer}: bitsandbytes' optimizer "
+                          "kernels step plain tensors, not FSDP2's sharded parameters (DTensor), so the first update "
+                          "would fail with \"... does not have a sharding strategy registered\"", where="train.optimizer",
+                          fix="train.optimizer=adamw (its state sharded with the parameters), or train.strategy=ddp "
+                              f"to keep {optimizer} (each GPU holds the whole model and its state)")
 
 
 # --------------------------------------------------------------------------- sequence packing

@@ -45,7 +45,9 @@ def decide_offload(requested: str, strategy: str, target, optimizer: str = "adam
                                 "live in host memory (pinned on a GPU), each unit copied to the GPU for its forward / "
                                 f"backward, torch {optimizer} steps on the CPU (docs/distributed.md#optimizer-offload)")
     stage = strategy[-1]
-    if optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw"):
+    from ..optim import BITSANDBYTES
+
+    if optimizer in BITSANDBYTES:
         raise ConfigError(f"train.offload=optimizer with train.optimizer={optimizer}: bitsandbytes' optimizers step "
                           "CUDA tensors, and ZeRO-Offload hands the optimizer CPU tensors", where=KEY,
                           fix="train.optimizer=adamw (DeepSpeed's CPU Adam then steps it), or train.offload=none")

@@ -156,7 +156,9 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
         decisions.append(Decision("packages", packages_line(target), f"--assume-installed {target.assume_installed}: "
                                   "the plan describes the run on that machine, not this one's packages"))
     decisions += config_source_decisions(cfg)
-    eight_bit = cfg.train.optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw")
+    from ..optim import BITSANDBYTES
+
+    eight_bit = cfg.train.optimizer in BITSANDBYTES
     kbit = cfg.adapter.method in KBIT_METHODS
     bnb = package_problem(target, "bitsandbytes") if not target.local and (kbit or eight_bit) else None
     if bnb:
@@ -190,7 +192,8 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     kernels = decide_attention_kernels(attn, target, precision)
     decisions.append(kernels)
     counts = _ModelCounts(cfg, family, precision)  # one meta build, only for the decisions that ask
-    strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages, counts.params)
+    strategy, d = decide_strategy(cfg.train.strategy, target, cfg.adapter, cfg.train.stages, counts.params,
+                                  cfg.train.optimizer)
     from .quantization import decide_kbit
 
     quant, kbit_decisions, adapter_updates = decide_kbit(cfg.adapter, strategy, precision)

@@ -504,8 +504,10 @@ def _restore(run, ckpt: Path, state: dict) -> dict:
                           fix="resume with the strategy that wrote it (train.strategy=ddp), or start over with "
                               "train.resume=false")
     else:
+        from .optimizer_state import load_optimizer_state
+
         load_trainable(run.unwrapped_model(), ckpt)
-        run.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(run, ckpt, state)  # another train.optimizer's state (accepted change): fresh
     if not run.cfg.train.accept_changes:  # another base accepted on purpose is the user's call
         check_base_weights(ckpt, run.cfg.model.name, fix="or start over on this model: train.resume=false or a new "
                                                          "output_dir")
