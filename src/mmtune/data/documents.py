@@ -54,7 +54,12 @@ def eos_id(encoder) -> int:
 def document_ids(encoder, record: Record) -> array:
     """All the document's token ids: the tokenizer's BOS convention, the text, the EOS."""
     text = answer_text(record)
-    encoder._check_text(record)  # a turn token written in the text: "special token in text", as for answers
+    tok = encoder.tokenizer
+    # A control token written inside the text is "special token in text", as in an answer; the document's own
+    # BOS at its start and EOS at its end are its boundaries, as the tokenizer would write them.
+    core = text[len(tok.bos_token):] if tok.bos_token and text.startswith(tok.bos_token) else text
+    core = core[:-len(tok.eos_token)] if tok.eos_token and core.endswith(tok.eos_token) else core
+    encoder._check_text(Record(record.id, record.source, [{"role": "assistant", "content": core}]))
     ids = encoder.tokenizer(text, add_special_tokens=encoder._add_special(text))["input_ids"]
     eos = eos_id(encoder)
     if not ids or ids[-1] != eos:
