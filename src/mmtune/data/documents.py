@@ -70,10 +70,12 @@ def document_ids(encoder, record: Record) -> array:
 def _ids(encoder, record: Record, check_length: bool) -> array:
     ids = record.tokens if record.tokens is not None else document_ids(encoder, record)
     if check_length and len(ids) > encoder.max_length:
+        # training, eval, data inspect, the doctor and the planner cut documents first; a stream's are read as drawn
         raise BadRecord("too long", f"document is {len(ids)} tokens, over data.max_length={encoder.max_length}, and "
-                        "was not cut into windows on this path; it is not truncated", record.where(),
-                        "report the command to mmtune (training, eval, data inspect, doctor and plan cut documents "
-                        "into windows); or raise data.max_length")
+                        "was not cut into windows (data.streaming reads documents as drawn, uncut); it is not "
+                        "truncated", record.where(),
+                        "set data.streaming=false (documents are then cut into windows of data.max_length), raise "
+                        "data.max_length, or set data.on_bad_record=skip to leave such documents out (counted)")
     return ids
 
 
