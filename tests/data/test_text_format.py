@@ -18,7 +18,7 @@ from mmtune.data.formats import BadRecord
 from mmtune.data.records import RecordSet
 from mmtune.data.row_formats.text import document_record
 from mmtune.data.sources import load_records
-from mmtune.data.text_windows import spans, windowed, windows_of
+from mmtune.data.text_windows import spans, windowed
 from mmtune.errors import ConfigError
 from mmtune.models.tiny import tiny_config_and_processor
 
@@ -135,8 +135,8 @@ def test_text_rows_txt_files_and_folders_are_documents(tmp_path):
 
 
 def test_format_defaults_turn_generation_off_and_the_base_model_needs_no_template():
-    from mmtune.config.loader import validate
     from mmtune.config.format_defaults import with_format_defaults
+    from mmtune.config.loader import validate
     from mmtune.data.documents import require_chat_template
 
     cfg = validate(with_format_defaults({"model": {"name": "tiny/qwen2"}, "data": {"format": "text"}}, {}))
