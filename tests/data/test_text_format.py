@@ -224,3 +224,18 @@ def test_data_inspect_and_the_planner_count_windows(tmp_path):
     assert report["tokens"]["total"]["max"] == 48  # the longest window, at data.max_length: cut, not refused
     batch = worst_case_batch(resolved)  # the planner's batch: the longest window, measured as text tokens
     assert batch.records_seen == report["ok"] and batch.tokens == max(batch.lengths) == 48
+
+
+@pytest.mark.parametrize("fmt,fires", [("text", False), ("messages", True)])
+def test_mm030_does_not_fire_for_raw_text_on_a_base_model(tmp_path, fmt, fires):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "doctor"))
+    from doctor_helpers import context_for, run_codes
+
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps({"text": "A document."}) + "\n")
+    tree = {"model": {"name": str(_base_model_folder(tmp_path)), "weights": "random"},
+            "data": {"train": str(f), "format": fmt, "max_length": 64}, "train": {"max_steps": 2}}
+    report = run_codes(context_for(tmp_path, tree), "MM030")
+    assert any(x.code == "MM030" and x.severity == "error" for x in report.findings) == fires, report.findings
