@@ -283,6 +283,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         # while data.cache_mb lasts (data/encode_cache.py): encoded once, and none before step 1.
         from .data.encode_cache import EncodeCache
         from .data.parallel_measure import RECORDS_PER_PROCESS, processes_for
+        from .data.text_windows import windowed
 
         t_scan = time.perf_counter()
         # A stream is read once per epoch, each record encoded as it is drawn: no encodings kept.
@@ -293,6 +294,7 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         run.encode_cache = EncodeCache(0 if cfg.data.streaming else cfg.data.cache_mb * 2**20 // max(1, workers),
                                        resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
+        records = windowed(records, run.encoder, cfg.data.on_bad_record)  # raw text cut to data.max_length
         check_records(records.records, cfg.train.micro_batch_size, "train.micro_batch_size", "train")
         decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)
@@ -405,8 +407,10 @@ def attach_eval_data(run: Run) -> None:
     if run.collator is None:
         run.collator = Collator.for_run(run.resolved, run.resolved.compute_dtype)
     t_scan = time.perf_counter()
-    run.eval_set = scan_records(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder,
-                                cfg.data.on_bad_record, progress="check eval data").records
+    from .data.text_windows import windowed
+
+    records = windowed(load_records(cfg.data.eval, cfg.data, split="eval"), run.encoder, cfg.data.on_bad_record)
+    run.eval_set = scan_records(records, run.encoder, cfg.data.on_bad_record, progress="check eval data").records
     check_records(run.eval_set.records, cfg.eval.batch_size, "eval.batch_size", "eval")
     run.decisions.extend(f"data.eval: {n}" for n in run.eval_set.notes)
     from .resolve import generation_budget

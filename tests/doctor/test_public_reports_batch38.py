@@ -38,7 +38,8 @@ def _jsonl(tmp_path, rows, name="d.jsonl") -> Path:
 # https://github.com/unslothai/unsloth/issues/683, https://github.com/hiyouga/LlamaFactory/issues/5599: a
 # continued-pretraining corpus of {"text": document} rows (TRL's dataset_text_field, LLaMA-Factory's stage pt).
 # mmtune refused each row as "missing field" with the fix data.columns.messages=<field>: mapping `text` there
-# fails again one step later (a string is not a list of turns).
+# fails again one step later (a string is not a list of turns). Under another format such a row is refused with
+# data.format=text, which trains it (docs/data.md "Raw text").
 def test_a_raw_text_row_is_refused_as_raw_text_with_a_fix_that_works(tmp_path):
     chat = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}
     f = _jsonl(tmp_path, [{"text": d} for d in DOCS] + [chat])
@@ -48,10 +49,10 @@ def test_a_raw_text_row_is_refused_as_raw_text_with_a_fix_that_works(tmp_path):
     assert where == f"{f}:1" and "raw 'text' document, not a conversation" in what
     with pytest.raises(DataError) as e:
         load_records(str(f), DataConfig())
-    assert "prompt/completion pair" in e.value.fix and "data.columns.messages" not in e.value.fix
-    # the fix, followed, loads and trains the completion (the pin below)
-    fixed = _jsonl(tmp_path, [{"prompt": d[:12], "completion": d[12:]} for d in DOCS], "fixed.jsonl")
-    assert len(load_records(str(fixed), DataConfig())) == 2
+    assert "data.format=text" in e.value.fix and "data.columns.messages" not in e.value.fix
+    # the fix, followed, loads the documents (the chat row is no document: counted)
+    rs = load_records(str(f), DataConfig(format="text", on_bad_record="skip"))
+    assert [r.answer_text() for r in rs] == DOCS and all(r.document for r in rs) and rs.skipped == {"missing field": 1}
     # a row whose `text` is mapped on purpose keeps the generic answer (the mapping is the user's)
     with pytest.raises(DataError) as e:
         load_records(str(f), DataConfig(columns={"messages": "body"}))
@@ -62,27 +63,30 @@ def test_the_doctor_says_it_at_mm014(tmp_path):
     f = _jsonl(tmp_path, [{"text": d} for d in DOCS])
     report = run_codes(context_for(tmp_path, {**BASE, "data": {"train": str(f), "max_length": 128}}), "MM014")
     (finding,) = [x for x in report.findings if x.code == "MM014"]
-    assert "raw 'text' document" in finding.message and "prompt/completion pair" in finding.fix
+    assert "raw 'text' document" in finding.message and "data.format=text" in finding.fix
 
 
 # ----------------------------------------------------------------------------- a .txt corpus
 # https://github.com/huggingface/trl/issues/915 (load_dataset("text", data_files="to-train.txt")),
-# https://github.com/ai-forever/ru-gpts/issues/30: one document per line in a plain text file. mmtune said
-# "unknown file type '.txt'" and listed the suffixes it reads, not why a text file is not one of them.
+# https://github.com/ai-forever/ru-gpts/issues/30: a plain text file. mmtune said "unknown file type '.txt'" and
+# listed the suffixes it reads. A .txt file is now one document of data.format=text; other text suffixes say so.
 def test_a_txt_corpus_says_what_it_is_and_what_to_write(tmp_path):
     from mmtune.data.local_readers import reader_for
 
     f = tmp_path / "corpus.txt"
     f.write_text("\n".join(DOCS) + "\n")
+    (rec,) = load_records(str(f), DataConfig(format="text")).records
+    assert rec.document and rec.answer_text() == "\n".join(DOCS) + "\n"
+    md = tmp_path / "corpus.md"
+    md.write_text(DOCS[0])
     with pytest.raises(DataError) as e:
-        reader_for(f)
-    assert "unknown file type '.txt'" in e.value.what
-    assert "raw-text corpus" in e.value.fix and "prompt/completion" in e.value.fix
+        reader_for(md)
+    assert "unknown file type '.md'" in e.value.what and "data.format=text" in e.value.fix
     g = tmp_path / "table.tsv"  # another unknown suffix: the list of readers only
     g.write_text("a\tb\n")
     with pytest.raises(DataError) as e:
         reader_for(g)
-    assert "raw-text" not in e.value.fix
+    assert "data.format=text" not in e.value.fix
 
 
 # ----------------------------------------------------------------------------- the loss on the prompt
@@ -104,7 +108,7 @@ def test_prompt_loss_switches_of_other_tools_are_answered_not_guessed(tmp_path, 
         load_config(path)
     (said,) = [f"{p['message']} -> {p['fix']}" for p in e.value.problems if p["key"] == key]
     assert "did you mean" not in said and (not wrong or wrong not in said), said
-    assert ("answers only" in said) if key != "dataset_text_field" else ("prompt/completion pair" in said)
+    assert ("answers only" in said) if key != "dataset_text_field" else ("data.format=text" in said)
     with pytest.raises(ConfigError) as e:
         split_overrides([f"--{key}", "false", "--template", "qwen"])
     what = " ".join(str(e.value).split())
@@ -141,17 +145,31 @@ def test_a_completion_is_trained_to_its_turn_end_and_a_long_one_is_refused_not_c
 # https://github.com/hiyouga/LlamaFactory/issues/5599, https://github.com/hiyouga/LlamaFactory/issues/7508: a corpus
 # registered as LLaMA-Factory registers its own c4_demo for stage pt, `"columns": {"prompt": "text"}`. mmtune read
 # it as alpaca SFT data and refused every row with the fix "set columns.response in the entry to the field that
-# holds it": followed with `text`, each document would train as the answer to itself.
+# holds it": followed with `text`, each document would train as the answer to itself. Its rows are now documents
+# (data.format=text); `stage: pt` itself is answered with data.format=text.
 def test_a_prompt_only_registry_entry_is_named_a_pretraining_corpus(tmp_path):
     _jsonl(tmp_path, [{"text": d} for d in DOCS], "c4_demo.jsonl")
     (tmp_path / "dataset_info.json").write_text(json.dumps({
         "c4_demo": {"file_name": "c4_demo.jsonl", "columns": {"prompt": "text"}},
         "qa": {"file_name": "qa.jsonl", "columns": {"prompt": "question"}}}))
-    with pytest.raises(DataError) as e:
-        load_records("c4_demo", DataConfig(dataset_info=str(tmp_path)))
-    assert "raw-text corpus for stage pt" in e.value.what and "columns.response" not in e.value.fix
-    assert "prompt/completion pair" in e.value.fix
+    rs = load_records("c4_demo", DataConfig(dataset_info=str(tmp_path)))
+    assert [r.answer_text() for r in rs] == DOCS and all(r.document for r in rs)
     # an SFT entry naming its prompt column, whose rows have the default answer column, trains as before
     _jsonl(tmp_path, [{"question": "2+2?", "output": "4"}], "qa.jsonl")
     (rec,) = load_records("qa", DataConfig(dataset_info=str(tmp_path))).records
     assert [m["role"] for m in rec.messages] == ["user", "assistant"] and rec.answer_text() == "4"
+
+
+@pytest.mark.parametrize("value,ours", [("pt", "data.format=text"), ("sft", "train.objective")])
+def test_stage_pt_is_answered_with_data_format_text(tmp_path, value, ours):
+    from mmtune.config.loader import load_config, split_overrides
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "stage": value, "output_dir": str(tmp_path / "run")}))
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    (fix,) = [p["fix"] for p in e.value.problems if p["key"] == "stage"]
+    assert f"did you mean {ours}" in fix.replace("'", ""), fix
+    with pytest.raises(ConfigError) as e:
+        split_overrides(["--stage", value])
+    assert (f"--stage {value} -> data.format=text" in str(e.value)) == (value == "pt"), str(e.value)

@@ -77,7 +77,7 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "torch_dtype": ("train.precision", "transformers"),
     "bnb_4bit_compute_dtype": ("train.precision", "transformers / axolotl"),
     "optim": ("train.optimizer", "transformers / LLaMA-Factory"),
-    "stage": ("train.objective", "LLaMA-Factory (sft | dpo; pt and rm have no mmtune objective)"),
+    "stage": ("train.objective", "LLaMA-Factory (sft | dpo; pt is data.format=text; rm has no mmtune objective)"),
     "template": ("", "LLaMA-Factory"),
     "do_train": ("", "transformers / LLaMA-Factory"),
     "report_to": ("logging.wandb", "transformers / LLaMA-Factory"),
@@ -115,9 +115,8 @@ FOREIGN_NOTES: dict[str, str] = {
     "train_on_inputs": "the loss is on the answers only (assistant turns, a prompt/completion row's completion, "
                        "each with its end-of-turn token); prompts are context and there is no switch to train them: "
                        "text that should be trained goes in the answer",
-    "dataset_text_field": "records are conversations (data.format, docs/data.md): a row holding one raw `text` "
-                          "document is refused; write it as a prompt/completion pair (the completion is trained) "
-                          "with a model that has a chat template",
+    "dataset_text_field": "raw text is data.format=text (continued pretraining: every token of each document "
+                          "trained, an EOS after it); its field is `text`, another is data.columns.text=<field>",
 }
 for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_to_save", "modules_to_save"),
                        ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path"),
@@ -125,6 +124,21 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("train_on_prompt", "train_on_inputs"), ("mask_prompt", "train_on_inputs"),
                        ("completion_only_loss", "train_on_inputs"), ("assistant_only_loss", "train_on_inputs")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
+
+
+# Another tool's key whose value is one of our settings under another key: (their key, their value) -> (ours,
+# what it is). LLaMA-Factory's `stage: pt` is no objective but raw-text data (train.objective=pt would be refused).
+FOREIGN_SETTINGS: dict[tuple[str, str], tuple[str, str]] = {
+    ("stage", "pt"): ("data.format=text", "LLaMA-Factory's stage pt is continued pretraining on raw text; the "
+                                          "loss is the ordinary next-token loss (docs/data.md \"Raw text\")"),
+}
+
+
+def foreign_setting(key: str, value) -> tuple[str, str] | None:
+    """(our key=value, what it is) for another tool's key and value that say one of our settings, else None."""
+    if not isinstance(value, str):
+        return None
+    return FOREIGN_SETTINGS.get((key.split(".")[-1].lower(), value.strip().lower()))
 
 
 def foreign_key(key: str) -> tuple[str, str] | None:

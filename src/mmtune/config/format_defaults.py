@@ -2,6 +2,7 @@
 
 - A transcription set (data.format=asr) is scored with word and character error rates, over transcripts longer
   than the 16 new tokens a short answer needs.
+- Raw text (data.format=text) is evaluated by its loss: there is no answer to generate or score.
 - Preference and RL objectives (train.objective=dpo / grpo) train with LoRA dropout off, as TRL's DPOTrainer does
   (`disable_dropout=True`): their loss compares the policy's log-probabilities with the reference's (adapters off,
   so no LoRA dropout there) and, for grpo, with the samples drawn in eval mode. Dropout in the policy's forward
@@ -15,7 +16,9 @@ kept."""
 
 from __future__ import annotations
 
-FORMAT_DEFAULTS = {"asr": {"eval.metrics": ["wer", "cer"], "eval.max_new_tokens": 128}}
+FORMAT_DEFAULTS = {"asr": {"eval.metrics": ["wer", "cer"], "eval.max_new_tokens": 128},
+                   # raw text has no answer to generate: evaluation is the eval loss (and its perplexity)
+                   "text": {"eval.generate": False, "eval.metrics": []}}
 OBJECTIVE_DEFAULTS = {"dpo": {"adapter.dropout": 0.0}, "grpo": {"adapter.dropout": 0.0}}
 
 

@@ -292,7 +292,7 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
             key = ".".join(str(x) for x in err["loc"])
             where = _source_of(key, overrides, path)
             if err["type"] == "extra_forbidden":
-                from .aliases import foreign_key, foreign_note
+                from .aliases import foreign_key, foreign_note, foreign_setting
 
                 theirs = foreign_key(key)
                 close = theirs[0] if theirs else suggest(key)
@@ -304,6 +304,8 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
                     fix += f" ({key.split('.')[-1]} is the name in {theirs[1]})"
                 if theirs and foreign_note(key):
                     fix += f": {foreign_note(key)}"
+                if setting := foreign_setting(key, err.get("input")):  # their value says which of our keys
+                    fix = f"did you mean {setting[0]}? ({setting[1]})"
             elif err["type"] == "missing":
                 msg = f"missing required key {key!r}"
                 fix = f"add {key}: ... to the config or pass {key}=... on the command line"
@@ -341,7 +343,7 @@ def split_overrides(args: list[str]) -> dict[str, str]:
 def _refuse_flags(args: list[str]) -> None:
     """`--learning_rate 2e-4` (an HF script's flag) or `--train.lr=1e-4`: overrides are key=value only; each such
     flag is named with the override that says it (another tool's name translated, config/aliases.py)."""
-    from .aliases import foreign_key, foreign_note
+    from .aliases import foreign_key, foreign_note, foreign_setting
 
     flags, i = [], 0
     while i < len(args):
@@ -358,6 +360,8 @@ def _refuse_flags(args: list[str]) -> None:
         fix = f"{target}={value or 'VALUE'}" if target else "(no such option or config key: mmtune train --help)"
         if ours and not ours[0]:  # another tool's setting with nothing here: no near key guessed (as the YAML path)
             fix = "drop it" + (f", {foreign_note(key)}" if foreign_note(key) else "")
+        if setting := foreign_setting(key, value):  # `--stage pt`: data.format=text, not train.objective=pt
+            fix = setting[0]
         flags.append((a if eq else f"{a} {value}".strip(), fix, ours))
         i += 1
     if flags:

@@ -130,7 +130,8 @@ class DataConfig(Section):
                                                              "default: their records added up")
     mixture_seed: int = 0
     format: str = Field("messages", description="record format: messages | vqa | chartqa | infovqa | ocrvqa | fsc147 | alpaca | "
-                                                     "asr (a clip and its transcript) | preference (pairs: docs/preference.md)")
+                                                     "asr (a clip and its transcript) | preference (pairs: docs/preference.md) | "
+                                                     "text (raw text, continued pretraining: docs/data.md)")
     columns: dict[str, str] = Field(default_factory=dict, description="rename record fields: ours -> theirs")
     media_root: str | None = Field(None, description="folder that relative media paths are resolved against")
     max_length: int = Field(2048, gt=8, description="sequence cap in tokens, media tokens included")

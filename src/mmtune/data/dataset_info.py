@@ -45,7 +45,8 @@ class Entry:
     notes: list[str] = field(default_factory=list)
     ranking: bool = False  # preference pairs (chosen / rejected): data.format=preference
     # an alpaca entry naming columns.prompt alone: LLaMA-Factory's way to register a raw-text corpus for stage pt
-    # (its own c4_demo / wiki_demo entries), where the prompt column is the document and there is no answer
+    # (its own c4_demo / wiki_demo entries), where the prompt column is the document and there is no answer: its
+    # rows without the answer column are documents, data.format=text (row_format)
     prompt_only: bool = False
 
     @property
@@ -64,24 +65,26 @@ class Entry:
             return self.registry.parent, repo_rows(self.file, split, self.subset)
         return self.registry.parent, iter_rows(str(self.file), split)[1]
 
+    def row_format(self, row) -> str | None:
+        """The data.format a row of this entry is read by, where it is not the entry's (None): a prompt-only
+        entry's row with no answer column is one raw-text document (LLaMA-Factory's stage-pt corpus, c4_demo); a
+        row that has the answer column ("output" by default) is SFT data, as LLaMA-Factory's stage sft reads it."""
+        if self.prompt_only and isinstance(row, dict) and row.get(self.columns["response"]) is None:
+            return "text"
+        return None
+
     def to_row(self, row, where: str) -> dict:
-        """One row of this entry in the layout the `alpaca` / `messages` formats read."""
+        """One row of this entry in the layout its format (`alpaca` / `messages` / `text`) reads."""
         if not isinstance(row, dict):
             return row
         media = {ours: row.get(theirs) for ours, theirs in self.columns.items() if ours in MEDIA_COLUMNS and theirs}
         out = {"id": row["id"]} if row.get("id") is not None else {}
+        if self.row_format(row) == "text":
+            return {**out, "text": row.get(self.columns["prompt"])}  # format text names a missing or empty one
         if self.ranking:
             return {**out, **media, **self._pair_row(row, where)}
         if self.formatting == "alpaca":
             for key in ("prompt", "response"):
-                if key == "response" and self.prompt_only and row.get(self.columns[key]) is None:
-                    # the generic fix (columns.response=<field>) would train the document as the answer to itself
-                    raise BadRecord("missing field", f"{self.name} names only columns.prompt "
-                                    f"({self.columns['prompt']!r}): LLaMA-Factory's layout of a raw-text corpus for "
-                                    "stage pt, which has no answer to train", where,
-                                    "continued pretraining on raw text is not an mmtune objective: write each document "
-                                    'as a prompt/completion pair in a .jsonl, {"prompt": "<its opening>", '
-                                    '"completion": "<the text to train>"}, and give that file as data.train')
                 if row.get(self.columns[key]) is None:
                     raise BadRecord("missing field", f"record has no {self.columns[key]!r} ({self.where}: "
                                     f"columns.{key})", where, f"the record's fields are: {', '.join(sorted(map(str, row)))}; "

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import re
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from .answer_tail import last_answer_start
+from .documents import encode_document, measure_document, require_chat_template
 from .formats import BadRecord, isolated_method
 from .history_turns import HISTORY, history_answer
 from .length_bound import refuse_over_floor
@@ -41,18 +42,6 @@ TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_id
 MANY_ANSWERS = 16
 
 
-def require_chat_template(processor, name: str) -> None:
-    """Every record is rendered by the chat template: a model folder without one (a base model, an export that
-    lost chat_template.jinja) is the model's error, said once at the start, not each record's (MM030)."""
-    tok = getattr(processor, "tokenizer", processor)
-    if not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
-        raise ConfigError(f"the processor / tokenizer of {name} has no chat template, so no record can be rendered "
-                          "as a conversation (transformers: \"Cannot use apply_chat_template because this processor "
-                          "does not have a chat template\")", where="model.name",
-                          fix="use the instruct/chat variant of the model, or copy chat_template.jinja from the base "
-                              "model into the folder")
-
-
 class Encoder:
     """The one code that says what a record becomes: `encode` (the tensors training sees) and
     `measure` (the same token counts without decoding pixels, for scans and the planner's worst case).
@@ -62,7 +51,7 @@ class Encoder:
     @classmethod
     def for_run(cls, resolved) -> Encoder:
         processor = resolved.need_processor()
-        require_chat_template(processor, resolved.cfg.model.name)
+        require_chat_template(processor, resolved.cfg)
         return cls(processor, resolved.family, resolved.cfg, media=resolved.media)
 
     def __init__(self, processor, family, cfg, media: MediaCaps | None = None):
@@ -255,12 +244,11 @@ class Encoder:
 
     def _load_media(self, record: Record) -> dict:
         from . import media
-
-        where = record.where()
-        mc = self.media
         from .audio_in_video import check_record
         from .video_timing import video_timing
 
+        where = record.where()
+        mc = self.media
         check_record(record)  # both kinds of video in one record: no forward flag positions both
         images, videos, clips, audio, audio_from_video = [], [], [], [], []
         for p in record.media_parts():
@@ -434,6 +422,8 @@ class Encoder:
 
     @isolated_method
     def encode(self, record: Record, *, check_length: bool = True) -> dict:
+        if record.document:  # raw text: its tokens, no template (data/documents.py)
+            return encode_document(self, record, check_length)
         full, spans, media_kwargs = self.prepare(record)
         if check_length:
             refuse_over_floor(self, full, record)
@@ -511,6 +501,8 @@ class Encoder:
         each clip's real timing; a video's own audio track is interleaved) the record is encoded in full
         instead. The text is `_trained_text`'s, stop tokens the encoder adds included.
         tests/data/test_lengths.py asserts measure == token_counts for every family and modality."""
+        if record.document:
+            return measure_document(self, record)
         if last_assistant_index(record.messages) is None:
             raise BadRecord("no answer", "record has no assistant turn", record.where(),
                             "end the conversation with an assistant message holding the answer")

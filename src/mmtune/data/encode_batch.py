@@ -38,7 +38,8 @@ def encode_many(encoder, records, *, check_length: bool = True) -> list:
     """[encoding dict, or the record's BadRecord] for each record, in order."""
     # Only the run's own Encoder is merged: a wrapper (an objective's PairEncoder / PromptEncoder) encodes
     # something else than prepare + complete give, and forwards batch_ok from the Encoder it wraps.
-    if len(records) < 2 or type(encoder) is not Encoder or not encoder.batch_ok:
+    # Raw-text documents carry their tokens (data/documents.py): nothing for a processor call to merge.
+    if len(records) < 2 or type(encoder) is not Encoder or not encoder.batch_ok or any(r.document for r in records):
         return [_one(encoder, r, check_length) for r in records]
     results: list = [None] * len(records)
     ready = []  # (slot, record, text, spans, media kwargs)

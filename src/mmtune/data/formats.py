@@ -31,6 +31,7 @@ FORMATS: dict[str, str] = {
     "ocrvqa": ".row_formats.ocrvqa",
     "preference": ".row_formats.preference",
     "asr": ".row_formats.asr",
+    "text": ".row_formats.text",
 }
 
 
@@ -166,15 +167,13 @@ def _get(row: dict, fmt: str, name: str, columns: dict[str, str], where: str):
     have = ", ".join(sorted(map(str, row))) or "(none)"
     tried = " or ".join(repr(n) for n in names)
     reason = "no answer" if name == "answer" else "missing field"
-    if name not in columns and isinstance(row.get("text"), str):
+    if name not in columns and isinstance(row.get("text"), str) and fmt != "text":
         # a continued-pretraining row (TRL's dataset_text_field, LLaMA-Factory's stage pt): mapping `text` to
         # the missing field, which the generic fix below suggests, would only fail again one step later
         raise BadRecord(reason, f"record is one raw 'text' document, not a conversation (format {fmt!r} needs "
-                        f"{tried}): mmtune trains answers, and raw text has none", where,
-                        "write each document as a prompt/completion pair, "
-                        '{"prompt": "<its opening>", "completion": "<the text to train>"} (the completion is '
-                        "trained, with the end-of-turn token; the model needs a chat template); continued "
-                        "pretraining on raw text is not an mmtune objective")
+                        f"{tried})", where,
+                        "set data.format=text to train on raw text (continued pretraining: every token of each "
+                        "document trained, an EOS after it, no chat template; docs/data.md \"Raw text\")")
     raise BadRecord(reason, f"record has no field {tried} (format {fmt!r} needs it as its {name!r})", where,
                     f"the record's fields are: {have}. Map yours with data.columns, e.g. "
                     f"data.columns.{name}=<field>, or pick another data.format ({', '.join(known_formats())})")

@@ -133,6 +133,7 @@ def inspect_data(resolved, split: str = "train", n_examples: int = 3) -> dict:
     """Encode every record of a split of the resolved run, as training will (the run's processor and caps)."""
     from .encode import Encoder
     from .sources import load_records
+    from .text_windows import windowed
 
     cfg = resolved.cfg
     spec = cfg.data.train if split == "train" else cfg.data.eval
@@ -145,6 +146,7 @@ def inspect_data(resolved, split: str = "train", n_examples: int = 3) -> dict:
     # Inspection counts every bad record by reason, whatever data.on_bad_record says: under "error" the
     # note below names the record training would stop at, instead of inspect stopping there itself.
     rs = load_records(spec, cfg.data.model_copy(update={"on_bad_record": "skip"}), split)
+    rs = windowed(rs, encoder, "skip")  # raw text cut to data.max_length, counted in the notes
     scan = scan_records(rs, encoder, "skip")
     stops = []
     if cfg.data.on_bad_record == "error" and scan.records.problems:

@@ -15,6 +15,7 @@ from ..errors import DataError
 from .compressed import compression_of, damaged, inner_suffix, lines, open_bytes, open_text, read_bytes
 from .formats import BadRecord
 from .hub import arrow_rows, dataset_rows
+from .text_files import rows_txt
 
 
 def parse_json_line(raw: bytes, where: str):
@@ -255,16 +256,14 @@ def regular_file(path: Path) -> None:
 
 # A file's reader by its suffix; a new file type is one reader above and one line here.
 FILE_READERS = {".jsonl": rows_jsonl, ".json": rows_json, ".parquet": rows_parquet, ".csv": rows_csv,
-                ".arrow": arrow_rows}
+                ".arrow": arrow_rows, ".txt": rows_txt}
 
 
 TEXT_READERS = (".jsonl", ".json", ".csv")  # the ones a compressed file (train.jsonl.gz) is read through
-# Plain text files are a continued-pretraining corpus (datasets' "text" loader: one document per line): say why
-# no reader takes them, not only which suffixes are read.
-_RAW_TEXT = dict.fromkeys((".txt", ".text", ".md"),
-                          "; a plain text file is a raw-text corpus (one document per line), and mmtune trains "
-                          "conversations: write a .jsonl of prompt/completion rows, {\"prompt\": ..., \"completion\": ...}, "
-                          "whose completions are the text to train")
+# Other plain text files: say how raw text is read (a .txt file is one document under data.format=text).
+_RAW_TEXT = dict.fromkeys((".text", ".md"),
+                          "; for raw text (continued pretraining) save each document as a .txt file, or as the `text` "
+                          "of a .jsonl row, and set data.format=text")
 
 
 def reader_for(path: Path):

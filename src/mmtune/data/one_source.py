@@ -70,24 +70,31 @@ class OpenSource:
     to_row: object  # a data.dataset_info entry's row mapping, or None
     wanted: str  # the split rows must belong to
     templates: dict  # data.question_template / answer_template that are set
+    row_format: object = None  # a registry entry's format for a row where it is not `fmt` (Entry.row_format)
+
+    def format_of(self, row) -> str:
+        return (self.row_format(row) if self.row_format is not None else None) or self.fmt
 
     def records(self, where: str, row, index: int) -> list:
         """The row's records (load_source's, the stream's); a bad row raises its BadRecord."""
         if isinstance(row, BadRecord):
             raise row
         with isolated(where):
+            fmt = self.format_of(row)
             if self.to_row is not None:
                 row = self.to_row(row, where)
-            return row_to_records(row, self.fmt, self.columns, where, index, self.resolve, templates=self.templates)
+            return row_to_records(row, fmt, self.columns, where, index, self.resolve, templates=self.templates)
 
 
 def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> OpenSource:
     fmt, columns, media_root, to_row = data_cfg.format, dict(data_cfg.columns), data_cfg.media_root, None
+    row_format = None
     registered = _registry_entry(spec, data_cfg)
     if registered is not None:  # a name in LLaMA-Factory's dataset_info.json (data/dataset_info.py)
         fmt, columns, to_row = ("preference" if registered.ranking else "alpaca" if registered.formatting == "alpaca"
                                 else "messages"), {}, registered.to_row
         media_root = media_root or str(registered.registry.parent)
+        row_format = registered.row_format
         base, rows = registered.rows(spec.partition("::")[2] or None)
         wanted = spec.partition("::")[2] or registered.split
     else:
@@ -99,7 +106,7 @@ def open_source(spec: str, data_cfg, split: str = "train", parts: list[str] | No
             base, rows = iter_rows(spec, split, parts)
         wanted = spec.partition("::")[2] or split
     templates = {k: v for k, v in (("question", data_cfg.question_template), ("answer", data_cfg.answer_template)) if v}
-    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted, templates)
+    return OpenSource(rows, make_resolver(base, media_root), fmt, columns, to_row, wanted, templates, row_format)
 
 
 def load_source(spec: str, data_cfg, split: str = "train", parts: list[str] | None = None) -> RecordSet:

@@ -36,6 +36,11 @@ class Record:
     rejected: list[dict] | None = None
     # The row's tool schemas ([{"type": "function", "function": {...}}], data/tool_calls.py); None: no tools.
     tools: list[dict] | None = None
+    # A raw-text document (data.format=text, data/documents.py): its one message's text is trained whole, with
+    # no chat template, the tokenizer's BOS convention and an EOS after it. `tokens`: the token ids of one of its
+    # windows (data/text_windows.py), set once the document is cut to data.max_length; None: not cut yet.
+    document: bool = False
+    tokens: object = None  # array.array("l") of token ids: compact, picklable, comparable
 
     def media_parts(self) -> list[dict]:
         return media_parts(self.messages)

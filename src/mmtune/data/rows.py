@@ -15,6 +15,7 @@ from .compressed import inner_suffix
 from .globs import is_pattern, pattern_rows
 from .local_readers import reader_for, regular_file, rows_datasets
 from .splits import FILE_SUFFIXES, split_candidates
+from .text_files import folder_rows, txt_files
 
 
 def iter_rows(spec: str, split: str, parts: list[str] | None = None,
@@ -50,6 +51,8 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None,
         files = split_files(path, split_candidates(split), parts)
         if not files and is_dataset_repo(path):  # data/train-00000-of-00001.parquet, as the Hub lays it out
             return path, repo_rows(path, split)
+        if not files and (txt := txt_files(path, split)):  # a corpus of raw-text documents (data/text_files.py)
+            return path, folder_rows(path, txt)
         if not files:
             found = sorted(p.name for p in path.iterdir() if p.suffix in FILE_SUFFIXES)
             raise DataError(f"{path} has no {split!r} split", where=str(path),

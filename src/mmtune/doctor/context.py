@@ -179,6 +179,10 @@ class DoctorContext:
         pinfo = self.need("processor_info")
         proc = pinfo.processor
         tok = getattr(proc, "tokenizer", proc)
+        from ..data.documents import documents_only
+
+        if documents_only(self.need("cfg").data):
+            return  # raw text (data.format=text) is not rendered by a template
         if not (getattr(proc, "chat_template", None) or getattr(tok, "chat_template", None)):
             raise NotAvailable("the model's tokenizer has no chat template, so no record can be rendered (see MM030)")
 

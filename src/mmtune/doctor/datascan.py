@@ -166,6 +166,7 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
     from ..data.formats import BadRecord, isolated
     from ..data.one_source import open_source
     from ..data.row_records import row_to_records
+    from ..data.text_windows import cut_documents
 
     cfg = resolved.cfg
     seen: set | None = set() if split == "train" else None  # training record keys (MM068 repeats)
@@ -231,9 +232,11 @@ def scan_split(split: str, spec: str, resolved, *, limit=None, write_clean: Path
                     if isinstance(row, BadRecord):
                         raise row
                     with isolated(where):  # the training loader's boundary (OpenSource.records)
+                        row_fmt = src.format_of(row)  # a registry entry's raw-text rows: format text
                         if to_row is not None:
                             row = to_row(row, where)
-                        recs_in = row_to_records(row, fmt, columns, where, index, resolve, templates=templates)
+                        recs_in = row_to_records(row, row_fmt, columns, where, index, resolve, templates=templates)
+                        recs_in = cut_documents(recs_in, encoder)  # raw text: its windows, as training cuts it
                 except BadRecord as e:
                     scan.add_bad(e.reason, e.where or where, e.what, e.fix)
                     continue

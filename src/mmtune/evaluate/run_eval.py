@@ -166,6 +166,12 @@ def _evaluate(run, model, records, with_generation, interrupt) -> tuple[dict, li
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}
+    if records and all(r.document for r in records):
+        import math
+
+        # raw text (data.format=text): every token of each document is predicted once (data/text_windows.py), so
+        # exp of the mean token loss is the eval documents' perplexity
+        out["eval_perplexity"] = math.exp(out["eval_loss"]) if out["eval_loss"] < 700 else float("inf")
     preds: list[dict] = []
     gen = cfg.eval.generate if with_generation is None else with_generation
     mixture = isinstance(cfg.data.eval, list)

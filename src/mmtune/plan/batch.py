@@ -145,8 +145,9 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     if spec and declared is None:
         from ..data.encode_cache import key
         from ..data.sources import load_records
+        from ..data.text_windows import windowed
 
-        rs = load_records(spec, cfg.data, split=split)
+        rs = windowed(load_records(spec, cfg.data, split=split), enc, cfg.data.on_bad_record)  # raw text: windows
         if not rs.records:
             raise DataError("the training set has no usable record to plan with", where=describe_spec(spec),
                             fix="check data.train; skipped: " + str(rs.skipped))

@@ -269,13 +269,16 @@ def context_length(ctx):
 
 @check("MM030", "the tokenizer has a chat template and a pad token", needs=("cfg", "processor_info"))
 def chat_template(ctx):
+    from ...data.documents import documents_only
+
     pinfo = ctx.need("processor_info")
-    yield from template_findings(pinfo.processor)
+    yield from template_findings(pinfo.processor, raw_text=documents_only(ctx.need("cfg").data))
 
 
-def template_findings(processor):
+def template_findings(processor, raw_text: bool = False):
+    """`raw_text`: every source is data.format=text, which renders no conversation (a base model trains)."""
     tok = getattr(processor, "tokenizer", processor)
-    if not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
+    if not raw_text and not (getattr(processor, "chat_template", None) or getattr(tok, "chat_template", None)):
         yield error("the processor/tokenizer has no chat template: records cannot be rendered as conversations",
                     where="model.name", fix="use the instruct/chat variant of the model, or a checkpoint "
                                             "that ships chat_template.jinja")
