@@ -13,10 +13,11 @@ Mixture of experts, as decided for Qwen3-Omni's thinker (models/family/qwen3_omn
 Qwen3-MoE block):
 - Each layer's experts are two fused 3-D parameters (`mlp.experts.gate_up_proj`, `mlp.experts.down_proj`), not
   `nn.Linear`: the default LoRA targets are the attention projections (q/k/v/o in every layer); the experts and
-  the router (`mlp.gate`) train only with `adapter.method=full`. ms-swift's users fine-tuning this model name the
-  same fallback when `all-linear` reached the experts (ms-swift#9321 on Qwen3-Omni, the same decoder).
-- QLoRA's 4-bit reaches the attention linears only; the experts (~95 % of the decoder's weights) stay 16-bit
-  (the load decision and doctor MM228 say so), and the planner counts what is really resident: every expert.
+  the router (`mlp.gate`) train only with `adapter.method=full` (the fallback ms-swift's users took on Qwen3-Omni,
+  whose decoder is this block, when `all-linear` failed: ms-swift#9321).
+- QLoRA's 4-bit reaches the attention linears only; the experts (30B-A3B: 29.0B parameters, 54.0 GiB in bf16, of
+  the 56.6 GiB of weights `mmtune plan ... adapter.method=qlora` counts) stay 16-bit (the load decision and doctor
+  MM228 say so), and the planner counts what is really resident: every expert.
 - The published config has no `output_router_logits` (transformers' default: false), and mmtune computes the
   loss from the logits, so no balancing loss is added; doctor MM124 names a config that switches it on.
 
