@@ -18,8 +18,9 @@ Qwen3-MoE block):
 - QLoRA's 4-bit reaches the attention linears only; the experts (30B-A3B: 29.0B parameters, 54.0 GiB in bf16, of
   the 56.6 GiB of weights `mmtune plan ... adapter.method=qlora` counts) stay 16-bit (the load decision and doctor
   MM228 say so), and the planner counts what is really resident: every expert.
-- The published config has no `output_router_logits` (transformers' default: false), and mmtune computes the
-  loss from the logits, so no balancing loss is added; doctor MM124 names a config that switches it on.
+- The embedded config sets no `output_router_logits` (transformers' default: false; the transcription it was
+  taken from lists only some keys, models/configs/qwen3-vl-30b-a3b-instruct.json), and mmtune computes the loss
+  from the logits, so no balancing loss is added; doctor MM124 names a config that switches it on.
 
 Packing: on (tests/data/test_packing.py checks packed rows against unpacked ones on this family's twin: same
 loss and gradients); the router sees the same tokens either way, since routing is per token.
