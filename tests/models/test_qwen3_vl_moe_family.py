@@ -42,3 +42,39 @@ def test_default_lora_wraps_attention_not_experts_or_router():
     assert all(".language_model.layers." in n for n in wrapped)
     trainable = [n for n, p in result.model.named_parameters() if p.requires_grad]
     assert not [n for n in trainable if ".mlp." in n], trainable
+
+
+def test_plan_matches_a_real_cpu_step_on_video(tmp_path):
+    """The contract tests plan the twin on images; here a video record (timestamps written as text, the experts'
+    grouped matmul in fp32) is planned against a real CPU step of the same micro-batch, as tests/plan/test_moe_plan.py
+    does for Qwen3-Omni."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from mmtune.config import load_config
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.measure import measure_step
+    from mmtune.plan.planner import predict, resolve_for_plan
+
+    data = Path(__file__).resolve().parents[2] / "recipes" / "data"
+    row = json.loads((data / "video_audio_qa.jsonl").read_text().splitlines()[0])
+    for m in row["messages"]:  # this family has no audio: the video and a written question
+        m["content"] = [c for c in m["content"] if c["type"] != "audio"]
+    (tmp_path / "d.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "cfg.yaml").write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"),
+        "model": {"name": "tiny/qwen3-vl-moe", "video_frames": 4, "gradient_checkpointing": True},
+        "data": {"train": str(tmp_path / "d.jsonl"), "media_root": str(data), "max_length": 2048},
+        "adapter": {"method": "lora", "r": 8, "dropout": 0.0},
+        "train": {"max_steps": 1, "micro_batch_size": 1, "grad_accum": 1, "precision": "fp32", "device": "cpu",
+                  "scheduler": "constant", "seed": 0},
+        "logging": {"tensorboard": False},
+    }))
+    cfg = load_config(tmp_path / "cfg.yaml", [])
+    batch = worst_case_batch(resolve_for_plan(cfg)).micro_batch
+    assert "pixel_values_videos" in batch
+    res = predict(cfg, plan_eval=False)
+    measured = measure_step(cfg, batch).peak_allocated_bytes
+    assert abs(res.tensor_peak_bytes - measured) / measured <= 0.02, (res.tensor_peak_bytes, measured)
