@@ -83,11 +83,11 @@ def text_config(tok, **over):
     real partial rotary (a quarter of each 32-wide head: 8 dims, M-RoPE sections 2 / 1 / 1, interleaved)."""
     from ..tiny import _text_common
 
-    return _text_common(tok, num_hidden_layers=4, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4,
-                        linear_key_head_dim=16, linear_value_head_dim=16, linear_conv_kernel_dim=4,
-                        layer_types=["linear_attention"] * 3 + ["full_attention"],
-                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                                         "mrope_section": [2, 1, 1], "mrope_interleaved": True}, **over)
+    return _text_common(tok, **{**dict(
+        num_hidden_layers=4, head_dim=32, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, linear_conv_kernel_dim=4, layer_types=["linear_attention"] * 3 + ["full_attention"],
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True}), **over})
 
 
 def _config(tok, **over):
@@ -95,7 +95,8 @@ def _config(tok, **over):
 
     from ..tiny import _vision_ids
 
-    text = text_config(tok)
+    # layer_types: a test's all-full-attention twin (the same weights' shapes minus the linear layers)
+    text = text_config(tok, **({"layer_types": over.pop("layer_types")} if "layer_types" in over else {}))
     vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
                   patch_size=16, num_position_embeddings=64)
     cfg = dict(text_config=text, vision_config=vision, tie_word_embeddings=False, **_vision_ids(tok))
