@@ -56,6 +56,12 @@ DOCUMENTED = {
     "Qwen/Qwen3-30B-A3B": (30532122624, KERAS.format("qwen3_moe/qwen3_moe_presets.py")
                            + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
 }
+# hub id -> (documented parameter count of the language model alone, where): a VLM whose public count is its GGUF's
+# (llama.cpp converts the text model; the vision tower is a separate mmproj file)
+DOCUMENTED_TEXT = {
+    "Qwen/Qwen3.5-9B": (8.95e9, "lzwjava.github.io/qwen3-5-9b-hybrid-review-en: llama.cpp's metadata of the Q4_K_M "
+                        "GGUF, 'Params: 8.95B' (32 layers, 4096 wide, FFN 12288, vocab 248,320)"),
+}
 # Embedded before this check existed, their counts not yet looked up: listed so a new config cannot slip past.
 NOT_YET_CHECKED = {
     "openai/clip-vit-large-patch14-336", "google/gemma-3-12b-it", "google/gemma-3-27b-it", "google/gemma-3-4b-it",
@@ -67,7 +73,7 @@ NOT_YET_CHECKED = {
 }
 
 
-def _meta_params(hub_id: str) -> int:
+def _meta_params(hub_id: str, skip: str | None = None) -> int:
     import torch
     import transformers
 
@@ -78,15 +84,23 @@ def _meta_params(hub_id: str) -> int:
     cls = getattr(transformers, family_for_config(config).model_class)
     with torch.device("meta"):
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls._from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for n, p in model.named_parameters() if skip is None or not n.startswith(skip))
 
 
 def test_every_embedded_config_is_listed():
     from mmtune.models.configs import embedded_names
 
     names = set(embedded_names())
-    assert names == set(DOCUMENTED) | (NOT_YET_CHECKED & names), sorted(names ^ (set(DOCUMENTED) | NOT_YET_CHECKED))
-    assert not set(DOCUMENTED) & NOT_YET_CHECKED
+    listed = set(DOCUMENTED) | set(DOCUMENTED_TEXT)
+    assert names == listed | (NOT_YET_CHECKED & names), sorted(names ^ (listed | NOT_YET_CHECKED))
+    assert not listed & NOT_YET_CHECKED
+
+
+@pytest.mark.parametrize("hub_id", sorted(DOCUMENTED_TEXT))
+def test_embedded_config_has_its_published_language_model_size(hub_id):
+    documented, where = DOCUMENTED_TEXT[hub_id]
+    n = _meta_params(hub_id, skip="model.visual.")
+    assert abs(n - documented) / documented < 0.01, (hub_id, n, documented, where)
 
 
 @pytest.mark.parametrize("hub_id", sorted(DOCUMENTED))
