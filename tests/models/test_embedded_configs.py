@@ -53,6 +53,9 @@ DOCUMENTED = {
                                         "'params': 3821079552 (Phi-3-mini-128k: the same shapes as Phi-3.5-mini)"),
     "mistralai/Mixtral-8x7B-v0.1": (46702792704, KERAS.format("mixtral/mixtral_presets.py")
                                     + " mixtral_8_7b_en 'params': 46702792704"),
+    "Qwen/Qwen3.5-35B-A3B": (35e9, "gitea.pragmazest.com cardosofelipe/strix-halo-optimizations docs/model-recommendations.md, "
+                             "the Qwen3.5 family table: 'Qwen3.5-35B-A3B | MoE | 35B | 3B | 256 experts, 8 routed + 1 shared' "
+                             "(the build: 35.11B with the vision tower)"),
     "Qwen/Qwen3-30B-A3B": (30532122624, KERAS.format("qwen3_moe/qwen3_moe_presets.py")
                            + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
 }

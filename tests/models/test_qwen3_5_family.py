@@ -94,3 +94,18 @@ def test_doctor_names_the_kernels_for_a_gpu_plan(tmp_path):
     assert len(found) == 1 and found[0].severity == "info"
     assert "pip install flash-linear-attention causal-conv1d" in found[0].fix
     assert not [f for f in run_codes(make_context(path), "MM343").findings if f.code == "MM343"]  # CPU: nothing
+
+
+def test_moe_lora_reaches_the_shared_expert_and_no_routed_expert():
+    """Qwen3.5-MoE's routed experts are fused 3-D parameters: LoRA goes to the attention, the linear layers'
+    projections and the shared expert's dense MLP, by full name, and peft wraps nothing of `mlp.experts`."""
+    from mmtune.adapters import apply_adapters
+    from mmtune.models.tiny import build_tiny
+
+    model, _ = build_tiny("tiny/qwen3_5_moe")
+    cfg = RunConfig.model_validate({"model": {"name": "tiny/qwen3_5_moe"}, "adapter": {"method": "lora"}})
+    result = apply_adapters(model, FAMILIES["qwen3_5_moe"], cfg.adapter, cfg.train)
+    lora = [n for n, p in result.model.named_parameters() if "lora_" in n]
+    assert any(".mlp.shared_expert.gate_proj." in n for n in lora)
+    assert any(".linear_attn.in_proj_qkv." in n for n in lora) and any(".self_attn.q_proj." in n for n in lora)
+    assert not [n for n in lora if ".mlp.experts." in n or ".mlp.gate." in n or "visual" in n]
