@@ -109,3 +109,30 @@ def test_moe_lora_reaches_the_shared_expert_and_no_routed_expert():
     assert any(".mlp.shared_expert.gate_proj." in n for n in lora)
     assert any(".linear_attn.in_proj_qkv." in n for n in lora) and any(".self_attn.q_proj." in n for n in lora)
     assert not [n for n in lora if ".mlp.experts." in n or ".mlp.gate." in n or "visual" in n]
+
+
+def test_doctor_warns_for_a_cuda_run_here_without_the_kernels(tmp_path):
+    """The run executing on this machine's CUDA (the resolved run's target, as train resolves it on a GPU machine):
+    a warning naming the missing kernels and their install line; nothing where they import."""
+    import dataclasses
+
+    import yaml
+
+    from mmtune.doctor.runner import make_context
+    from mmtune.gpus import get_gpu
+    from mmtune.resolve.linear_attention import missing_kernels
+    from mmtune.resolve.target import Target
+    from tests.doctor.doctor_helpers import run_codes
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"model": {"name": TWIN}, "output_dir": str(tmp_path / "run"),
+                                    "data": {"train": "synthetic:counting", "synthetic_train_size": 8}}))
+    ctx = make_context(path)
+    resolved = ctx.need("resolved")
+    ctx.put("resolved", dataclasses.replace(resolved, target=Target("cuda", get_gpu("h100"), "this machine", local=True)))
+    found = [f for f in run_codes(ctx, "MM343").findings if f.code == "MM343"]
+    missing = missing_kernels(FAMILIES["qwen3_5"])
+    assert len(found) == (1 if missing else 0)
+    if missing:
+        assert found[0].severity == "warning" and "torch fallback" in found[0].message
+        assert found[0].fix.startswith("pip install " + " ".join(d for _, d, _ in missing))
