@@ -86,9 +86,10 @@ def _padding(lengths: list[int], mb: int, seed: int, *, grouped: bool) -> float:
        "causal-conv1d) where a CUDA run executes", needs=("cfg", "resolved"), fast=True)
 def linear_attention_kernels(ctx):
     """Without them transformers runs its torch reference of the gated delta rule (resolve/linear_attention.py):
-    correct, several times slower, said once in the log. A warning where the run executes here on CUDA, an info
-    for a plan for another GPU (that machine needs them); nothing on a CPU, where the kernels cannot run."""
-    from ...resolve.linear_attention import install_line, missing_kernels
+    correct, slower (MEASURED: 1.7x a Qwen3.5-9B step), said once in the log. A warning where the run executes
+    here on CUDA, an info for a plan for another GPU (that machine needs them); nothing on a CPU, where the
+    kernels cannot run."""
+    from ...resolve.linear_attention import MEASURED, install_line, missing_kernels
 
     cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
     family, target = resolved.family, resolved.target
@@ -97,14 +98,14 @@ def linear_attention_kernels(ctx):
     names = ", ".join(f"{dist} ({what})" for _, dist, what in family.linear_attention)
     if not target.local:
         yield info(f"{family.name}'s linear-attention layers run {names} on {target.gpu.name} where installed, else "
-                   "transformers' torch fallback (a Python loop over 64-token chunks in fp32, several times slower); "
-                   "the plan traces the fallback", where="model.name",
+                   f"transformers' torch fallback (a Python loop over 64-token chunks in fp32; {MEASURED}); "
+                   "the plan traces the fallback's memory, its step time is the FLOPs' roofline", where="model.name",
                    fix=f"{install_line(family.linear_attention)}   (on the GPU machine, built for its torch / CUDA)")
         return
     missing = missing_kernels(family)
     if missing:
         yield warning(f"{family.name}'s linear-attention layers will run transformers' torch fallback on "
                       f"{target.gpu.name}: {', '.join(d for _, d, _ in missing)} not importable here (the fp32 gated "
-                      "delta rule as a Python loop over 64-token chunks: correct, several times slower than the "
-                      "kernels; transformers says it once in the log)", where="model.name",
+                      f"delta rule as a Python loop over 64-token chunks: correct but slower, {MEASURED}; "
+                      "transformers says it once in the log)", where="model.name",
                       fix=f"{install_line(missing)}   (built for this torch / CUDA)")
