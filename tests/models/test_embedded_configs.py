@@ -53,10 +53,19 @@ DOCUMENTED = {
                                         "'params': 3821079552 (Phi-3-mini-128k: the same shapes as Phi-3.5-mini)"),
     "mistralai/Mixtral-8x7B-v0.1": (46702792704, KERAS.format("mixtral/mixtral_presets.py")
                                     + " mixtral_8_7b_en 'params': 46702792704"),
+    "Qwen/Qwen3.5-35B-A3B": (35e9, "gitea.pragmazest.com cardosofelipe/strix-halo-optimizations docs/model-recommendations.md, "
+                             "the Qwen3.5 family table: 'Qwen3.5-35B-A3B | MoE | 35B | 3B | 256 experts, 8 routed + 1 shared' "
+                             "(the build: 35.11B with the vision tower)"),
     "Qwen/Qwen3-30B-A3B": (30532122624, KERAS.format("qwen3_moe/qwen3_moe_presets.py")
                            + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
     "Qwen/Qwen3-VL-30B-A3B-Instruct": (31.07e9, "free2aitools.com/model/qwen/qwen3-vl-30b-a3b-instruct 'Parameters 31.07' "
                                        "(haimaker.ai's Thinking page: 31.1B)"),
+}
+# hub id -> (documented parameter count of the language model alone, where): a VLM whose public count is its GGUF's
+# (llama.cpp converts the text model; the vision tower is a separate mmproj file)
+DOCUMENTED_TEXT = {
+    "Qwen/Qwen3.5-9B": (8.95e9, "lzwjava.github.io/qwen3-5-9b-hybrid-review-en: llama.cpp's metadata of the Q4_K_M "
+                        "GGUF, 'Params: 8.95B' (32 layers, 4096 wide, FFN 12288, vocab 248,320)"),
 }
 # Embedded before this check existed, their counts not yet looked up: listed so a new config cannot slip past.
 NOT_YET_CHECKED = {
@@ -72,7 +81,7 @@ NOT_YET_CHECKED = {
 }
 
 
-def _meta_params(hub_id: str) -> int:
+def _meta_params(hub_id: str, skip: str | None = None) -> int:
     import torch
     import transformers
 
@@ -83,15 +92,23 @@ def _meta_params(hub_id: str) -> int:
     cls = getattr(transformers, family_for_config(config).model_class)
     with torch.device("meta"):
         model = cls.from_config(config) if hasattr(cls, "from_config") else cls._from_config(config)
-    return sum(p.numel() for p in model.parameters())
+    return sum(p.numel() for n, p in model.named_parameters() if skip is None or not n.startswith(skip))
 
 
 def test_every_embedded_config_is_listed():
     from mmtune.models.configs import embedded_names
 
     names = set(embedded_names())
-    assert names == set(DOCUMENTED) | (NOT_YET_CHECKED & names), sorted(names ^ (set(DOCUMENTED) | NOT_YET_CHECKED))
-    assert not set(DOCUMENTED) & NOT_YET_CHECKED
+    listed = set(DOCUMENTED) | set(DOCUMENTED_TEXT)
+    assert names == listed | (NOT_YET_CHECKED & names), sorted(names ^ (listed | NOT_YET_CHECKED))
+    assert not listed & NOT_YET_CHECKED
+
+
+@pytest.mark.parametrize("hub_id", sorted(DOCUMENTED_TEXT))
+def test_embedded_config_has_its_published_language_model_size(hub_id):
+    documented, where = DOCUMENTED_TEXT[hub_id]
+    n = _meta_params(hub_id, skip="model.visual.")
+    assert abs(n - documented) / documented < 0.01, (hub_id, n, documented, where)
 
 
 @pytest.mark.parametrize("hub_id", sorted(DOCUMENTED))

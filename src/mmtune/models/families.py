@@ -66,6 +66,8 @@ class Family:
     # Packed rows verified exact against unpacked ones (tests/data/test_packing.py: same loss and gradients on
     # the tiny twin): the attention reads record boundaries from position_ids, media towers see whole items.
     packable: bool = False
+    # Why packing is not exact for this family, where the shared reason (decide_packing's) does not fit it
+    unpackable_reason: str | None = None
     # Right-padded batches verified exact without their attention_mask (tests/train/test_padding_mask.py: same loss and
     # gradients on the tiny twin): each real token attends only to earlier real tokens, and the positions do not read
     # the mask. The training collator then leaves the mask out under SDPA (resolve: attention.padding_mask), which
@@ -101,6 +103,9 @@ class Family:
     # checked before any build, named with its install line by the error and doctor MM096
     requires: tuple[tuple[str, str], ...] = ()
     liger: LigerPatch | None = None  # Liger-Kernel's patch for this family, None where it has none
+    # A hybrid decoder with linear-attention (gated delta net) layers: (module, pip distribution, what it runs) of
+    # each fast kernel transformers looks for; without one it runs its slow torch reference (resolve/linear_attention)
+    linear_attention: tuple[tuple[str, str, str], ...] = ()
     # Reported fp16 overflow of the vision tower (inf/NaN features, "!!!!" output): (severity, sources) for
     # doctor MM041. Qwen2.5-VL: still reported after the Qwen2-VL fix, in three runtimes (MiMo-VL#8,
     # llama.cpp#17534 NaN in the vision embeddings, ollama#18070 forcing fp32 for this family only): a warning.

@@ -446,8 +446,9 @@ def decide_packing(cfg, family, attn: str) -> Decision | None:
         from ..models.families import FAMILIES
 
         packable = ", ".join(f.name for f in FAMILIES.values() if f.packable)
-        why_not = (f"{family.name} is not verified exact under packing (audio encoders and Omni's interleaved "
-                   f"time positions are per batch row); packable: {packable}")
+        why_not = (f"{family.name} is not verified exact under packing ("
+                   + (family.unpackable_reason or "audio encoders and Omni's interleaved time positions are per "
+                      "batch row") + f"); packable: {packable}")
     elif cfg.train.aux_losses:
         why_not = "auxiliary losses read their targets per batch row, and a packed row holds several records"
     elif cfg.data.group_by_length:

@@ -233,6 +233,11 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     patch_embed_matmul, d = decide_patch_embed(family)
     if d:
         decisions.append(d)
+    from .linear_attention import decide_linear_attention
+
+    d = decide_linear_attention(family, target)
+    if d:
+        decisions.append(d)
     # ... plus what a stage of train.stages trains (trained_set: the one rule the doctor reads too)
     trainable = trainable_components(cfg.adapter, family) + tuple(
         c for c, how in trained_set(cfg.adapter, family, cfg.train.stages).items() if "train.stages" in how

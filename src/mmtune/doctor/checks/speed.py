@@ -4,12 +4,14 @@ Each is a setting mmtune takes as asked (the user may want it: fp32 to compare n
 attention weights, ungrouped batches where length follows the task), so the resolved run keeps it and these say
 what it costs on the target, with the override that removes the cost:
 - MM181: fp32 matmuls on a GPU with bf16 tensor cores, eager attention where the model class has SDPA;
-- MM182: micro-batches that are mostly padding, from the data scan's real lengths and the run's own sampler.
+- MM182: micro-batches that are mostly padding, from the data scan's real lengths and the run's own sampler;
+- MM343: a hybrid decoder's linear-attention layers (Qwen3.5) on transformers' torch fallback, the fast kernels
+  (flash-linear-attention, causal-conv1d) missing where a CUDA run executes.
 """
 
 from __future__ import annotations
 
-from ..findings import warning
+from ..findings import info, warning
 from ..registry import check
 
 # Padding share of micro-batch positions from which MM182 speaks: a third of the positions is 1.5x the tokens'
@@ -78,3 +80,32 @@ def _padding(lengths: list[int], mb: int, seed: int, *, grouped: bool) -> float:
     positions = sum(max(lengths[i] for i in b) * len(b) for b in batches)
     tokens = sum(lengths[i] for b in batches for i in b)
     return 1 - tokens / positions if positions else 0.0
+
+
+@check("MM343", "a hybrid decoder's linear-attention layers run their fast kernels (flash-linear-attention, "
+       "causal-conv1d) where a CUDA run executes", needs=("cfg", "resolved"), fast=True)
+def linear_attention_kernels(ctx):
+    """Without them transformers runs its torch reference of the gated delta rule (resolve/linear_attention.py):
+    correct, slower (MEASURED: 1.7x a Qwen3.5-9B step), said once in the log. A warning where the run executes
+    here on CUDA, an info for a plan for another GPU (that machine needs them); nothing on a CPU, where the
+    kernels cannot run."""
+    from ...resolve.linear_attention import MEASURED, install_line, missing_kernels
+
+    cfg, resolved = ctx.need("cfg"), ctx.need("resolved")
+    family, target = resolved.family, resolved.target
+    if not family.linear_attention or target.gpu is None or cfg.train.device == "cpu":
+        return
+    names = ", ".join(f"{dist} ({what})" for _, dist, what in family.linear_attention)
+    if not target.local:
+        yield info(f"{family.name}'s linear-attention layers run {names} on {target.gpu.name} where installed, else "
+                   f"transformers' torch fallback (a Python loop over 64-token chunks in fp32; {MEASURED}); "
+                   "the plan traces the fallback's memory, its step time is the FLOPs' roofline", where="model.name",
+                   fix=f"{install_line(family.linear_attention)}   (on the GPU machine, built for its torch / CUDA)")
+        return
+    missing = missing_kernels(family)
+    if missing:
+        yield warning(f"{family.name}'s linear-attention layers will run transformers' torch fallback on "
+                      f"{target.gpu.name}: {', '.join(d for _, d, _ in missing)} not importable here (the fp32 gated "
+                      f"delta rule as a Python loop over 64-token chunks: correct but slower, {MEASURED}; "
+                      "transformers says it once in the log)", where="model.name",
+                      fix=f"{install_line(missing)}   (built for this torch / CUDA)")
