@@ -295,6 +295,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                                        resolved.compute_dtype)
         records = load_records(cfg.data.train, cfg.data, split="train")
         records = windowed(records, run.encoder, cfg.data.on_bad_record)  # raw text cut to data.max_length
+        if any(r.document for r in records.records):  # train.epochs counts the windows, not the documents
+            from .resolve.length import recount_over_windows
+
+            cfg = recount_over_windows(run, len(records.records))
         check_records(records.records, cfg.train.micro_batch_size, "train.micro_batch_size", "train")
         decisions.extend(f"data.train: {n}" for n in records.notes)  # e.g. repeated ids, entries of another split
         run.startup["train_load_s"] = round(time.perf_counter() - t_scan, 2)

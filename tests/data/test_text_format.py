@@ -239,3 +239,24 @@ def test_mm030_does_not_fire_for_raw_text_on_a_base_model(tmp_path, fmt, fires):
             "data": {"train": str(f), "format": fmt, "max_length": 64}, "train": {"max_steps": 2}}
     report = run_codes(context_for(tmp_path, tree), "MM030")
     assert any(x.code == "MM030" and x.severity == "error" for x in report.findings) == fires, report.findings
+
+
+def test_epochs_count_the_windows_not_the_documents(tmp_path):
+    """train.epochs=1 on documents cut into windows is one pass over every window: resolve_run counted the 4
+    documents (no tokenizer yet); the build recounts with the windows and puts the steps and warmup in force, said
+    in the start-up summary and the resolved run."""
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+
+    corpus = _corpus(tmp_path)
+    cfg = load_config(_config(tmp_path, "tiny/qwen2", {"train": str(corpus)}, eval={"every": None}),
+                      ["train.max_steps=null", "train.epochs=1", "train.warmup_ratio=0.5"])
+    run = build_run(cfg)
+    n = len(run.train_set.records)
+    assert n > 4
+    steps = n // 2  # micro-batch 2, grad_accum 1, one process
+    assert run.cfg.train.max_steps == steps and run.resolved.cfg.train.max_steps == steps
+    assert run.cfg.train.warmup_steps == round(0.5 * steps)
+    line = next(d for d in run.decisions if d.startswith("train.max_steps:"))
+    assert line.startswith(f"train.max_steps: {steps} (train.epochs=1: an epoch of {n} windows")
+    assert sum(d.startswith("train.max_steps:") for d in run.decisions) == 1

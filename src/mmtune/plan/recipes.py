@@ -16,7 +16,7 @@ def named_plans(path: Path) -> list[tuple[tuple[str, ...], str]]:
     text = path.read_text(encoding="utf-8")
     gpu = ((yaml.safe_load(text) or {}).get("train") or {}).get("gpu")
     plans = {((), gpu)} if gpu else set()
-    for line in re.findall(r"^#\s+mmtune plan (\S+\.yaml\b[^#\n]*)", text, flags=re.M):
+    for line in re.findall(r"^#\s+mmtune plan\s+(\S+\.yaml\b[^#\n]*)", text, flags=re.M):
         words = shlex.split(line)
         if Path(words[0]).stem != path.stem or "--gpu" not in words[:-1]:
             continue

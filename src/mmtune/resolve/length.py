@@ -38,8 +38,9 @@ def count_train_records(cfg) -> int:
     return len(load_records(spec, cfg.data, split="train").records)
 
 
-def decide_length(cfg, target) -> tuple[dict, list[Decision]]:
-    """(updates for cfg.train, decisions). Empty when the config gives steps for both."""
+def decide_length(cfg, target, n_records: int | None = None, what: str = "records") -> tuple[dict, list[Decision]]:
+    """(updates for cfg.train, decisions). Empty when the config gives steps for both. `n_records`: an epoch's
+    records counted by the caller (`what` they are), instead of loading data.train here."""
     t = cfg.train
     updates: dict = {}
     decisions: list[Decision] = []
@@ -51,7 +52,7 @@ def decide_length(cfg, target) -> tuple[dict, list[Decision]]:
                           "it is read, so epochs cannot be turned into steps", where="train.epochs",
                           fix="give train.max_steps instead (a stream that runs out starts its next epoch)")
     if t.epochs is not None:
-        n = count_train_records(cfg)
+        n = count_train_records(cfg) if n_records is None else n_records
         world = world_size(target)
         per_epoch = (n // world) // t.micro_batch_size
         if per_epoch == 0:
@@ -64,7 +65,7 @@ def decide_length(cfg, target) -> tuple[dict, list[Decision]]:
         kind = "a mixture epoch of" if isinstance(cfg.data.train, list) else "an epoch of"
         decisions.append(Decision(
             "train.max_steps", str(steps),
-            f"train.epochs={t.epochs:g}: {kind} {n} records / ({world} process(es) x micro-batch "
+            f"train.epochs={t.epochs:g}: {kind} {n} {what} / ({world} process(es) x micro-batch "
             f"{t.micro_batch_size}) = {per_epoch} micro-batches, / grad_accum {t.grad_accum} -> "
             f"{per_epoch / t.grad_accum:g} steps per epoch", changed=True))
         updates.update(max_steps=steps, epochs=None)
@@ -74,3 +75,27 @@ def decide_length(cfg, target) -> tuple[dict, list[Decision]]:
                                   f"train.warmup_ratio={t.warmup_ratio:g} x {steps} steps, rounded", changed=True))
         updates.update(warmup_steps=warm, warmup_ratio=None)
     return updates, decisions
+
+
+def recount_over_windows(run, n: int):
+    """data.format=text: `train.epochs` became steps from the documents loaded (resolve_run counts before the
+    tokenizer exists), but an epoch is the `n` windows they were cut into (data/text_windows.py). Recount with
+    them and put the new steps (and a warmup ratio's steps) in force: run.cfg, the resolved run's decisions
+    (config.resolved.yaml) and the start-up summary. Returns the config in force."""
+    import dataclasses
+
+    req = run.resolved.requested
+    if req.train.epochs is None:
+        return run.cfg
+    updates, decisions = decide_length(req, run.resolved.target, n_records=n, what="windows (raw-text documents cut "
+                                       "to data.max_length)")
+    if updates.get("max_steps") == run.cfg.train.max_steps:
+        return run.cfg
+    cfg = run.cfg.model_copy(update={"train": run.cfg.train.model_copy(update=updates)})
+    keys = {d.key for d in decisions}
+    run.resolved = dataclasses.replace(run.resolved, cfg=cfg, decisions=tuple(
+        d for d in run.resolved.decisions if d.key not in keys) + tuple(decisions))
+    run.decisions[:] = [line for line in run.decisions if line.split(":", 1)[0] not in keys] + [
+        d.line() for d in decisions]
+    run.cfg = cfg
+    return cfg
