@@ -79,6 +79,19 @@ def test_lora_on_a_base_model_whose_turn_end_row_is_untrained_is_an_error(tmp_pa
     assert "'<|im_end|>'" in msg and "does not learn to stop" in msg and "instruct" in rep.findings[0].fix
 
 
+def test_train_stops_at_start_on_an_untrained_turn_end_row(tmp_path, llama_base):
+    """MM223 is one of the checks `mmtune train` runs before starting: the run that would never learn to stop is
+    not started (no hour of GPU time spent to find it at the first generation)."""
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    r = CliRunner().invoke(app, ["train", str(_cfg(tmp_path, llama_base)), "train.max_steps=1"])
+    assert r.exit_code == 2, r.output
+    assert "MM223" in r.output and "the run was not started" in r.output
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
 def test_full_training_of_untrained_template_rows_is_an_info(tmp_path, llama_base):
     rep = _mm223(tmp_path, llama_base, method="full")
     assert [(f.code, f.severity) for f in rep.findings] == [("MM223", "info")], (rep.findings, rep.not_run)

@@ -304,9 +304,10 @@ _UNTRAINED_SOURCES = "torchtune#2429, unsloth#658, unsloth#915"
 
 
 @check("MM223", "the chat template's special tokens have trained embedding rows in the checkpoint",
-       needs=("cfg", "resolved", "processor_info"))
+       needs=("cfg", "resolved", "processor_info"), fast=True)
 def untrained_template_tokens(ctx):
-    """A base checkpoint whose chat-template tokens were never trained (Llama 3 / 3.1 base: `<|eot_id|>`,
+    """Fast (`mmtune train` runs it before starting): a few rows read from the weights files, no model build.
+    A base checkpoint whose chat-template tokens were never trained (Llama 3 / 3.1 base: `<|eot_id|>`,
     `<|start_header_id|>`, `<|end_header_id|>` have ~zero rows). models/token_rows.py reads those rows. With
     lm_head frozen (LoRA / QLoRA) the answer's end token keeps a ~zero row, its logit stays near 0 and the model
     does not learn to stop: an error. Full training trains the rows from ~zero: an info."""
