@@ -9,7 +9,8 @@ This looks for the path in the few places such layouts put it (sub-folders of th
 parent and the parent's sub-folders, the grand-parent) and in the zip archives there, and says which
 `data.media_root` reads it or which archive holds it. Bounded: a few hundred folders and archive listings, done
 only for the first few misses of a source (a million missing paths are not searched a million times); a place
-found is checked again for each later miss with one stat or one set lookup.
+found is checked again for each later miss with one stat or one set lookup. A path found in several folders
+(shard folders that each keep their own `images/0001.jpg`) names no one folder: each source needs its own.
 """
 
 from __future__ import annotations
@@ -80,10 +81,17 @@ class Whereabouts:
 
     def _search(self, p: str) -> str | None:
         places = [self.root, *_places(self.root)]
-        for folder in places[1:]:
-            if (folder / p).exists():
-                self.folder = folder
-                return self._folder_fix(p)
+        holders = [folder for folder in places[1:] if (folder / p).exists()]
+        if len(holders) > 1:  # shard folders that each hold images/0001.jpg: no one folder is right for all
+            self.searches = SEARCHES
+            return (f"{p} is in {len(holders)} folders ({', '.join(str(h) for h in holders[:3])}"
+                    f"{' ...' if len(holders) > 3 else ''}), so no one data.media_root reads it: records of "
+                    f"different folders name their own files by the same names. Give one source per folder "
+                    f"(data.train as a list, each with its media_root), or paths that tell the files apart "
+                    f"(a/images/0001.jpg)")
+        if holders:
+            self.folder = holders[0]
+            return self._folder_fix(p)
         near = [self.root, *(d for d in places[1:] if d.parent == self.root), self.root.parent]
         for zp in _files(near, (".zip",)):
             try:
