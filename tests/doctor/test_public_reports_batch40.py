@@ -135,7 +135,7 @@ def test_webdataset_shards_say_they_are_archives_and_what_to_write(tmp_path):
     for spec in (shards / "00000.tar", shards, shards / "*.tar"):
         with pytest.raises(DataError) as e:
             load_records(str(spec), DataConfig())
-            assert "archive of files (a WebDataset shard" in e.value.fix and ".jsonl" in e.value.fix, spec
+        assert "archive of files (a WebDataset shard" in e.value.fix and ".jsonl" in e.value.fix, spec
     assert "archives found: 00000.tar" in _first_fix(shards)
 
 
