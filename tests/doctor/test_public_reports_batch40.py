@@ -140,8 +140,9 @@ def test_webdataset_shards_say_they_are_archives_and_what_to_write(tmp_path):
 
 
 # ----------------------------------------------------------------------------- parquet shards of image bytes (pin)
-# https://github.com/huggingface/datasets/issues/5596, https://github.com/hiyouga/LlamaFactory/issues/7386 ("try streaming
-# data"): the Hub's Image feature stores {'bytes', 'path'} in parquet shards, given as data/train-*.parquet.
+# https://github.com/Roblox/FAI-RL/pull/81 (embedded-image parquet rows "silently dropped"), https://github.com/OpenBMB/VisRAG/issues/32,
+# https://github.com/hiyouga/LlamaFactory/issues/7386 ("try streaming data"): the Hub's Image feature stores
+# {'bytes', 'path'} in parquet shards, given as data/train-*.parquet; in memory and under data.streaming.
 @pytest.mark.parametrize("streaming", [False, True])
 def test_parquet_shards_of_image_bytes_read_through_a_glob(tmp_path, streaming):
     import pyarrow as pa
@@ -165,3 +166,24 @@ def test_parquet_shards_of_image_bytes_read_through_a_glob(tmp_path, streaming):
     assert records[2].source.endswith("train-00001-of-00002.parquet:row 0")
     (part,) = records[3].media_parts()
     assert "path" not in part or not Path(str(part.get("path"))).exists()  # the bytes, never a file written
+
+
+# ----------------------------------------------------------------------------- no Arrow cache for local shards (pin)
+# https://github.com/huggingface/datasets/issues/2591 (the datasets cache filled a 500 GB disk),
+# https://github.com/Qihoo360/360-LLaMA-Factory/issues/9, https://github.com/huggingface/datasets/issues/4897: load_dataset
+# and map write Arrow copies of the data into HF_DATASETS_CACHE. mmtune reads local shards, and a repository folder
+# laid out as the Hub's, with its own readers: nothing is written to datasets' cache.
+def test_local_shards_and_a_repository_folder_write_nothing_to_the_datasets_cache(tmp_path, monkeypatch):
+    import datasets
+
+    cache = tmp_path / "hf_datasets_cache"
+    cache.mkdir()
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    repo = tmp_path / "repo"
+    (repo / "data").mkdir(parents=True)
+    row = {"messages": [{"role": "user", "content": "What is 1+1?"}, {"role": "assistant", "content": "2"}]}
+    for s in range(2):
+        (repo / "data" / f"train-{s:05d}-of-00002.jsonl").write_text(json.dumps(row) + "\n")
+    assert len(load_records(str(repo), DataConfig())) == 2
+    assert len(load_records(str(repo / "data" / "train-*.jsonl"), DataConfig())) == 2
+    assert [p for p in cache.rglob("*") if p.is_file()] == []
