@@ -102,8 +102,9 @@ def test_images_still_in_their_zip_name_the_archive_and_where_to_extract_it(tmp_
 # ----------------------------------------------------------------------------- the same file names in each shard folder
 # https://github.com/rom1504/clip-retrieval/issues/321 (files of the same name in different folders collide),
 # https://github.com/NRCan/geo-deep-learning/issues/516, https://github.com/neuroinformatics-unit/ethology/pull/45
-# (duplicate file names across image folders: which image is meant is unclear). Shard folders that each keep images/0.png behind a pattern shards/*/train.jsonl: no one
-# media_root reads them, and naming the first folder found would give shard b's records shard a's pictures.
+# (duplicate file names across image folders: which image is meant is unclear). Shard folders that each keep
+# images/0.png behind a pattern shards/*/train.jsonl: no one media_root reads them, and naming the first folder found
+# would give shard b's records shard a's pictures.
 def test_the_same_names_in_several_shard_folders_name_no_one_folder(tmp_path):
     for shard, colour in (("a", (255, 0, 0)), ("b", (0, 0, 255))):
         for i in range(2):
