@@ -15,6 +15,7 @@ found is checked again for each later miss with one stat or one set lookup. A pa
 
 from __future__ import annotations
 
+import os
 import zipfile
 from pathlib import Path
 
@@ -23,11 +24,19 @@ SEARCHES = 3  # misses searched for per source; later misses only test the place
 ARCHIVES = (".tar", ".tgz", ".tar.gz", ".tar.zst")  # not listed: a tar has no index (a 25 GB one is read whole)
 
 
-def _subdirs(folder: Path, depth: int, budget: list[int]):
+def _entries(folder: Path, want_dirs: bool) -> list[Path]:
+    """Sub-folders (or files) of `folder`, by name; os.scandir reads the kind from the listing itself, so a folder of
+    558k images costs one listing, not a stat per file."""
     try:
-        kids = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        with os.scandir(folder) as it:
+            return sorted(Path(e.path) for e in it if not e.name.startswith(".")
+                          and (e.is_dir() if want_dirs else e.is_file()))
     except OSError:
-        return
+        return []
+
+
+def _subdirs(folder: Path, depth: int, budget: list[int]):
+    kids = _entries(folder, True)
     for kid in kids:
         if budget[0] <= 0:
             return
@@ -51,10 +60,7 @@ def _places(root: Path):
 
 def _files(folders, suffixes):
     for folder in folders:
-        try:
-            yield from sorted(p for p in folder.iterdir() if p.is_file() and p.name.lower().endswith(suffixes))
-        except OSError:
-            continue
+        yield from (p for p in _entries(folder, False) if p.name.lower().endswith(suffixes))
 
 
 class Whereabouts:
