@@ -40,7 +40,7 @@ def pattern_files(path_s: str, where: str) -> list[Path]:
     """The data files a pattern matches, in name order; an error when it matches none, or matches a file that
     holds no records (`**` searches sub-folders)."""
     from .compressed import inner_suffix
-    from .local_readers import FILE_READERS
+    from .local_readers import ARCHIVE_FIX, FILE_READERS, is_archive
 
     found = sorted(Path(p) for p in glob.glob(os.path.expanduser(path_s), recursive=True))
     files = [p for p in found if p.is_file()]
@@ -51,7 +51,8 @@ def pattern_files(path_s: str, where: str) -> list[Path]:
     if other:
         raise DataError(f"the pattern {path_s!r} matches {len(other)} file(s) that hold no records, first "
                         f"{other[0]}", where=where,
-                        fix="narrow the pattern to the data files (e.g. *.jsonl, *.parquet)")
+                        fix="narrow the pattern to the data files (e.g. *.jsonl, *.parquet)" + (
+                            ARCHIVE_FIX if is_archive(other[0]) else ""))
     return files
 
 

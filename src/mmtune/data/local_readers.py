@@ -265,6 +265,18 @@ _RAW_TEXT = dict.fromkeys((".text", ".md"),
                           "; for raw text (continued pretraining) save each document as a .txt file, or as the `text` "
                           "of a .jsonl row, and set data.format=text")
 
+# WebDataset shards (LLaVA-Pretrain / LAION as img2dataset writes them) and zipped image sets are archives of files:
+# say what they are and what mmtune reads instead (https://github.com/hiyouga/LlamaFactory/issues/7386).
+ARCHIVE_FIX = ("; a .tar / .zip is an archive of files (a WebDataset shard keeps each sample's image and its "
+               ".json / .txt under one key), and mmtune reads records, not archives: extract it and write a .jsonl "
+               "whose records name the extracted images (messages with image parts, data.media_root the folder), or "
+               "parquet rows holding the image bytes")
+_ARCHIVES = dict.fromkeys((".tar", ".tgz", ".zip"), ARCHIVE_FIX)
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.lower().endswith((".tar", ".tgz", ".tar.gz", ".tar.zst", ".zip"))
+
 
 def reader_for(path: Path):
     regular_file(path)
@@ -275,7 +287,7 @@ def reader_for(path: Path):
                         where=str(path),
                         fix="use .jsonl (one record per line), .json (a list), .parquet, .csv, .arrow (JSONL / JSON / "
                             "CSV also compressed: .gz, .bz2, .xz, .zst), a save_to_disk folder, a dataset repository "
-                            "folder or a Hub id ORG/NAME" + _RAW_TEXT.get(suffix, ""))
+                            "folder or a Hub id ORG/NAME" + _RAW_TEXT.get(suffix, _ARCHIVES.get(suffix, "")))
     return FILE_READERS[suffix] if kind is None else _whole_stream(FILE_READERS[suffix])
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from .formats import BadRecord, check_format, format_module, isolated
+from .media_whereabouts import Whereabouts
 from .records import RecordSet
 from .row_records import row_to_records
 from .rows import iter_rows, stream_rows
@@ -23,6 +24,7 @@ def make_resolver(base: Path, media_root: str | None):
     # VQA sets name each image from many records (90k references to 2k files in benchmarks/first_step.py):
     # a path found once is not looked up again in this load (~40 us of pathlib and stat a reference).
     found: dict[str, str] = {}
+    whereabouts = Whereabouts(root, bool(media_root))  # where missing paths are after all (media_whereabouts.py)
 
     def resolve(p: str, where: str) -> str:
         if isinstance(p, str) and p in found:
@@ -49,7 +51,7 @@ def make_resolver(base: Path, media_root: str | None):
         if not exists and (windows := posix_form(root, p)) is not None:
             full, exists = windows, True  # a path written on Windows (windows_paths.py)
         if not exists:
-            raise BadRecord("missing media", f"media file not found: {full}", where,
+            raise BadRecord("missing media", f"media file not found: {full}", where, whereabouts.hint(p) or
                             f"check the path; relative paths resolve against "
                             f"{'data.media_root' if media_root else 'the data file folder'} ({root}). "
                             "Set data.media_root, or data.on_bad_record=skip to skip such records")

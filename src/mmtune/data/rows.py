@@ -13,7 +13,7 @@ from pathlib import Path
 from ..errors import DataError
 from .compressed import inner_suffix
 from .globs import is_pattern, pattern_rows
-from .local_readers import reader_for, regular_file, rows_datasets
+from .local_readers import ARCHIVE_FIX, is_archive, reader_for, regular_file, rows_datasets
 from .splits import FILE_SUFFIXES, split_candidates
 from .text_files import folder_rows, txt_files
 
@@ -55,9 +55,12 @@ def iter_rows(spec: str, split: str, parts: list[str] | None = None,
             return path, folder_rows(path, txt)
         if not files:
             found = sorted(p.name for p in path.iterdir() if p.suffix in FILE_SUFFIXES)
+            archives = sorted(p.name for p in path.iterdir() if is_archive(p))
             raise DataError(f"{path} has no {split!r} split", where=str(path),
                             fix=f"files found: {', '.join(found) or '(none)'}; name one ({'/'.join(split_candidates(split))}"
-                                f" + .jsonl/.json/.parquet) or point at the file itself")
+                                f" + .jsonl/.json/.parquet) or point at the file itself" + (
+                                    f"; archives found: {', '.join(archives[:3])}{' ...' if len(archives) > 3 else ''}"
+                                    + ARCHIVE_FIX if archives else ""))
         if len(files) > 1:
             return files[0].parent, chain.from_iterable(reader_for(f)(f) for f in files)
         path = files[0]
