@@ -22,31 +22,26 @@ Mixture of experts, what it means here (as for Qwen3-Omni, module qwen3_omni):
 
 from __future__ import annotations
 
-from ..families import Family, register
+from dataclasses import replace
+
+from ..families import register
 from ..tiny import TinySpec, register_tiny
-from .qwen3_5 import COMPONENTS, LINEAR_ATTENTION_KERNELS, UNPACKABLE, text_config
+from .qwen3_5 import FAMILY as DENSE
+from .qwen3_5 import text_config
 
 # attention + linear attention + the shared expert's dense MLP; never the fused routed experts (not nn.Linear)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj",
                 "gate_proj", "up_proj", "down_proj")
 
-FAMILY = register(Family(
+# Qwen3.5 as it is (module qwen3_5: components, kernels, no packing, padding), with what differs:
+FAMILY = register(replace(
+    DENSE,
     name="qwen3_5_moe",
-    patch_embed_matmul=True,
     model_types=("qwen3_5_moe",),
     model_class="Qwen3_5MoeForConditionalGeneration",
-    processor_class="Qwen3VLProcessor",
-    modalities=("text", "image", "video"),
-    components=COMPONENTS,
     tiny="tiny/qwen3_5_moe",
-    unmasked_right_padding=True,
     hub_pattern=r"qwen3\.[56]-\d+b-a\d+b",  # Qwen3.5-35B-A3B, Qwen3.6-35B-A3B: longer than qwen3_5's match
-    mrope=True,
-    time_aware_video=True,
-    video_timestamps_in_text=True,
     lora_targets=LORA_TARGETS,
-    linear_attention=LINEAR_ATTENTION_KERNELS,
-    unpackable_reason=UNPACKABLE,
 ))
 
 

@@ -28,38 +28,26 @@ loss and gradients); the router sees the same tokens either way, since routing i
 
 from __future__ import annotations
 
-from ..families import Family, register
+from dataclasses import replace
+
+from ..families import FAMILIES, register
 from ..tiny import TinySpec, register_tiny
 
 # Same module names as Qwen3-VL: the merger and its DeepStack copies bridge the vision tower into the LM width.
-COMPONENTS = {
-    "projector": ("model.visual.merger.", "model.visual.deepstack_merger_list."),
-    "vision": ("model.visual.",),
-    "decoder": ("model.language_model.",),
-    "lm_head": ("lm_head.",),
-}
-
-FAMILY = register(Family(
+# Qwen3-VL as it is (families.py: components, processor, video timing, 0-1000 boxes, packing), with what differs:
+FAMILY = register(replace(
+    FAMILIES["qwen3_vl"],
     name="qwen3_vl_moe",
-    patch_embed_matmul=True,
     model_types=("qwen3_vl_moe",),
     model_class="Qwen3VLMoeForConditionalGeneration",
-    processor_class="Qwen3VLProcessor",
-    modalities=("text", "image", "video"),
-    components=COMPONENTS,
     tiny="tiny/qwen3-vl-moe",
-    unmasked_right_padding=True,
     # "qwen3-vl-30b-a3b-instruct": longer than qwen3_vl's "qwen3-vl", so this family wins for the MoE sizes
     hub_pattern=r"qwen3-vl-\d+b-a\d+b",
-    packable=True,
-    mrope=True,
-    time_aware_video=True,
-    video_timestamps_in_text=True,
     # attention only: the fused experts are not nn.Linear (module docstring)
     lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
     # no Liger patch: liger-kernel has an apply_liger_kernel_to_qwen3_vl_moe, but its `swiglu` default differs between
     # releases (True swaps the sparse MoE block for a dense SwiGLU MLP) and it was not verified here (docs/families.md)
-    box_coordinates="grid1000",  # Qwen3-VL's 0-1000 grid, whatever the decoder
+    liger=None,
 ))
 
 
