@@ -13,6 +13,10 @@ Two ways to compute it (`train.loss_impl`, decided in the resolved run; train an
   and in backward (recomputed there). Same loss and gradients up to fp32 summation order.
 - `liger`: the same, with Liger-Kernel's fused linear cross entropy (CUDA, Triton) when the head is a
   plain `nn.Linear`; anything else takes the `chunked` path.
+
+A run mixing modalities also sums the loss per record modality (`grouped_loss_sums`, data/modality.py): per
+token on the full and chunked paths; a path that gives one scalar (Liger's kernel, a model's own loss) counts
+the micro-batch whole for its modality, or under "mixed" when it holds several.
 """
 
 from __future__ import annotations

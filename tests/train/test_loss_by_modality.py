@@ -226,3 +226,33 @@ def test_the_extra_tower_rows_of_a_sharded_run_keep_the_loss_groups_shape(tmp_pa
     merged = merge_batches(real, extra, run.collator)
     assert merged[LOSS_GROUP].shape == merged["input_ids"].shape
     assert (merged[LOSS_GROUP][2] == 0).all() and (merged[LOSS_GROUP][:2] == 0).all()  # text is group 0
+
+
+def test_packed_rows_keep_each_records_modality(tmp_path):
+    """data.packing puts image and text-only records in one row: `loss_group` is per token, concatenated with
+    the row, so the row's tokens are split by their own record's modality (checked against each record)."""
+    from mmtune.build import build_run
+    from mmtune.compat.rope_index import rope_index_of
+    from mmtune.data.modality import modality_of
+    from mmtune.data.packing import PackedRows
+    from mmtune.loss import LOSS_GROUP
+    from mmtune.train.feed import EncodedDataset
+    from mmtune.train.step import optimizer_step
+
+    data = _mixed_data(tmp_path / "data", n_image=2, n_text=2, n_video=0)
+    run = build_run(load_config(None, _args(tmp_path, data, "data.packing=true", "train.micro_batch_size=1",
+                                            "train.max_steps=1")))
+    records = run.train_set.records  # image0, text1, image2, text3
+    hand = _hand(records, _record_sums(run, records))
+    ds = PackedRows(EncodedDataset(records, run.train_encoder, None, loss_groups=run.loss_groups),
+                    rope_index_of(run.unwrapped_model()))
+    mbs = [run.train_collator(ds.__getitems__([[0, 1], [2, 3]]))]  # one micro-batch of two packed rows
+    groups = mbs[0][LOSS_GROUP]
+    assert groups.shape == mbs[0]["input_ids"].shape and set(groups[0].tolist()) == {0, 1}  # one row, two modalities
+    res = optimizer_step(run.model, run.optimizer, run.scheduler, mbs, accelerator=run.accelerator,
+                         max_grad_norm=1.0, trainable_params=run.trainable_params, objective=run.objective,
+                         loss_groups=run.loss_groups)
+    assert {modality_of(r) for r in records} == {"image", "text"}
+    for m, (s, n) in hand.items():
+        assert res.parts[f"answer_tokens/{m}"] == n
+        assert res.parts[f"loss/{m}"] == pytest.approx(s / n, rel=1e-4)
