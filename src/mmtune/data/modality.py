@@ -1,4 +1,5 @@
-"""A record's modality, and the loss split by modality of a run whose data mixes them (docs/training.md).
+"""A record's modality, and the loss split by modality of a run whose data mixes them (docs/data.md,
+"Loss per modality").
 
 A record's modality is the media it holds: "text" (none), "image", "video", "audio", or, for a record with
 several kinds, their names joined in that order ("image+video", "video+audio"): such a record is its own group,
