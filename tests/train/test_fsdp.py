@@ -30,6 +30,11 @@ def two_ranks(jobs: list[dict], folder: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _split_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k.startswith(("loss/", "answer_tokens/"))} for r in rows if r["kind"] == "train"]
+
+
 def close(a: list[float], b: list[float], tol: float = 1e-5) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
 
@@ -55,6 +60,13 @@ def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_
         summary = json.loads((tmp_path / case / "run-fsdp-2" / "summary.json").read_text())
         if case == "mixed-lora":  # text-only next to image batches: the towers were kept in step by masked rows
             assert summary["tower_rows_added"] > 0, summary
+            # and the loss per modality (data/modality.py) is summed over the ranks: that of one process
+            split = {s: _split_rows(tmp_path / case / f"run-{s}-2") for s in ("ddp", "fsdp")}
+            alone = _split_rows(tmp_path / "one" / case / "run-ddp-1")
+            assert any(len(r) == 4 for r in alone), alone  # steps with text and image answer tokens
+            for s, rows in split.items():
+                assert [set(r) for r in rows] == [set(r) for r in alone], s
+                assert all(close([r[k] for k in sorted(r)], [a[k] for k in sorted(r)]) for r, a in zip(rows, alone)), s
         decisions = summary["decisions"]
         wrapped = [d for d in decisions if d.startswith("FSDP2:")]
         assert wrapped and "blocks wrapped one by one" in wrapped[0], decisions
