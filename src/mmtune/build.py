@@ -45,6 +45,9 @@ class Run:
     objective: Any = None
     train_encoder: Any = None
     train_collator: Any = None
+    # The modalities the loss is split by (data/modality.py), () when the set has one or the split is off.
+    loss_groups: tuple = ()
+    eval_loss_groups: tuple = ()
 
     def unwrapped_model(self):
         from .compat.accelerate_state import unwrapped
@@ -323,6 +326,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
                              f"(data.stream_sample={cfg.data.stream_sample}): {scan.records.summary()}")
             run.train_set = type(scan.records)(records=scan.records.records, notes=scan.records.notes)
         run.startup["train_scan_s"] = round(time.perf_counter() - t_scan, 2)  # loading included
+        from .data.modality import decide_for_run
+
+        run.loss_groups, line = decide_for_run(cfg, run.train_set.records, "data.train")
+        decisions.extend([line] if line else [])
         if cfg.data.eval:
             attach_eval_data(run)
             _without_empty_eval(run)
@@ -420,6 +427,10 @@ def attach_eval_data(run: Run) -> None:
     from .resolve import generation_budget
 
     generation_budget.apply(run)  # eval.max_new_tokens unset: enough for the longest reference answer
+    from .data.modality import decide_for_run
+
+    run.eval_loss_groups, line = decide_for_run(cfg, run.eval_set.records, "data.eval")
+    run.decisions.extend([line] if line else [])
     run.startup["eval_scan_s"] = round(time.perf_counter() - t_scan, 2)
 
 

@@ -13,6 +13,10 @@ Two ways to compute it (`train.loss_impl`, decided in the resolved run; train an
   and in backward (recomputed there). Same loss and gradients up to fp32 summation order.
 - `liger`: the same, with Liger-Kernel's fused linear cross entropy (CUDA, Triton) when the head is a
   plain `nn.Linear`; anything else takes the `chunked` path.
+
+A run mixing modalities also sums the loss per record modality (`grouped_loss_sums`, data/modality.py): per
+token on the full and chunked paths; a path that gives one scalar (Liger's kernel, a model's own loss) counts
+the micro-batch whole for its modality, or under "mixed" when it holds several.
 """
 
 from __future__ import annotations
@@ -21,6 +25,10 @@ IGNORE_INDEX = -100
 # Which positions of a batch are tokens, not padding, where the model is given no attention_mask (a packed batch,
 # data/packing.py; a right-padded one whose mask the run leaves out, data/collate.py): counted, never a model input.
 TOKEN_MASK = "token_mask"
+# Which loss group (the record's modality, data/modality.py) each position belongs to, in a run whose data mixes
+# modalities: the loss is also summed per group (`grouped_loss_sums`). Per token, so a packed row's records keep
+# their own; never a model input.
+LOSS_GROUP = "loss_group"
 
 
 def extract_logits(output):
@@ -74,8 +82,8 @@ def eval_impl(run_impl: str) -> str:
 def model_inputs(batch: dict) -> dict:
     """What the model's forward takes: the batch without labels, auxiliary-loss inputs (`aux_*`) and `token_mask`
     (which positions are tokens where the model gets no attention_mask: a packed batch, data/packing.py, or a
-    right-padded one whose mask the run leaves out, data/collate.py)."""
-    return {k: v for k, v in batch.items() if k not in ("labels", TOKEN_MASK) and not k.startswith("aux_")}
+    right-padded one whose mask the run leaves out, data/collate.py) and `loss_group`."""
+    return {k: v for k, v in batch.items() if k not in ("labels", TOKEN_MASK, LOSS_GROUP) and not k.startswith("aux_")}
 
 
 def extract_loss(output):
@@ -119,6 +127,20 @@ def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs
 
     `impl` (module docstring): "full" (default), "chunked" or "liger". With a chunked loss the output's
     `logits` has zero positions (the head ran on an empty slice)."""
+    total, n, output, _ = _loss(model, batch, impl, 0, forward_kwargs)
+    return total, n, output
+
+
+def grouped_loss_sums(model, batch: dict, groups: int, impl: str = "full", **forward_kwargs):
+    """`loss_sum_and_output` with the split by `batch[LOSS_GROUP]`: (total, n, output, sums) where `sums` is a
+    detached (2, groups + 1) fp32 tensor on the device: row 0 the loss sum of each group, row 1 its answer tokens;
+    column `groups` ("mixed") takes a micro-batch whose loss comes as one scalar (Liger's kernel, a model's own
+    loss) and whose answer tokens belong to several groups. Exact per token on the full and chunked paths, where
+    `total` is the sum of the groups' sums. Computed on the device: nothing is read back here."""
+    return _loss(model, batch, impl, groups, forward_kwargs)
+
+
+def _loss(model, batch: dict, impl: str, groups: int, forward_kwargs: dict):
     import torch.nn.functional as F
 
     labels = batch["labels"]
@@ -127,9 +149,10 @@ def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs
         # transformers computes it); times those tokens it is the sum the step normalises.
         output = model(**model_inputs(batch), labels=labels, use_cache=False, **forward_kwargs)
         n = (labels[:, 1:] != IGNORE_INDEX).sum()
-        return extract_loss(output).float() * n, n, output
+        total = extract_loss(output).float() * n
+        return total, n, output, _attributed(batch, total, n, groups) if groups else None
     if impl != "full":
-        return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs)
+        return _chunked_loss_sum_and_output(model, batch, impl, forward_kwargs, groups)
     output = model(**model_inputs(batch), use_cache=False, **forward_kwargs)
     logits = extract_logits(output).float()
     # Position t predicts label t + 1: the labels are shifted left (the last position gets -100), not the logits,
@@ -137,9 +160,39 @@ def loss_sum_and_output(model, batch: dict, impl: str = "full", **forward_kwargs
     # slice), and its gradient another: 2x the cross entropy's CPU time on 1,000-token rows. The same terms;
     # the gradient is bit-identical, the sum can differ in its last bit (the reduction's order).
     shift_labels = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX).to(logits.device)
-    total = F.cross_entropy(logits.reshape(-1, logits.size(-1)), shift_labels.reshape(-1),
-                            ignore_index=IGNORE_INDEX, reduction="sum")
-    return total, (shift_labels != IGNORE_INDEX).sum(), output
+    flat = shift_labels.reshape(-1)
+    if not groups:
+        total = F.cross_entropy(logits.reshape(-1, logits.size(-1)), flat, ignore_index=IGNORE_INDEX, reduction="sum")
+        return total, (shift_labels != IGNORE_INDEX).sum(), output, None
+    # Per token (a masked position's term is exactly 0), summed into its label's group: the total is their sum.
+    per_token = F.cross_entropy(logits.reshape(-1, logits.size(-1)), flat, ignore_index=IGNORE_INDEX, reduction="none")
+    group = F.pad(batch[LOSS_GROUP][:, 1:], (0, 1)).to(logits.device).reshape(-1).long()
+    sums = _group_sums(per_token, flat != IGNORE_INDEX, group, groups)
+    return sums[0].sum(), (shift_labels != IGNORE_INDEX).sum(), output, sums.detach()
+
+
+def _group_sums(values, keep, group, groups: int):
+    """(2, groups + 1): the sums of `values` and the counts of `keep` by `group` (index_add: no host sync)."""
+    import torch
+
+    out = values.new_zeros((2, groups + 1), dtype=torch.float32)
+    return torch.stack([out[0].index_add(0, group, values.float()), out[1].index_add(0, group, keep.float())])
+
+
+def _attributed(batch: dict, total, n, groups: int):
+    """A loss that comes as one scalar: the micro-batch's whole sum and answer tokens go to its group when every
+    answer token of it has one group, else to column `groups` ("mixed"). Decided on the device (no sync)."""
+    import torch
+
+    labels = batch["labels"][:, 1:]
+    keep = labels != IGNORE_INDEX
+    group = batch[LOSS_GROUP][:, 1:].to(labels.device).long()
+    low = torch.where(keep, group, groups).amin()
+    high = torch.where(keep, group, -1).amax()
+    col = torch.where(low == high, low, groups).reshape(1).to(total.device)
+    out = total.new_zeros((2, groups + 1), dtype=torch.float32)
+    return torch.stack([out[0].index_add(0, col, total.detach().float().reshape(1)),
+                        out[1].index_add(0, col, n.to(total.device).float().reshape(1))])
 
 
 def _output_head(model):
@@ -150,7 +203,7 @@ def _output_head(model):
     return head
 
 
-def _chunked_loss_sum_and_output(model, batch: dict, impl: str, forward_kwargs: dict):
+def _chunked_loss_sum_and_output(model, batch: dict, impl: str, forward_kwargs: dict, groups: int = 0):
     import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
@@ -179,19 +232,35 @@ def _chunked_loss_sum_and_output(model, batch: dict, impl: str, forward_kwargs: 
 
         fn = LigerFusedLinearCrossEntropyLoss(ignore_index=IGNORE_INDEX, reduction="sum")
         weight = head.weight if head.weight.dtype == rows.dtype else head.weight.to(rows.dtype)
-        return fn(weight, rows, targets, head.bias), n, output
+        total = fn(weight, rows, targets, head.bias)
+        # One scalar per call (its reduction="none" is not trusted: Liger-Kernel issues #872, #968): the
+        # micro-batch is attributed whole (exact when its records share one group, else "mixed").
+        return total, n, output, _attributed(batch, total, n, groups) if groups else None
 
     def piece(h, y):
         return F.cross_entropy(head(h).float(), y, reduction="sum")
 
+    def grouped_piece(h, y, g):  # the chunk's terms summed into their groups: (groups + 1,)
+        return h.new_zeros(groups + 1, dtype=torch.float32).index_add(0, g, F.cross_entropy(head(h).float(), y,
+                                                                                            reduction="none"))
+
     vocab = getattr(head, "out_features", None) or head.weight.shape[0]
     step = chunk_rows(rows.shape[0], rows.shape[-1], vocab)
+    ckpt = torch.is_grad_enabled()
+    if groups:
+        group = batch[LOSS_GROUP][:, 1:].to(hidden.device).long()[keep]
+        sums = rows.new_zeros(groups + 1, dtype=torch.float32)
+        for i in range(0, rows.shape[0], step):
+            h, y, g = rows[i:i + step], targets[i:i + step], group[i:i + step]
+            sums = sums + (checkpoint(grouped_piece, h, y, g, use_reentrant=False) if ckpt else grouped_piece(h, y, g))
+        counts = sums.new_zeros(groups + 1).index_add(0, group, torch.ones_like(group, dtype=torch.float32))
+        return sums.sum(), n, output, torch.stack([sums.detach(), counts])
     total = rows.new_zeros((), dtype=torch.float32)
     for i in range(0, rows.shape[0], step):
         h, y = rows[i:i + step], targets[i:i + step]
         # Checkpointed: backward recomputes this chunk's logits instead of keeping every chunk's.
-        total = total + (checkpoint(piece, h, y, use_reentrant=False) if torch.is_grad_enabled() else piece(h, y))
-    return total, n, output
+        total = total + (checkpoint(piece, h, y, use_reentrant=False) if ckpt else piece(h, y))
+    return total, n, output, None
 
 
 def to_device(batch: dict, device) -> dict:

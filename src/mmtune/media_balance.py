@@ -116,10 +116,14 @@ def merge_batches(a: dict, b: dict, collator) -> dict:
     merged = {}
     for key in list(a) + [k for k in b if k not in a]:
         va, vb = a.get(key), b.get(key)
-        per_token = all(v is not None and hasattr(v, "dim") and v.dim() == 2 and v.shape == (r, n)
-                        for v, r, n in ((va, rows_a, len_a), (vb, rows_b, len_b)))
+        fill = collator.pad_token_id if key == "input_ids" else (IGNORE_INDEX if key == "labels" else 0)
+        # A per-token key one side lacks (`loss_group`: the extra rows belong to no group) is filled on that side.
+        if va is not None and vb is None and _per_token(va, rows_a, len_a):
+            vb = torch.full((rows_b, len_b), fill, dtype=va.dtype)
+        elif vb is not None and va is None and _per_token(vb, rows_b, len_b):
+            va = torch.full((rows_a, len_a), fill, dtype=vb.dtype)
+        per_token = all(v is not None and _per_token(v, r, n) for v, r, n in ((va, rows_a, len_a), (vb, rows_b, len_b)))
         if per_token:
-            fill = collator.pad_token_id if key == "input_ids" else (IGNORE_INDEX if key == "labels" else 0)
 
             merged[key] = torch.cat([_pad(va, longest, fill, collator.padding_side),
                                      _pad(vb, longest, fill, collator.padding_side)], dim=0)
@@ -130,6 +134,10 @@ def merge_batches(a: dict, b: dict, collator) -> dict:
         else:
             merged[key] = va  # non-tensor bookkeeping (e.g. bad-record lists) stays the real batch's
     return merged
+
+
+def _per_token(v, rows: int, length: int) -> bool:
+    return hasattr(v, "dim") and v.dim() == 2 and tuple(v.shape) == (rows, length)
 
 
 def _pad(v, longest: int, fill: int, side: str):

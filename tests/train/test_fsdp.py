@@ -30,6 +30,11 @@ def two_ranks(jobs: list[dict], folder: Path) -> dict:
     return json.loads(out.read_text())
 
 
+def _split_rows(run_dir: Path) -> list[dict]:
+    rows = [json.loads(ln) for ln in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k.startswith(("loss/", "answer_tokens/"))} for r in rows if r["kind"] == "train"]
+
+
 def close(a: list[float], b: list[float], tol: float = 1e-5) -> bool:
     return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
 
@@ -55,6 +60,13 @@ def test_fsdp_matches_ddp_and_one_process_on_text_image_video_lora_and_full(tmp_
         summary = json.loads((tmp_path / case / "run-fsdp-2" / "summary.json").read_text())
         if case == "mixed-lora":  # text-only next to image batches: the towers were kept in step by masked rows
             assert summary["tower_rows_added"] > 0, summary
+            # and the loss per modality (data/modality.py) is summed over the ranks: that of one process
+            split = {s: _split_rows(tmp_path / case / f"run-{s}-2") for s in ("ddp", "fsdp")}
+            alone = _split_rows(tmp_path / "one" / case / "run-ddp-1")
+            assert any(len(r) == 4 for r in alone), alone  # steps with text and image answer tokens
+            for s, rows in split.items():
+                assert [set(r) for r in rows] == [set(r) for r in alone], s
+                assert all(close([r[k] for k in sorted(r)], [a[k] for k in sorted(r)]) for r, a in zip(rows, alone)), s
         decisions = summary["decisions"]
         wrapped = [d for d in decisions if d.startswith("FSDP2:")]
         assert wrapped and "blocks wrapped one by one" in wrapped[0], decisions
@@ -75,13 +87,17 @@ def assert_eval_on_every_rank_matches_one_process(tmp_path, strategies) -> None:
         return json.loads((run / "summary.json").read_text())["eval"], preds
 
     one_metrics, one_preds = results("eval-one")
-    assert len(one_preds) == 3 and set(one_metrics) == {"eval_loss", "exact_match", "anls"}
+    # image and text-only eval records: the eval loss per modality too (data/modality.py), summed over the ranks
+    losses = {"eval_loss", "eval_loss/text", "eval_loss/image"}
+    assert len(one_preds) == 3 and set(one_metrics) == {"exact_match", "anls"} | losses
     for s in strategies:
         metrics, preds = results(f"eval-{s}")
         assert [p["id"] for p in preds] == [p["id"] for p in one_preds]  # all records, in order, once
         assert [p["prediction"] for p in preds] == [p["prediction"] for p in one_preds], s
         assert metrics["exact_match"] == one_metrics["exact_match"] and metrics["anls"] == one_metrics["anls"]
-        assert abs(metrics["eval_loss"] - one_metrics["eval_loss"]) <= 1e-5 * one_metrics["eval_loss"], s
+        assert set(metrics) == set(one_metrics), s
+        for k in losses:
+            assert abs(metrics[k] - one_metrics[k]) <= 1e-5 * one_metrics[k], (s, k)
 
 
 @pytest.mark.slow  # ~40 s: two 2-rank runs in one launch, one 1-process run

@@ -83,17 +83,20 @@ class _root_gathered:
 
 def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int, autocast,
                    real: int | None = None, balance=None, progress: str | None = None,
-                   loss_impl: str = "full", interrupt=None) -> tuple[float, int]:
+                   loss_impl: str = "full", interrupt=None, groups: tuple = ()) -> tuple:
     """(summed answer-token loss, answer tokens). Records from index `real` on are padding (a rank's shard
     filled up to the others' length so every rank runs as many forwards): run, but counted nowhere.
-    `loss_impl`: the run's train.loss_impl (mmtune.loss.eval_impl: a chunked run evaluates chunked too)."""
+    `loss_impl`: the run's train.loss_impl (mmtune.loss.eval_impl: a chunked run evaluates chunked too).
+    `groups` (an eval set mixing modalities, data/modality.py): a third item, [[loss sum of each group, then
+    "mixed"], [their answer tokens]] (mmtune.loss.grouped_loss_sums), added up on the device, read once at the end."""
     import torch
 
     from ..console import TaskBar
-    from ..loss import IGNORE_INDEX, eval_impl, loss_sum, to_device
+    from ..loss import IGNORE_INDEX, eval_impl, grouped_loss_sums, loss_sum, to_device
 
     model.eval()
     total, tokens = 0.0, 0
+    by_group = None
     real = len(records) if real is None else real
     with torch.no_grad(), TaskBar(progress or "", len(records), enabled=None if progress else False) as bar:
         for start in range(0, len(records), batch_size):
@@ -103,15 +106,25 @@ def eval_loss_sums(model, encoder, collator, records, *, device, batch_size: int
                 enc = encoder.encode(r)
                 if i >= real:
                     enc = {**enc, "labels": torch.full_like(enc["labels"], IGNORE_INDEX)}
+                if groups:
+                    from ..data.modality import group_input
+
+                    enc = {**enc, **group_input(r, enc, groups)}
                 items.append(enc)
             batch = collator(items)
             if balance is not None:
                 batch = balance.balance([batch], collator)[0]
             with autocast():
-                s, n = loss_sum(model, to_device(batch, device), eval_impl(loss_impl))
+                if groups:
+                    s, n, _, sums = grouped_loss_sums(model, to_device(batch, device), len(groups), eval_impl(loss_impl))
+                    by_group = sums.double() if by_group is None else by_group + sums.double()
+                else:
+                    s, n = loss_sum(model, to_device(batch, device), eval_impl(loss_impl))
             total += float(s)
             tokens += int(n)
             bar.advance(len(items))
+    if groups:
+        return total, tokens, by_group.tolist() if by_group is not None else [[0.0] * (len(groups) + 1)] * 2
     return total, tokens
 
 
@@ -120,6 +133,16 @@ def _world_sum(acc, total: float, tokens: int) -> tuple[float, int]:
 
     t = acc.reduce(torch.tensor([total, float(tokens)], dtype=torch.float64, device=acc.device), reduction="sum")
     return float(t[0]), int(t[1])
+
+
+def _by_group(acc, sums: list, groups: tuple) -> dict:
+    import torch
+
+    from ..data.modality import MIXED
+
+    if acc.num_processes > 1:
+        sums = acc.reduce(torch.tensor(sums, dtype=torch.float64, device=acc.device), reduction="sum").tolist()
+    return {f"eval_loss/{g}": s / n for g, s, n in zip((*groups, MIXED), *sums) if n > 0}
 
 
 def references(encoder, record) -> list[str]:
@@ -159,10 +182,12 @@ def _evaluate(run, model, records, with_generation, interrupt) -> tuple[dict, li
     from ..media_balance import balance_for
 
     balance = balance_for(run, records)
-    total, tokens = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
-                                   batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
-                                   balance=balance, progress="eval loss", loss_impl=cfg.train.loss_impl,
-                                   interrupt=interrupt)
+    groups = tuple(getattr(run, "eval_loss_groups", ()) or ())
+    got = eval_loss_sums(model, run.encoder, run.collator, padded, device=device,
+                         batch_size=cfg.eval.batch_size, autocast=acc.autocast, real=len(mine),
+                         balance=balance, progress="eval loss", loss_impl=cfg.train.loss_impl,
+                         interrupt=interrupt, groups=groups)
+    total, tokens = got[:2]
     if world > 1:
         total, tokens = _world_sum(acc, total, tokens)
     out = {"eval_loss": total / max(tokens, 1)}
@@ -172,6 +197,8 @@ def _evaluate(run, model, records, with_generation, interrupt) -> tuple[dict, li
         # raw text (data.format=text): every token of each document is predicted once (data/text_windows.py), so
         # exp of the mean token loss is the eval documents' perplexity
         out["eval_perplexity"] = math.exp(out["eval_loss"]) if out["eval_loss"] < 700 else float("inf")
+    if groups:  # eval_loss/<modality>: the token-weighted mean over that modality's answer tokens (all ranks)
+        out.update(_by_group(acc, got[2], groups))
     preds: list[dict] = []
     gen = cfg.eval.generate if with_generation is None else with_generation
     mixture = isinstance(cfg.data.eval, list)

@@ -15,7 +15,8 @@ from .collect import RunData, eval_records_by_id, read_run
 from .svg import bar_chart, line_chart
 
 SAMPLE = 12  # predictions shown per run
-TITLES = {"loss": "training loss", "lr": "learning rate", "grad_norm": "gradient norm (before clipping)",
+TITLES = {"loss": "training loss (a run mixing modalities: a line per modality too)", "lr": "learning rate",
+          "grad_norm": "gradient norm (before clipping)",
           "tokens_per_s": "tokens / s",
           "rewards": "DPO rewards (beta x log-ratio to the reference), margins, accuracy",
           "reward": "GRPO reward: the weighted sum, each function's mean and std",
@@ -34,7 +35,8 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 
 def _series(runs: list[RunData], part: str) -> dict[str, dict[str, list]]:
     """metric -> {line label -> points}. Eval keys like `exact_match/chartqa` (per data source) become
-    one chart per metric with a line per run and source."""
+    one chart per metric with a line per run and source; so do `loss/image` (train) and `eval_loss/image` (per
+    modality, a run mixing them): a line per modality in the loss's chart."""
     out: dict[str, dict[str, list]] = {}
     for run in runs:
         for key, pts in getattr(run, part).items():

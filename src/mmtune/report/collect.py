@@ -15,7 +15,9 @@ from ..errors import MMTuneError
 # reward_std, completion length, KL and clipped share
 TRAIN_SERIES = ("loss", "lr", "grad_norm", "tokens_per_s", "rewards/chosen", "rewards/rejected", "rewards/margins",
                 "rewards/accuracies", "reward", "reward_std", "completion_length", "kl", "clip_ratio")
-TRAIN_PREFIXES = ("reward/",)  # grpo: one key per reward function the run names
+# grpo: one key per reward function the run names; a run mixing modalities: `loss/<modality>` (drawn as lines of the
+# loss chart, train/step.py; their `answer_tokens/<modality>` are for the identity, not charted)
+TRAIN_PREFIXES = ("reward/", "loss/")
 
 
 @dataclass

@@ -19,8 +19,9 @@ class EncodedDataset:
     back as `{BAD: (index, source, reason, what, fix)}` for the loop to handle by data.on_bad_record, never a
     crash inside a worker."""
 
-    def __init__(self, records, encoder, cache=None, aux_losses=()):
+    def __init__(self, records, encoder, cache=None, aux_losses=(), loss_groups=()):
         self.records, self.encoder, self.cache, self.aux_losses = records, encoder, cache, tuple(aux_losses)
+        self.loss_groups = tuple(loss_groups)  # a run mixing modalities: each record's group (data/modality.py)
 
     def __len__(self):
         return len(self.records)
@@ -54,6 +55,10 @@ class EncodedDataset:
             if self.aux_losses and BAD not in out[slot]:
                 for loss in self.aux_losses:  # each auxiliary loss's per-record targets (aux_* keys)
                     out[slot].update(loss.record_inputs(self.records[i], out[slot]))
+            if self.loss_groups and BAD not in out[slot]:  # added after the cache: its entries stay as they were
+                from ..data.modality import group_input
+
+                out[slot].update(group_input(self.records[i], out[slot], self.loss_groups))
         return out
 
 
@@ -108,7 +113,8 @@ def _micro_batch_loader(run, stream_args: dict, aux_losses=()):
     from ..data.collate import make_dataloader
 
     # The objective's encoder and collator (a dpo pair: both sides; data/preference.py), the run's for sft.
-    dataset = EncodedDataset(run.train_set.records, run.train_encoder, run.encode_cache, aux_losses)
+    dataset = EncodedDataset(run.train_set.records, run.train_encoder, run.encode_cache, aux_losses,
+                             getattr(run, "loss_groups", ()))
     if run.cfg.data.packing:  # the sampler yields rows of records; the loader packs them (data/packing.py)
         from ..compat.rope_index import rope_index_of
         from ..data.packing import PackedRows, joins_rows

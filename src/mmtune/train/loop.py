@@ -171,7 +171,8 @@ class _Loop:
                                  world_tokens=self.world_sum, aux=self.aux, step=step,
                                  inactive=staged.inactive(step) if self.drop_stage_grads else (),
                                  loss_impl=cfg.train.loss_impl, objective=run.objective,
-                                 during_backward=getattr(self.loader, "open_window", nullcontext))
+                                 during_backward=getattr(self.loader, "open_window", nullcontext),
+                                 loss_groups=getattr(run, "loss_groups", ()))
         self.step += 1
         if cfg.train.nan_guard and res.nonfinite_grad and math.isfinite(res.loss):
             raise MMTuneError(

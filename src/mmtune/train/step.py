@@ -15,6 +15,13 @@ many units the step averages over (answer tokens for sft, pairs for dpo), comput
 loss sum (dpo: chosen and rejected rows in one forward, the reference forward under no_grad), and names
 what it logs besides the loss (dpo: rewards/...). The accumulation, ranks, scaling, clipping and the
 planner's trace are the same for every objective.
+
+Loss by modality (`loss_groups`, data/modality.py: a run whose data mixes image / video / audio / text-only
+records): the micro-batches carry each token's group, sft sums its loss per group on the device (mmtune.loss.
+grouped_loss_sums), the step adds those sums up as it does the loss and reads them once, after the last
+micro-batch, summed over ranks: `loss/<modality>` is the token-weighted mean over that modality's answer tokens
+of the step, `answer_tokens/<modality>` its count, so sum(loss/m x answer_tokens/m) / answer_tokens is the LM
+loss. A one-modality run's batches carry no group and take the path above unchanged.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..loss import (  # noqa: F401 - shared
     IGNORE_INDEX,
+    LOSS_GROUP,
     TOKEN_MASK,
     count_answer_tokens,
     extract_logits,
@@ -53,7 +61,8 @@ class StepResult:
 
 def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, max_grad_norm,
                    trainable_params, world_tokens=None, aux=None, step: int = 0, inactive=(),
-                   loss_impl: str = "full", objective=None, during_backward=nullcontext) -> StepResult:
+                   loss_impl: str = "full", objective=None, during_backward=nullcontext,
+                   loss_groups: tuple = ()) -> StepResult:
     """Forward + backward over the micro-batches of one step, then clip, step, schedule, zero grads.
 
     `world_tokens(n)` sums a token count over ranks (identity on one process). DDP averages gradients
@@ -63,7 +72,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     the resolved train.loss_impl (mmtune.loss: full / chunked / liger). `objective`: the run's
     (mmtune.objectives; default sft): what the loss is averaged over, how a micro-batch's sum is computed,
     and what it logs besides the loss. `during_backward()`: a context each backward runs in (the prefetch thread's
-    window, train/prefetch.py).
+    window, train/prefetch.py). `loss_groups`: the run's modalities when its data mixes them (data/modality.py;
+    the micro-batches then carry `loss_group`): the step also logs the loss of each.
     """
     import torch
 
@@ -100,6 +110,9 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
     # multiplied back so the gradient is the same token-normalised one.
     deepspeed = getattr(accelerator, "distributed_type", None) == "DEEPSPEED"
     gas = len(micro_batches) if deepspeed else 1
+    # (sums, answer tokens) per group on the device, as loss_acc: read once after the step, never per micro-batch
+    split = {"groups": len(loss_groups)} if loss_groups and all(LOSS_GROUP in mb for mb in micro_batches) else {}
+    group_acc = torch.zeros((2, len(loss_groups) + 1), dtype=torch.float64, device=device) if split else None
     for i, mb in enumerate(micro_batches):
         mb = to_device(mb, device)
         last = i == len(micro_batches) - 1
@@ -112,7 +125,7 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         else:
             ctx = accelerator.no_sync(model) if (not last and accelerator.num_processes > 1) else nullcontext()
         with ctx, accelerator.autocast():
-            total, output, stats = objective.loss_sum(model, mb, impl=loss_impl, **forward_kwargs)
+            total, output, stats = objective.loss_sum(model, mb, impl=loss_impl, **split, **forward_kwargs)
             scaled = total * (scale * gas)
             for term, weight, n, acc in active:
                 value = term.loss(mb, output)
@@ -122,6 +135,8 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
             with during_backward():
                 accelerator.backward(scaled)
         loss_acc += total.detach().double()
+        if split:
+            group_acc += stats.pop("loss_groups").double()
         for k, v in stats.items():
             stat_sums[k] = stat_sums[k] + v if k in stat_sums else v
     for p in inactive:
@@ -146,11 +161,13 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     lm_loss = world_tokens(float(loss_acc)) / global_tokens
+    by_group = _by_group(group_acc, loss_groups, accelerator) if split else {}
     if not terms:
-        logged = objective.parts({k: world_tokens(float(v)) for k, v in stat_sums.items()}, global_tokens)
+        logged = {**objective.parts({k: world_tokens(float(v)) for k, v in stat_sums.items()}, global_tokens),
+                  **by_group}
         return StepResult(loss=lm_loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
                           grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=logged, lr=lr)
-    parts, loss = {"lm_loss": lm_loss}, lm_loss
+    parts, loss = {"lm_loss": lm_loss, **by_group}, lm_loss
     for term, weight, n, acc in terms:
         value = None
         if weight > 0 and n > 0:  # computed this step (`active`)
@@ -160,3 +177,19 @@ def optimizer_step(model, optimizer, scheduler, micro_batches, *, accelerator, m
         parts[f"aux_weight/{term.name}"] = weight
     return StepResult(loss=loss, answer_tokens=int(answer_tokens), input_tokens=input_tokens,
                       grad_norm=grad_norm, skipped=skipped, nonfinite_grad=nonfinite_grad, parts=parts, lr=lr)
+
+
+def _by_group(acc, names: tuple, accelerator) -> dict:
+    """`loss/<group>` and `answer_tokens/<group>` of the groups with answer tokens in the step (all ranks): one
+    read of the (2, groups + 1) device sums; the last column is "mixed" (mmtune.loss.grouped_loss_sums)."""
+    from ..data.modality import MIXED
+
+    if accelerator.num_processes > 1:
+        acc = accelerator.reduce(acc, reduction="sum")
+    sums, counts = acc.tolist()
+    out = {}
+    for name, s, n in zip((*names, MIXED), sums, counts):
+        if n > 0:
+            out[f"loss/{name}"] = s / n
+            out[f"answer_tokens/{name}"] = int(round(n))
+    return out
