@@ -9,6 +9,7 @@ them through every stage (the objective's own encoder included: PairEncoder for 
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,9 @@ TEMPLATES: dict[str, Template] = {
                                                               {"from": "gpt", "value": "a tone"}], "audios": ["ok.wav"]},
                                model="tiny/qwen2-audio"),
     "asr": Template("asr", {"audio": "ok.wav", "sentence": "a tone"}, model="tiny/qwen2-audio"),
+    # datasets' decoded Audio feature: the samples and their rate in the row (a dataset saved after decoding)
+    "asr_array": Template("asr", {"audio": {"path": None, "array": [round(0.3 * math.sin(i / 5), 4) for i in range(1600)],
+                                            "sampling_rate": 16000}, "sentence": "a tone"}, model="tiny/qwen2-audio"),
     # video: a file, a list of frame files, a folder of frames, ShareGPT's tag + list; an omni model's own audio track
     "video_file": Template("messages", {"messages": [
         {"role": "user", "content": [{"type": "video", "path": "ok.mp4"}, {"type": "text", "text": "What happens?"}]},
@@ -117,6 +121,7 @@ def values() -> list:
         ["ok.png"], ["ok.png", "missing.png"], [["ok.png", "ok.png"]], {"type": "video", "video": []},
         {"type": "video", "video": [None, 3]}, {"type": "video", "path": "ok.mp4", "use_audio": "yes"},
         {"type": "audio", "audio": "ok.wav"}, {"type": "input_audio", "input_audio": {"data": None}},
+        "[" * 5000, '{"name": "f", "arguments": ' + "{\"a\": " * 3000, 1e999, 48000, 16000.5,
         "ok.wav", "ok.mp4", "av.mp4", "rate8k.wav", "zero_frames.mp4", "text.mp4", -0.0, 2 ** 63]
 
 
