@@ -536,6 +536,8 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
         if rs is not None and policy == "skip" and spec == case.spec:
             STATS["loaded"] += len(rs.records)
             STATS["skipped at load"] += rs.n_skipped
+            if case.layout == "mixture" or case.overrides or Path(case.spec).stem in objectives.TEMPLATES:
+                STATS["loaded past SFT"] += len(rs.records)  # pairs, prompts, tools, boxes, audio, video, mixtures
         if rs is not None:
             # training's start-up measure, `data inspect`'s scan (it encodes), the check beside the loop
             skip = policy == "skip"
