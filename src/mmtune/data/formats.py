@@ -374,6 +374,8 @@ def checked_text(record: Record) -> None:
     from .records import content_parts
 
     texts = [p.get("text") for m in record.messages for p in content_parts(m.get("content")) if p.get("type") == "text"]
+    # a preference pair's rejected answer is tokenized too (data/preference.py: PairEncoder)
+    texts += [p.get("text") for p in getattr(record, "rejected", None) or [] if p.get("type") == "text"]
     for t in texts + list(record.references):
         if not isinstance(t, str):
             continue
