@@ -135,3 +135,25 @@ def test_an_infinite_or_nan_sample_rate_beside_samples_is_a_counted_bad_sample_r
         scan = scan_records(rs, Encoder(*tiny_processor("tiny/qwen2-audio"), cfg), "skip", encode=encode)
         assert len(scan.records.records) == 1 and scan.records.skipped == {"bad sample rate": 4}, scan.records.problems
         assert [w.split(" ")[0] for w, _ in scan.records.problems] == [f"{path}:{i}" for i in range(1, 5)]
+
+
+def test_a_non_number_deep_in_a_sample_array_is_a_bad_type_at_load(tmp_path):
+    """datasets' decoded audio whose array holds a null or a string past its 16th sample (found by the fuzzer, seed 0:
+    tests/data/fuzz_objectives.py's asr_array): only the first 16 samples were checked, and numpy raised TypeError
+    when the clip was measured, at the `unreadable record` boundary. Every sample is checked when the row is read."""
+    import json
+
+    from mmtune.config.schema import DataConfig
+    from mmtune.data.sources import load_records
+
+    rows = []
+    for bad in (None, "x", [1.0]):
+        samples = [0.1] * 1600
+        samples[800] = bad
+        rows.append({"audio": {"array": samples, "sampling_rate": 16000}, "sentence": "a tone"})
+    rows.append({"audio": {"array": [0.1] * 1600, "sampling_rate": 16000}, "sentence": "a tone"})
+    path = tmp_path / "asr.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rs = load_records(str(path), DataConfig(format="asr", on_bad_record="skip"))
+    assert len(rs.records) == 1 and rs.skipped == {"bad type": 3}, rs.problems
+    assert [w for w, _ in rs.problems] == [f"{path}:{i}" for i in range(1, 4)]
