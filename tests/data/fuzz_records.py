@@ -13,6 +13,7 @@ files whose pipeline raised are re-run line by line, so a count is a count of ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import fuzz_objectives as objectives
 from .fuzz_kinds import check_kinds, write_kind_media
 from .fuzz_kinds import kinds as named_kinds
 from .malformed import cases as known_cases
@@ -121,8 +123,15 @@ def mutate(obj, rng: random.Random, pool: list, depth: int = 0):
 
 
 def fuzzed(name: str, rng: random.Random) -> dict:
-    pool = values(rng)
-    rec = TEMPLATES[name][1]
+    """A template's record (this file's, or fuzz_objectives' for DPO / GRPO / tools / boxes / audio / video)
+    mutated one to three times."""
+    if name in TEMPLATES:
+        pool, rec = values(rng), TEMPLATES[name][1]
+    else:
+        pool, rec = values(rng) + objectives.values(), objectives.TEMPLATES[name].record
+        if rng.random() < 0.5:  # inside a field only: most records of one or two keys then still load and reach
+            k = rng.choice(list(rec))  # the encoder, the objective's pairs / prompts, the tools and the boxes
+            return {**rec, k: mutate(rec[k], rng, pool, 1)}
     for _ in range(rng.randint(1, 3)):
         rec = mutate(rec, rng, pool)
     return rec
@@ -159,6 +168,7 @@ class Case:
     overrides: list = field(default_factory=list)
     lines: list | None = None  # raw lines of a line-based file (for per-record attribution)
     n_records: int = 1  # how many malformed records (or files) it holds
+    model: str = "tiny/qwen2-vl"  # the tiny twin that reads it (audio, tools and boxes need their own)
 
 
 def _media(folder: Path) -> None:
@@ -166,6 +176,7 @@ def _media(folder: Path) -> None:
 
     write_media(folder)
     write_kind_media(folder)
+    objectives.write_media(folder)
     # Past PIL's MAX_IMAGE_PIXELS (89.5 M) but under twice that: PIL only warns when opening it.
     if not (folder / "warnbomb.png").exists():
         Image.new("1", (10000, 10000)).save(folder / "warnbomb.png")
@@ -185,6 +196,22 @@ def build(folder: Path, seed: int, n_records: int = 1100) -> list[Case]:
         p = folder / f"{name}.jsonl"
         p.write_bytes(b"\n".join(lines) + b"\n")
         out.append(Case("jsonl", str(p), fmt, lines=lines, n_records=len(lines)))
+    # The other data kinds mmtune trains on (fuzz_objectives.py): pairs, GRPO prompts, tools, boxes, audio, video,
+    # each read by its own tiny twin under its objective; then mixtures over these files.
+    for name, t in objectives.TEMPLATES.items():
+        lines = [_dumps(t.record)] + [damaged_line(fuzzed(name, rng), rng)
+                                      for _ in range(share * 4 // len(objectives.TEMPLATES))]  # a good one first
+        p = folder / f"{name}.jsonl"
+        p.write_bytes(b"\n".join(lines) + b"\n")
+        out.append(Case("jsonl", str(p), t.fmt, list(t.overrides), lines=lines, n_records=len(lines), model=t.model))
+    files = [(c.spec, c.fmt) for c in out if not c.overrides]
+    for spec in objectives.mixture_specs(folder, rng, files, values(rng)):
+        out.append(Case("mixture", spec, "messages", n_records=1))
+    pairs = _compatible([fuzzed("dpo_rlaifv", rng) for _ in range(share // 4)])
+    for k, g in enumerate(pairs[:3]):  # preference rows in parquet (RLAIF-V is published so)
+        p = folder / f"pairs_{k}.parquet"
+        _write_parquet(g, p)
+        out.append(Case("parquet", str(p), "preference", list(objectives.DPO), n_records=len(g)))
     # Absurd lengths: a 100,000-character answer, 5,000 turns.
     long = [_dumps({"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "y " * 50_000}]}),
             _dumps({"messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": "t"} for i in range(5000)]})]
@@ -331,6 +358,13 @@ def _saved_cases(folder: Path, rng: random.Random, n: int) -> list[Case]:
     return out
 
 
+def _write_parquet(rows: list, path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(rows), path)
+
+
 def _storable(rows: list) -> bool:
     """Whether parquet can hold these rows as one table (a 10**30, a list of mixed types, an empty struct
     cannot: those are not parquet cases)."""
@@ -406,18 +440,40 @@ class Env:
 
 
 def make_env(folder: Path, model: str = "tiny/qwen2-vl") -> Env:
+    """`model`: a tiny twin's name, or fuzz_objectives.TOOLS_MODEL (the tiny Qwen2 with a template that renders tools)."""
+    import copy
+
     from mmtune.config import load_config
     from mmtune.resolve import resolve_run, target_for
 
     from .malformed import tiny_processor
 
     folder.mkdir(parents=True, exist_ok=True)
+    name = "tiny/qwen2" if model == objectives.TOOLS_MODEL else model
     cfg_path = folder / "fuzz.yaml"
-    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: {model}}}\n"
+    cfg_path.write_text(f"output_dir: {folder / 'out'}\nmodel: {{name: {name}}}\n"
                         f"data: {{train: x, max_length: 2048}}\ntrain: {{device: cpu}}\n")
     cfg = load_config(cfg_path, [])
     resolved = resolve_run(cfg, target_for(cfg, local=False), require_processor=True)
-    return Env(folder, cfg_path, tiny_processor(model), resolved)
+    processor, family = tiny_processor(name)
+    if model == objectives.TOOLS_MODEL:  # a copy: the tiny tokenizer may be shared
+        processor = copy.deepcopy(processor)
+        processor.chat_template = objectives.QWEN25_TEMPLATE.read_text()
+        resolved = dataclasses.replace(resolved, processor=processor)
+    return Env(folder, cfg_path, (processor, family), resolved)
+
+
+_ENVS: dict = {}
+
+
+def env_for(env: Env, model: str) -> Env:
+    """The environment of `model` beside `env` (made once per folder and model)."""
+    if model == "tiny/qwen2-vl":
+        return env
+    key = (env.folder, model)
+    if key not in _ENVS:
+        _ENVS[key] = make_env(env.folder / "models" / model.replace("/", "_").replace("+", "_"), model)
+    return _ENVS[key]
 
 
 def _raw(e: BaseException) -> bool:
@@ -433,17 +489,17 @@ STATS: Counter = Counter()
 
 def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
     """Every reader and check over one case; the raw exceptions met, as 'stage: Type: message' lines."""
-    import dataclasses
-
     from mmtune.config import load_config
     from mmtune.data.encode import Encoder
     from mmtune.data.inspect import scan_records
+    from mmtune.data.preference import train_encoder
     from mmtune.data.sources import load_records
     from mmtune.data.startup_scan import check
     from mmtune.doctor.context import NotAvailable
-    from mmtune.doctor.datascan import scan_split
+    from mmtune.doctor.datascan import scan_dataset, scan_split
 
     spec = spec or case.spec
+    env = env_for(env, case.model)
     raws: list[str] = []
 
     def stage(name, per_record: bool, fn, *args, **kwargs):
@@ -472,11 +528,16 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
         cfg = stage("config", False, cfg_for, policy)
         if cfg is None:
             continue
-        encoder = Encoder(*env.processor, cfg)
-        rs = stage(f"load[{policy}]", False, load_records, spec, cfg.data, "train")
+        res = dataclasses.replace(env.resolved, cfg=cfg)
+        # the objective's encoder, as training and the doctor take it (pairs for dpo, prompts for grpo)
+        encoder = train_encoder(res, Encoder(*env.processor, cfg))
+        source = cfg.data.train if case.layout == "mixture" else spec  # a mixture: the list of sources
+        rs = stage(f"load[{policy}]", False, load_records, source, cfg.data, "train")
         if rs is not None and policy == "skip" and spec == case.spec:
             STATS["loaded"] += len(rs.records)
             STATS["skipped at load"] += rs.n_skipped
+            if case.layout == "mixture" or case.overrides or Path(case.spec).stem in objectives.TEMPLATES:
+                STATS["loaded past SFT"] += len(rs.records)  # pairs, prompts, tools, boxes, audio, video, mixtures
         if rs is not None:
             # training's start-up measure, `data inspect`'s scan (it encodes), the check beside the loop
             skip = policy == "skip"
@@ -489,8 +550,9 @@ def run_case(env: Env, case: Case, spec: str | None = None) -> list[str]:
                 for r in rs.records[:3]:  # training draws it; evaluation generates from its prompt
                     stage("encode", False, encoder.encode, r)
                     stage("encode_prompt", False, encoder.encode_prompt, r)
-        if policy == "skip":
-            res = dataclasses.replace(env.resolved, cfg=cfg)
+        if policy == "skip" and case.layout == "mixture":
+            stage("doctor_scan", False, scan_dataset, res, full=True)
+        elif policy == "skip":
             stage("doctor_scan", False, scan_split, "train", spec, res, full=True)  # a DataError: MM098
     return raws
 

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from .fuzz_objectives import DPO, GRPO, TOOLS_MODEL
 from .fuzz_records import STATS, build, cli_problems, config_problems, make_env, run_all
 
 SEED = int(os.environ.get("MMTUNE_FUZZ_SEED", "0"))
@@ -27,17 +28,23 @@ def corpus(tmp_path_factory):
 def test_fuzzed_records_and_files_give_no_raw_exception_and_no_hang(corpus):
     """>= 1,000 malformed records and files (jsonl of every format, json, csv, parquet, save_to_disk in
     TRL's layout and others, dataset_info registries, empty files, missing / huge / truncated / FIFO /
-    device media, invalid UTF-8, deep nesting, NaN and absurd lengths) through load, training's start-up
-    measure and its check beside the loop, the encoder (training's draw, eval's prompt), `data inspect`'s
-    scan and the doctor's pass, under skip and error. None may escape as anything but mmtune's own error,
-    stop a pass under skip, hang past 30 s, or reach the record boundary as an unforeseen exception."""
+    device media, invalid UTF-8, deep nesting, NaN and absurd lengths; DPO pairs in TRL's / LLaMA-Factory's /
+    RLAIF-V's layouts, GRPO prompts, tool calls, grounding boxes, audio, video and mixtures: fuzz_objectives.py)
+    through load, training's start-up measure and its check beside the loop (the objective's encoder), the
+    encoder (training's draw, eval's prompt), `data inspect`'s scan and the doctor's pass, under skip and
+    error. None may escape as anything but mmtune's own error, stop a pass under skip, hang past 30 s, or
+    reach the record boundary as an unforeseen exception."""
     env, cases = corpus
     layouts = {c.layout for c in cases}
-    assert {"jsonl", "json", "csv", "parquet", "save_to_disk", "dataset_info", "empty", "split", "media"} <= layouts
+    assert {"jsonl", "json", "csv", "parquet", "save_to_disk", "dataset_info", "empty", "split", "media", "mixture"} <= layouts
+    # past SFT: DPO pairs and GRPO prompts through their objective's encoder, tools, boxes, audio and video by their twins
+    assert {o for c in cases for o in c.overrides} >= {*DPO, *GRPO}
+    assert {c.model for c in cases} >= {"tiny/qwen2-audio", "tiny/qwen2.5-omni", "tiny/qwen2.5-vl", TOOLS_MODEL}
     tried, found, examples = run_all(env, cases)
     assert tried >= 1000, tried
     # the corpus reaches past the loader: records load, are measured, and others are counted as skipped
     assert STATS["loaded"] >= 100 and STATS["measured ok"] >= 50 and STATS["skipped at load"] >= 500, dict(STATS)
+    assert STATS["loaded past SFT"] >= 40, dict(STATS)
     assert not found, f"seed {SEED}: {sum(found.values())} raw exception(s) or hang(s) in {tried} inputs: " \
                       f"{dict(found)}\n" + "\n".join(examples[:10]) + f"\n{REPLAY}"
 

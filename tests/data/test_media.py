@@ -108,3 +108,52 @@ def test_unexpected_sample_rate_is_a_clear_error(tmp_path):
         media.load_audio({"type": "audio", "audio": np.zeros(10, dtype=np.float32), "sampling_rate": 22050.5}, "r")
     ok = media.load_audio({"type": "audio", "audio": np.zeros(44100, dtype=np.float32), "sampling_rate": 44100}, "r")
     assert len(ok) == 16000  # a usual rate is resampled, not rejected
+
+
+def test_an_infinite_or_nan_sample_rate_beside_samples_is_a_counted_bad_sample_rate(tmp_path):
+    """datasets' decoded Audio feature written to JSONL with a rate of 1e999 (read as inf) or NaN: int() of it
+    raised OverflowError / ValueError when the record was measured, reaching the record boundary as `unreadable
+    record` (found by the fuzzer, tests/data/fuzz_objectives.py's asr_array); now each is the `bad sample rate` it
+    is, with the record's line, in `data inspect`'s scan as in training's measure."""
+    import json
+
+    from mmtune.config.schema import RunConfig
+    from mmtune.data.encode import Encoder
+    from mmtune.data.inspect import scan_records
+    from mmtune.data.sources import load_records
+
+    from .malformed import tiny_processor
+
+    samples = [0.1] * 1600
+    rates = ["1e999", "-1e999", "NaN", "true", "16000"]
+    lines = [f'{{"audio": {{"array": {json.dumps(samples)}, "sampling_rate": {r}}}, "sentence": "a tone"}}' for r in rates]
+    path = tmp_path / "asr.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    cfg = RunConfig.model_validate({"model": {"name": "tiny/qwen2-audio"}, "data": {"format": "asr", "on_bad_record": "skip"}})
+    rs = load_records(str(path), cfg.data)
+    for encode in (False, True):
+        scan = scan_records(rs, Encoder(*tiny_processor("tiny/qwen2-audio"), cfg), "skip", encode=encode)
+        assert len(scan.records.records) == 1 and scan.records.skipped == {"bad sample rate": 4}, scan.records.problems
+        assert [w.split(" ")[0] for w, _ in scan.records.problems] == [f"{path}:{i}" for i in range(1, 5)]
+
+
+def test_a_non_number_deep_in_a_sample_array_is_a_bad_type_at_load(tmp_path):
+    """datasets' decoded audio whose array holds a null or a string past its 16th sample (found by the fuzzer, seed 0:
+    tests/data/fuzz_objectives.py's asr_array): only the first 16 samples were checked, and numpy raised TypeError
+    when the clip was measured, at the `unreadable record` boundary. Every sample is checked when the row is read."""
+    import json
+
+    from mmtune.config.schema import DataConfig
+    from mmtune.data.sources import load_records
+
+    rows = []
+    for bad in (None, "x", [1.0]):
+        samples = [0.1] * 1600
+        samples[800] = bad
+        rows.append({"audio": {"array": samples, "sampling_rate": 16000}, "sentence": "a tone"})
+    rows.append({"audio": {"array": [0.1] * 1600, "sampling_rate": 16000}, "sentence": "a tone"})
+    path = tmp_path / "asr.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rs = load_records(str(path), DataConfig(format="asr", on_bad_record="skip"))
+    assert len(rs.records) == 1 and rs.skipped == {"bad type": 3}, rs.problems
+    assert [w for w, _ in rs.problems] == [f"{path}:{i}" for i in range(1, 4)]

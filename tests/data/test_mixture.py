@@ -55,6 +55,18 @@ def test_counts_per_source_samples_weights_and_as_is(published):  # noqa: F811
     assert all(ids.count(i) in (2, 3) for i in set(ids)) and len(set(ids)) == 12
 
 
+def test_weights_near_floats_limit_share_as_any_weights_and_infinite_ones_are_refused(published):  # noqa: F811
+    """A weight of 1e308 beside a weight of 1e308 / 3 (found by the fuzzer, seed 0: tests/data/fuzz_objectives.py's
+    mixtures): count x weight overflowed to inf and round(inf) raised OverflowError while loading; the shares are
+    now taken from weights scaled to at most 1, so they split 3:1 as 3 and 1 do. An infinite weight is a config error."""
+    src = [{**s, "weight": w} for s, w in zip(sources(published)[:2], (1e308, 1e308 / 3))]
+    cfg = DataConfig(train=src, mixture_size=40)
+    rs = load_records(cfg.train, cfg, "train")
+    assert len([r for r in rs if r.origin == "chartqa"]) == 30 and len([r for r in rs if r.origin == "infovqa"]) == 10
+    with pytest.raises(ValueError, match="finite"):
+        DataConfig(train=[{**sources(published)[0], "weight": float("inf")}])
+
+
 def test_sampling_is_deterministic_and_seeded(published):  # noqa: F811
     cfg = DataConfig(train=sources(published))
     a = [r.id for r in load_records(cfg.train, cfg, "train")]

@@ -98,6 +98,29 @@ def test_bad_pairs_are_counted_with_file_and_line(tmp_path, img):
     assert str(e.value.where).endswith("p.jsonl:2") and "rejected answer is empty" in e.value.what
 
 
+def test_a_lone_surrogate_in_the_rejected_answer_is_bad_encoding_when_read(tmp_path):
+    """The rejected side of a pair with JSON's `\\udcff` escape: the check for text no tokenizer takes read the
+    prompt and the chosen answer only, so the pair loaded and the PairEncoder's tokenizer raised TypeError in the
+    start-up measure, `data inspect`, the doctor and training's draw (found by the fuzzer, seed 3,
+    tests/data/fuzz_objectives.py). Now it is counted as `bad encoding` at load, with its line."""
+    from mmtune.config.schema import RunConfig
+    from mmtune.data.encode import Encoder
+    from mmtune.data.inspect import scan_records
+    from mmtune.data.preference import PairEncoder
+
+    from .malformed import tiny_processor
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"question": "What?", "chosen": "a cat", "rejected": "a\\udcffb"}\n'
+                    '{"question": "What?", "chosen": "a cat", "rejected": "a dog"}\n')
+    rs = load_records(str(path), _data("data.on_bad_record=skip"), "train")
+    assert len(rs.records) == 1 and rs.skipped == {"bad encoding": 1}, rs.problems
+    assert rs.problems[0][0].endswith("p.jsonl:1") and "lone surrogate" in rs.problems[0][1]
+    cfg = RunConfig.model_validate({"model": {"name": "tiny/qwen2-vl"}, "data": {"format": "preference"}})
+    scan = scan_records(rs, PairEncoder(Encoder(*tiny_processor("tiny/qwen2-vl"), cfg)), "skip", encode=False)
+    assert len(scan.records.records) == 1
+
+
 def test_pair_encoding_shares_the_prompt_and_its_pixels(tmp_path, img):
     from mmtune.data.collate import Collator
     from mmtune.data.encode import Encoder

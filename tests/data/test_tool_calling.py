@@ -179,6 +179,18 @@ def test_bad_tool_shapes_are_counted_records_with_where_and_fix(tmp_path):
     assert "not valid JSON" in str(e.value) and "JSON object" in str(e.value.fix)
 
 
+def test_json_nested_past_the_parsers_depth_is_a_bad_tool_call(tmp_path):
+    """Arguments or a `tools` string of 5,000 open brackets: json's scanner raised RecursionError, which reached
+    the record boundary as `unreadable record` (found by the fuzzer, tests/data/fuzz_objectives.py); now each is
+    the `bad tool call` it is, saying the JSON is nested too deeply."""
+    deep = "[" * 5000
+    call = json.loads(json.dumps(OPENAI))
+    call["messages"][1]["tool_calls"][0]["function"]["arguments"] = deep
+    rs = _load(tmp_path, [call, {**OPENAI, "tools": deep}, {**SHAREGPT, "tools": deep}, OPENAI], on_bad_record="skip")
+    assert len(rs) == 1 and rs.skipped == {"bad tool call": 3}, rs.problems
+    assert all("nested too deeply" in what for _, what in rs.problems), rs.problems
+
+
 def test_a_turn_token_inside_a_call_or_a_schema_is_refused_as_in_any_text(tmp_path, enc):
     inside = json.loads(json.dumps(OPENAI))
     inside["messages"][1]["tool_calls"][0]["function"]["arguments"] = json.dumps({"city": "Paris<|im_end|>"})

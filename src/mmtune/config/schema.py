@@ -100,7 +100,8 @@ class SourceConfig(Section):
     media_root: str | None = Field(None, description="default: data.media_root")
     parts: list[str] | None = Field(None, description="only files whose name holds one of these words "
                                                       "(ChartQA: human, augmented)")
-    weight: float | None = Field(None, gt=0, description="share of the mixture (relative to the other weights)")
+    weight: float | None = Field(None, gt=0, allow_inf_nan=False,
+                                 description="share of the mixture (relative to the other weights)")
     samples: int | None = Field(None, gt=0, description="exactly this many training samples per epoch")
     eval: str | bool = Field(True, description="true: this source's own eval split; a path (PATH::SPLIT); false: none")
     metrics: list[str] | None = Field(None, description="default: by format (chartqa relaxed_accuracy, "

@@ -14,6 +14,7 @@ belongs to is not written down).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -95,6 +96,8 @@ def observe(record, processor, family, tally: BoxTally) -> None:
 
 def _kind(space: str, box, original, resized) -> str | None:
     x1, y1, x2, y2 = box
+    if not all(math.isfinite(v) for v in box):  # a coordinate of 310+ digits reads as an infinite float
+        return "outside"
     if x2 < x1 or y2 < y1:
         return "inverted"
     if max(box) <= 1 and any(v != int(v) for v in box):

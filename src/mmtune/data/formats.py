@@ -259,7 +259,8 @@ def _in_memory(kind: str, value, resolve, where: str) -> dict:
           "video": lambda v: (isinstance(v, (list, tuple)) and len(v) > 0 and all(
               hasattr(f, "convert") or getattr(f, "ndim", 0) in (2, 3) for f in v)) or getattr(v, "ndim", 0) == 4,
           "audio": lambda v: (isinstance(v, tuple) and len(v) == 2) or getattr(v, "ndim", 0) in (1, 2)
-          or (isinstance(v, list) and len(v) > 0 and all(isinstance(x, (int, float)) for x in v[:16]))}[kind]
+          # every sample: one null or string deep in a JSON array made numpy raise when the clip was measured
+          or (isinstance(v, list) and len(v) > 0 and all(isinstance(x, (int, float)) for x in v))}[kind]
     if not ok(value):
         raise bad_type(f"the {kind!r} value", value, where,
                        {"image": "give a PIL image, or a path string",
@@ -382,6 +383,8 @@ def checked_text(record: Record) -> None:
     from .records import content_parts
 
     texts = [p.get("text") for m in record.messages for p in content_parts(m.get("content")) if p.get("type") == "text"]
+    # a preference pair's rejected answer is tokenized too (data/preference.py: PairEncoder)
+    texts += [p.get("text") for p in getattr(record, "rejected", None) or [] if p.get("type") == "text"]
     for t in texts + list(record.references):
         if not isinstance(t, str):
             continue

@@ -491,7 +491,9 @@ MIN_AUDIO_RATE, MAX_AUDIO_RATE = 1000, 384000
 def _check_rate(sr, part: dict, where: str) -> int:
     """A rate outside what audio is recorded at means a mislabelled array or a broken header: resampling
     it would feed the model noise that looks like audio."""
-    if not isinstance(sr, (int, float)) or sr != int(sr) or not MIN_AUDIO_RATE <= sr <= MAX_AUDIO_RATE:
+    # finite first: int() of an infinite or NaN rate (a JSON 1e999, NaN) raises before the range is checked
+    if (not isinstance(sr, (int, float)) or isinstance(sr, bool) or not math.isfinite(sr) or sr != int(sr)
+            or not MIN_AUDIO_RATE <= sr <= MAX_AUDIO_RATE):
         raise BadRecord("bad sample rate", f"unexpected audio sample rate {sr!r} Hz: {media_label(part)}", where,
                         f"give the real rate ({MIN_AUDIO_RATE}-{MAX_AUDIO_RATE} Hz; it is resampled to the "
                         "processor's), re-encode the file, or set data.on_bad_record=skip")

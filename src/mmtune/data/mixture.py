@@ -45,13 +45,15 @@ def source_metrics(src, data_cfg, eval_metrics: list[str]) -> list[str]:
 def sample_counts(sizes: dict[str, int], sources, mixture_size: int | None) -> dict[str, int]:
     weighted = [s for s in sources if s.weight is not None]
     total = mixture_size or sum(sizes[s.name] for s in weighted)
-    wsum = sum(s.weight for s in weighted)
+    # weights scaled to at most 1 first: a weight of 1e308 times a count is inf, and round(inf) raises
+    top = max((s.weight for s in weighted), default=1.0)
+    wsum = sum(s.weight / top for s in weighted)
     counts = {}
     for s in sources:
         if s.samples is not None:
             counts[s.name] = s.samples
         elif s.weight is not None:
-            counts[s.name] = max(1, round(total * s.weight / wsum))
+            counts[s.name] = max(1, round(total * (s.weight / top) / wsum))
         else:
             counts[s.name] = sizes[s.name]
     return counts

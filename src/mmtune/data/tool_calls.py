@@ -47,6 +47,9 @@ def _json(value, what: str, where: str):
     except json.JSONDecodeError as e:
         raise BadRecord("bad tool call", f"{what} is not valid JSON ({e.msg} at character {e.pos}): {value[:80]!r}", where,
                         f"write {what} as a JSON object (or a string holding valid JSON)") from None
+    except RecursionError:  # json's C scanner recurses per level: thousands of open brackets exceed the stack
+        raise BadRecord("bad tool call", f"{what} is JSON nested too deeply to read: {value[:80]!r}", where,
+                        f"write {what} as a JSON object (or a string holding valid JSON)") from None
 
 
 def row_tools(row, where: str) -> list[dict] | None:
