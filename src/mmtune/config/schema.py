@@ -100,8 +100,7 @@ class SourceConfig(Section):
     media_root: str | None = Field(None, description="default: data.media_root")
     parts: list[str] | None = Field(None, description="only files whose name holds one of these words "
                                                       "(ChartQA: human, augmented)")
-    weight: float | None = Field(None, gt=0, allow_inf_nan=False,
-                                 description="share of the mixture (relative to the other weights)")
+    weight: float | None = Field(None, gt=0, allow_inf_nan=False, description="share of the mixture (relative to the others)")
     samples: int | None = Field(None, gt=0, description="exactly this many training samples per epoch")
     eval: str | bool = Field(True, description="true: this source's own eval split; a path (PATH::SPLIT); false: none")
     metrics: list[str] | None = Field(None, description="default: by format (chartqa relaxed_accuracy, "
@@ -415,9 +414,8 @@ class TrainConfig(Section):
                                                              "unset too); give this or train.warmup_ratio")
     warmup_ratio: float | None = Field(None, ge=0, le=1, description="warmup as a fraction of the run's optimizer "
                                                                      "steps, rounded (the resolved run's warmup_steps)")
-    max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global norm to this before each "
-                                                              "update (null: no clipping); metrics.jsonl's grad_norm is "
-                                                              "the norm before clipping, so it can be above this")
+    max_grad_norm: float | None = Field(1.0, gt=0, description="clip the gradient's global norm to this before each update "
+                                        "(null: no clipping); the logged grad_norm is before clipping: it can be above")
     precision: Literal["fp32", "bf16", "fp16"] = "bf16"
     loss_impl: Literal["auto", "full", "chunked", "liger"] = Field(
         "full", description="full fp32 logits, or the loss over the hidden states in checkpointed chunks (chunked; "
