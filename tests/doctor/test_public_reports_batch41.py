@@ -128,3 +128,33 @@ def test_fp32_bin_only_and_sharded_checkpoints_load_in_the_compute_dtype(saved, 
         assert {p.dtype for p in got.parameters()} == {torch.bfloat16}
         sd = got.state_dict()
         assert sd.keys() == ref.keys() and all(torch.equal(sd[k], ref[k]) for k in ref)
+
+
+# ----------------------------------------------------------------------------- lm_head saved tied, declared untied
+# https://github.com/LLaVA-VL/LLaVA-NeXT/issues/315 (llava-onevision-qwen2-0.5b: no lm_head weights, "set
+# tie_word_embeddings true"), https://github.com/QwenLM/Qwen3-VL-Embedding/issues/89, https://github.com/wyf3/
+# llm_related/issues/28 ("Some weights of Qwen2ForCausalLM were not initialized": lm_head.weight): the output layer
+# started at random. A checkpoint whose config says tied loads with lm_head shared, no word needed.
+
+def test_lm_head_missing_from_an_untied_checkpoint_names_tie_word_embeddings(tmp_path):
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from mmtune.models.tiny import build_tiny
+
+    model, tok = build_tiny("tiny/qwen2")
+    assert model.config.tie_word_embeddings is False
+    folder = tmp_path / "untied"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    save_file({k: v for k, v in load_file(str(weights)).items() if not k.startswith("lm_head.")}, str(weights),
+              metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError) as e:
+        load_model(RunConfig(model={"name": str(folder)}), device="cpu", dtype="bf16")
+    assert "lm_head 1: lm_head.weight" in e.value.what and '"tie_word_embeddings": true' in e.value.fix
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, "tie_word_embeddings": True}))
+    lm = load_model(RunConfig(model={"name": str(folder)}), device="cpu", dtype="bf16").model
+    assert lm.lm_head.weight.data_ptr() == lm.model.embed_tokens.weight.data_ptr()

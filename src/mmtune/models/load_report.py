@@ -59,6 +59,10 @@ def check_loading_info(info: dict, family, name: str, cls_name: str, projector_t
                    "a training wrapper's state dict saved as is")
             fix = (f"save the weights again without the {prefix!r} prefix (load the state dict, strip it from every "
                    "key, model.save_pretrained), or point model.name at the original model folder")
+        elif set(by_comp) == {"lm_head"}:  # LLaVA-NeXT#315, Qwen3-VL-Embedding#89: saved tied, declared untied
+            why = "the output layer alone is missing: a checkpoint saved with lm_head tied to the input embeddings"
+            fix = ('if this model shares lm_head with its input embeddings, set "tie_word_embeddings": true in its '
+                   "config.json (the text_config's for a VLM); otherwise save / download the complete checkpoint")
         else:
             why = (f"the checkpoint has no tensor for them{f' ({len(unused)} of its tensors were not used)' if unused else ''}"
                    ": a partial or converted save")
