@@ -202,13 +202,21 @@ def _from_pretrained(run, device, dtype, attn: str, decisions: list[str]):
         kwargs["quantization_config"] = bnb_config(cfg, family, dtype)
         _decide(decisions, f"{cfg.adapter.method}: decoder linear layers -> {run.quantization}, compute dtype "
                            f"{dtype}; vision/audio/projector/lm_head unquantized")
+    cls = model_class(family)
     try:
-        model = model_class(family).from_pretrained(str(src), **kwargs)
+        model, info = cls.from_pretrained(str(src), output_loading_info=True, **kwargs)
     except OSError as e:
         from ..errors import ModelLoadError
 
         raise ModelLoadError(f"cannot load {name}: {e}", where="model.name",
                              fix=f"mmtune download {name}") from None
+    from .load_report import check_loading_info
+
+    # a weight the checkpoint lacks stays at random: refused here, transformers only logs it (load_report.py)
+    projector_trained = "projector" in run.trainable or any(
+        u.startswith("projector") for st in cfg.train.stages for u in st.train)
+    for line in check_loading_info(info, family, name, cls.__name__, projector_trained):
+        _decide(decisions, line)
     _decide(decisions, f"model: {name} from {src}")
     return model
 

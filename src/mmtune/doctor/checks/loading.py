@@ -285,3 +285,34 @@ def template_findings(processor, raw_text: bool = False):
     if tok.pad_token_id is None and tok.eos_token_id is None:
         yield error("the tokenizer has neither a pad nor an eos token: batches cannot be padded",
                     where="model.name", fix="use a tokenizer with a pad or eos token")
+
+
+@check("MM368", "the checkpoint's tensor names fit the model: not a training wrapper's state dict, no hole in a "
+       "stack of layers", needs=("cfg",), fast=True)
+def checkpoint_names(ctx):
+    """transformers only logs the names it could not place and starts those weights at random; the load stops
+    on them (models/load_report.py), and here the headers say it before any weight is read (weight_names.py)."""
+    from ...models.tiny import is_tiny
+    from ...models.weight_names import checkpoint_keys, layer_holes, wrapper_prefix
+    from .model_setup import weights_folder
+
+    cfg = ctx.need("cfg")
+    if is_tiny(cfg.model.name) or cfg.model.class_ or cfg.model.factory or cfg.model.weights == "random":
+        return
+    folder = weights_folder(cfg)
+    if folder is None:
+        return  # not on disk, or a file MM024 reports
+    keys = checkpoint_keys(folder)
+    prefix = wrapper_prefix(keys)
+    if prefix:
+        yield error(f"every tensor name in {folder} starts with {prefix!r} ({len(keys)} of them, e.g. {keys[0]}): a "
+                    "training wrapper's state dict saved as is, so no weight matches the model and every one would "
+                    "start at random (\"Some weights of the model checkpoint were not used\")", where="model.name",
+                    fix=f"save the weights again without the {prefix!r} prefix (strip it from every key, then "
+                        "model.save_pretrained), or point model.name at the original model folder")
+        return
+    for stack, holes in layer_holes(keys).items():
+        shown = ", ".join(map(str, holes[:8])) + (" ..." if len(holes) > 8 else "")
+        yield error(f"{folder}: {stack} has no tensors for layer(s) {shown} between its first and last layer: those "
+                    "layers would start at random (\"newly initialized\")", where="model.name",
+                    fix="point model.name at a complete checkpoint (save or download it again)")
