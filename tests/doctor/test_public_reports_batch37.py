@@ -12,17 +12,7 @@ from pathlib import Path
 
 import pytest
 from doctor_helpers import sums_jsonl
-
-
-def _base(folder: Path) -> Path:
-    """A tiny Qwen2 model folder as save_pretrained writes it."""
-    from mmtune.models.tiny import build_tiny
-
-    if not (folder / "config.json").exists():
-        model, tok = build_tiny("tiny/qwen2", seed=0)
-        model.save_pretrained(folder)
-        tok.save_pretrained(folder)
-    return folder
+from test_public_reports_batch35 import _base  # a tiny Qwen2 folder as save_pretrained writes it
 
 
 def _config(tmp_path: Path, name: str = "run", train: dict | None = None, adapter: dict | None = None,

@@ -8,11 +8,11 @@ mmtune already does.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 from doctor_helpers import context_for, run_codes
+from test_public_reports_conversations import _data  # rows -> a JSONL file
 
 from mmtune.config.schema import DataConfig
 from mmtune.data.sources import load_records
@@ -51,11 +51,6 @@ def folders(tmp_path_factory):
     return out
 
 
-def _data(tmp_path, rows, name="train.jsonl"):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / name
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def _tree(tmp_path, folder, rows, **data):
