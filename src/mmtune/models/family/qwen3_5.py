@@ -92,24 +92,30 @@ def text_config(tok, **over):
                          "mrope_section": [2, 1, 1], "mrope_interleaved": True}), **over})
 
 
-def _config(tok, **over):
-    from transformers import Qwen3_5Config
-
+def twin_config(config_class, tok, text: dict, over: dict):
+    """A twin's whole config (this family's and the MoE sibling's): `text` with a 2-block vision tower and the
+    tokenizer's media ids, then `over`."""
     from ..tiny import _vision_ids
 
-    # layer_types: a test's all-full-attention twin (the same weights' shapes minus the linear layers)
-    text = text_config(tok, **({"layer_types": over.pop("layer_types")} if "layer_types" in over else {}))
     vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
                   patch_size=16, num_position_embeddings=64)
     cfg = dict(text_config=text, vision_config=vision, tie_word_embeddings=False, **_vision_ids(tok))
     cfg.update(over)
-    return Qwen3_5Config(**cfg)
+    return config_class(**cfg)
 
 
-def _processor(tok):
+def _config(tok, **over):
+    from transformers import Qwen3_5Config
+
+    # layer_types: a test's all-full-attention twin (the same weights' shapes minus the linear layers)
+    text = text_config(tok, **({"layer_types": over.pop("layer_types")} if "layer_types" in over else {}))
+    return twin_config(Qwen3_5Config, tok, text, over)
+
+
+def twin_processor(tok):
     from ..tiny import _qwen3_vl_processor
 
     return _qwen3_vl_processor(tok)  # the same class and media settings (Qwen3VLProcessor, 16 px patches)
 
 
-register_tiny(TinySpec("tiny/qwen3_5", "qwen3_5", _config, _processor))
+register_tiny(TinySpec("tiny/qwen3_5", "qwen3_5", _config, twin_processor))

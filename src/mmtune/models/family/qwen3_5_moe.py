@@ -27,7 +27,7 @@ from dataclasses import replace
 from ..families import register
 from ..tiny import TinySpec, register_tiny
 from .qwen3_5 import FAMILY as DENSE
-from .qwen3_5 import text_config
+from .qwen3_5 import text_config, twin_config, twin_processor
 
 # attention + linear attention + the shared expert's dense MLP; never the fused routed experts (not nn.Linear)
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj",
@@ -48,23 +48,11 @@ FAMILY = register(replace(
 def _config(tok, **over):
     from transformers import Qwen3_5MoeConfig
 
-    from ..tiny import _vision_ids
-
     # 4 experts, 2 routed per token, 32 wide, and a 32-wide shared expert: the routing is real and tiny
     text = text_config(tok, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
                        shared_expert_intermediate_size=32, output_router_logits=False)
     text.pop("intermediate_size")  # the MoE text config has none (each MLP is experts + the shared expert)
-    vision = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=text["hidden_size"],
-                  patch_size=16, num_position_embeddings=64)
-    cfg = dict(text_config=text, vision_config=vision, tie_word_embeddings=False, **_vision_ids(tok))
-    cfg.update(over)
-    return Qwen3_5MoeConfig(**cfg)
+    return twin_config(Qwen3_5MoeConfig, tok, text, over)
 
 
-def _processor(tok):
-    from ..tiny import _qwen3_vl_processor
-
-    return _qwen3_vl_processor(tok)
-
-
-register_tiny(TinySpec("tiny/qwen3_5_moe", "qwen3_5_moe", _config, _processor))
+register_tiny(TinySpec("tiny/qwen3_5_moe", "qwen3_5_moe", _config, twin_processor))
