@@ -89,6 +89,17 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "completion_only_loss": ("", "TRL"),
     "assistant_only_loss": ("", "TRL"),
     "dataset_text_field": ("", "TRL"),
+    # LoRA initialisations and vocabulary growth (batch 42 in docs/doctor.md): "remove it" hid that they change
+    # the base model itself, and difflib answered ms-swift's init_weights with model.weights
+    "init_lora_weights": ("", "peft"),
+    "peft_init_lora_weights": ("", "axolotl"),
+    "init_weights": ("", "ms-swift"),
+    "pissa_init": ("", "LLaMA-Factory"),
+    "pissa_convert": ("", "LLaMA-Factory"),
+    "loftq_config": ("", "peft"),
+    "loftq_bits": ("", "peft / LLaMA-Factory"),
+    "new_special_tokens": ("", "LLaMA-Factory"),
+    "resize_vocab": ("", "LLaMA-Factory"),
 }
 
 # Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
@@ -115,6 +126,15 @@ FOREIGN_NOTES: dict[str, str] = {
     "train_on_inputs": "the loss is on the answers only (assistant turns, a prompt/completion row's completion, "
                        "each with its end-of-turn token); prompts are context and there is no switch to train them: "
                        "text that should be trained goes in the answer",
+    "init_lora_weights": "LoRA starts as peft's default (A random, B zero: step 0 is the base model) and there is no "
+                         "other initialisation: PiSSA / OLoRA / LoftQ / EVA rewrite the base weights at start, so "
+                         "the adapter they save is right only on that rewritten base unless converted "
+                         "(path_initial_model_for_weight_conversion), and mmtune's merge, chat, eval and base "
+                         "fingerprint read the base from model.name unchanged. Remove the key (the run is plain LoRA)",
+    "new_special_tokens": "the vocabulary is the model folder's own: mmtune neither adds tokens nor resizes the "
+                          "embeddings (a token past them is MM065). Add them once outside mmtune (tokenizer.add_tokens, "
+                          "model.resize_token_embeddings, save_pretrained both) and give that folder as model.name; "
+                          "LoRA leaves the new rows untrained, so train them with adapter.method=full",
     "dataset_text_field": "raw text is data.format=text (continued pretraining: every token of each document "
                           "trained, an EOS after it); its field is `text`, another is data.columns.text=<field>",
 }
@@ -122,7 +142,11 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("peft_use_rslora", "use_rslora"), ("lora_model_dir", "adapter_name_or_path"),
                        ("eval_strategy", "evaluation_strategy"), ("bnb_4bit_compute_dtype", "torch_dtype"),
                        ("train_on_prompt", "train_on_inputs"), ("mask_prompt", "train_on_inputs"),
-                       ("completion_only_loss", "train_on_inputs"), ("assistant_only_loss", "train_on_inputs")):
+                       ("completion_only_loss", "train_on_inputs"), ("assistant_only_loss", "train_on_inputs"),
+                       ("peft_init_lora_weights", "init_lora_weights"), ("init_weights", "init_lora_weights"),
+                       ("pissa_init", "init_lora_weights"), ("pissa_convert", "init_lora_weights"),
+                       ("loftq_config", "init_lora_weights"), ("loftq_bits", "init_lora_weights"),
+                       ("resize_vocab", "new_special_tokens")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 
