@@ -286,12 +286,6 @@ def _bare_parameters(model, family: Family, components: list[str], to_save: list
             if family.component_of(n) in components and not n.startswith(inside)]
 
 
-def _ties_lm_head(model) -> bool:
-    """Whether the output layer shares the input embeddings' weight (then named_parameters lists it once, as theirs)."""
-    out, inp = model.get_output_embeddings(), model.get_input_embeddings()
-    return out is not None and inp is not None and out.weight is inp.weight
-
-
 def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> AdapterResult:
     """Apply the adapter config to `model` (see module docstring)."""
     if train_cfg is None:
@@ -306,14 +300,6 @@ def apply_adapters(model, family: Family, adapter_cfg, train_cfg=None) -> Adapte
                           where="adapter", fix="keep each component in one of the two lists")
     present = {family.component_of(n) for n, _ in model.named_parameters()}
     for c in train_c + freeze_c + [c for c in adapter_cfg.lr_multipliers if c != "lora"]:
-        if c == "lm_head" and c not in present and _ties_lm_head(model):
-            raise ConfigError(
-                "adapter.train_components names lm_head, but this model ties it to its input embeddings "
-                "(tie_word_embeddings=true): its weight is embed_tokens', in the decoder, so there is no lm_head of its "
-                "own to train in full (peft's modules_to_save copy of a tied head is lost at the merge, peft#2777)",
-                where="adapter.train_components",
-                fix="LoRA on the head: adapter.target_modules=[..., lm_head:lm_head] (the merge keeps head and "
-                    "embeddings apart); the embeddings and head in full (new tokens): adapter.method=full")
         if c not in present:
             raise ConfigError(f"component {c!r} does not exist in this {family.name} model",
                               where="adapter", fix=f"components of this model: {', '.join(sorted(present - {'other'}))}")

@@ -1,7 +1,7 @@
 """Broken setups from the forty-second batch of public bug reports (docs/doctor.md, "Public bug reports, batch 42: LoRA
-variants and adapter settings"): PiSSA / OLoRA / LoftQ initialisation keys, new special tokens, peft's modules_to_save
-copy of lm_head on a tied and an untied model, and DoRA's cost. Each is rebuilt on a tiny twin; the misses are caught
-now, their clean twins left alone, and the rows mmtune handled are pinned.
+variants and adapter settings"): PiSSA / OLoRA / LoftQ initialisation keys, new special tokens, lm_head trained in full
+(peft's modules_to_save) on an untied model, and DoRA's cost. Each is rebuilt on a tiny twin; the miss is answered
+now, and the rows mmtune handled are pinned.
 """
 
 from __future__ import annotations
@@ -50,26 +50,11 @@ def test_initialisation_and_new_token_keys_say_what_the_run_is(tmp_path, key, to
     assert "model.weights" not in text
 
 
-# ----------------------------------------------------------------------------- lm_head trained in full, tied
-# https://github.com/huggingface/peft/issues/2777 (via https://github.com/huggingface/peft/pull/2972),
-# https://github.com/unslothai/unsloth/pull/9331, https://github.com/hiyouga/LlamaFactory/issues/6749: peft's
-# modules_to_save copy of lm_head on a tied model (Qwen2.5-0.5B..3B, Qwen3-0.6B / 4B) drifts from embed_tokens and the
-# merge drops it. mmtune refused adapter.train_components=[lm_head] there, but as "component 'lm_head' does not exist
-# in this qwen2 model" with "components of this model: decoder" (run): the tie, and the ways that work, unsaid.
-
-def test_lm_head_trained_in_full_on_a_tied_model_is_refused_as_tied(tmp_path):
-    from mmtune.errors import ConfigError
-
-    base = _base(tmp_path / "tied", tie_word_embeddings=True)
-    with pytest.raises(ConfigError) as e:
-        _train(tmp_path, base, train_components=["lm_head"])
-    assert "ties it to its input embeddings (tie_word_embeddings=true)" in e.value.what, e.value.what
-    assert e.value.where == "adapter.train_components"
-    assert "lm_head:lm_head" in e.value.fix and "adapter.method=full" in e.value.fix
-
-
-# The clean twin, pinned: on an untied base lm_head is its own module, trained in full as peft's modules_to_save, saved
-# in the adapter, and the merged export computes what the adapter computes.
+# ----------------------------------------------------------------------------- lm_head trained in full, untied
+# https://github.com/unslothai/unsloth/pull/9331, https://github.com/hiyouga/LlamaFactory/issues/6749: lm_head trained
+# in full beside LoRA (peft's modules_to_save) and the merged model. On a tied base this is MM037's error (earlier
+# batch, peft#2777). Pinned: on an untied base lm_head is its own module, trained in full as peft's modules_to_save,
+# saved in the adapter, and the merged export computes what the adapter computes.
 
 def test_lm_head_trained_in_full_on_an_untied_model_reaches_the_merged_model(tmp_path):
     import torch
