@@ -64,3 +64,21 @@ def sums_jsonl(folder, n: int = 8) -> str:
                                                       {"role": "assistant", "content": str(i + 1)}]}) + "\n"
                             for i in range(n)))
     return str(path)
+
+
+def refusal_of_key(tmp_path, key: str, value) -> str:
+    """The ConfigError a tiny run's config gets for `key` (dotted: a section's key; bare: top level) set to `value`."""
+    import pytest
+    import yaml
+
+    from mmtune.config import load_config
+    from mmtune.errors import ConfigError
+
+    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"}, "output_dir": str(tmp_path / "r")}
+    section, _, leaf = key.rpartition(".")
+    (tree.setdefault(section, {}) if section else tree)[leaf] = value
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(tree))
+    with pytest.raises(ConfigError) as e:
+        load_config(path, [])
+    return str(e.value)

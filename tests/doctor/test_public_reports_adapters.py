@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+from doctor_helpers import refusal_of_key
 from test_public_reports_resume import _base, _logits, _train
 
 # ----------------------------------------------------------------------------- another base of the same shapes
@@ -153,18 +154,6 @@ def test_plain_lora_names_stay_out_of_llava_s_clip_tower(doctor):
     ("lora_model_dir", "train.resume", "merge it into its base"),
 ])
 def test_other_tools_adapter_keys_are_answered_with_ours(tmp_path, key, ours, says):
-    import yaml
-
-    from mmtune.config import load_config
-    from mmtune.errors import ConfigError
-
-    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"}, "output_dir": str(tmp_path / "r")}
-    section, _, leaf = key.rpartition(".")
-    (tree.setdefault(section, {}) if section else tree)[leaf] = "x"
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    with pytest.raises(ConfigError) as e:
-        load_config(path, [])
-    text = str(e.value)
+    text = refusal_of_key(tmp_path, key, "x")
     assert f"did you mean '{ours}'?" in text and says in text, text
     assert "adapter.use_dora" not in text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from doctor_helpers import sums_jsonl
+from doctor_helpers import refusal_of_key, sums_jsonl
 from test_public_reports_resume import _base, _logits, _train
 
 # ----------------------------------------------------------------------------- LoRA initialisations, new tokens
@@ -33,19 +33,8 @@ from test_public_reports_resume import _base, _logits, _train
     ("resize_vocab", "LLaMA-Factory", "neither adds tokens nor resizes the embeddings"),
 ])
 def test_initialisation_and_new_token_keys_say_what_the_run_is(tmp_path, key, tool, says):
-    import yaml
-
-    from mmtune.config import load_config
-    from mmtune.errors import ConfigError
-
-    tree = {"model": {"name": "tiny/qwen2"}, "data": {"train": "synthetic:counting"}, "output_dir": str(tmp_path / "r")}
-    section, _, leaf = key.rpartition(".")
-    (tree.setdefault(section, {}) if section else tree)[leaf] = "pissa"
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    with pytest.raises(ConfigError) as e:
-        load_config(path, [])
-    text = " ".join(str(e.value).split())
+    text = " ".join(refusal_of_key(tmp_path, key, "pissa").split())
+    leaf = key.rpartition(".")[2]
     assert f"({leaf} is the name in {tool})" in text and says in text, text
     assert "model.weights" not in text
 
