@@ -55,12 +55,18 @@ def _first_fix(spec, **cfg) -> str:
 # (LLaVA-Pretrain images "missing": "my file layout was wrong"), https://github.com/InternLM/InternLM-XComposer/issues/102:
 # the json names 00000/000000001.jpg, relative to LLaVA's --image_folder (images/ beside it). mmtune resolved it
 # against the json's folder and said "Set data.media_root" without saying to what.
-def test_llava_pretrain_json_beside_its_images_folder_names_the_media_root(tmp_path):
+def _llava_pretrain(tmp_path):
+    """LLaVA-Pretrain's layout: the json beside an images/ folder its relative paths are under."""
     root = tmp_path / "LLaVA-Pretrain"
     for i in range(3):
         _png(root / "images" / "00000" / f"{i:09d}.jpg")
     data = root / "blip_laion_cc_sbu_558k.json"
     data.write_text(json.dumps(_llava_rows()))
+    return root, data
+
+
+def test_llava_pretrain_json_beside_its_images_folder_names_the_media_root(tmp_path):
+    root, data = _llava_pretrain(tmp_path)
     fix = _first_fix(data)
     assert f"data.media_root={root / 'images'}" in fix
     assert len(load_records(str(data), DataConfig(media_root=str(root / "images")))) == 3  # the fix, followed
@@ -69,11 +75,7 @@ def test_llava_pretrain_json_beside_its_images_folder_names_the_media_root(tmp_p
 
 
 def test_the_doctor_says_it_at_mm018(tmp_path):
-    root = tmp_path / "LLaVA-Pretrain"
-    for i in range(3):
-        _png(root / "images" / "00000" / f"{i:09d}.jpg")
-    data = root / "blip_laion_cc_sbu_558k.json"
-    data.write_text(json.dumps(_llava_rows()))
+    root, data = _llava_pretrain(tmp_path)
     tree = {"model": {"name": "tiny/qwen2-vl"}, "data": {"train": str(data), "max_length": 256}}
     report = run_codes(context_for(tmp_path, tree), "MM018")
     (finding,) = [x for x in report.findings if x.code == "MM018"]
