@@ -260,3 +260,45 @@ def test_epochs_count_the_windows_not_the_documents(tmp_path):
     line = next(d for d in run.decisions if d.startswith("train.max_steps:"))
     assert line.startswith(f"train.max_steps: {steps} (train.epochs=1: an epoch of {n} windows")
     assert sum(d.startswith("train.max_steps:") for d in run.decisions) == 1
+
+
+def test_a_stream_cuts_documents_into_windows_and_resumes_mid_document(tmp_path):
+    """data.streaming deals a long document's windows one after another, as in memory (before: the start-up check
+    cut its sample and passed, then the loop refused the same document as "too long"); a position taken between
+    two windows of one document continues at the next window."""
+    from mmtune.data.streaming import RecordStream
+
+    f = tmp_path / "docs.jsonl"
+    f.write_text("".join(json.dumps({"text": f"Doc {i}. " + DOC * (i % 3)}) + "\n" for i in range(6)))
+    enc = _encoder(max_length=48)
+    cfg = DataConfig(train=str(f), format="text", max_length=48, streaming=True, shuffle_buffer=1)
+    in_memory = windowed(load_records(str(f), cfg), enc, "error").records
+    assert len(in_memory) > 6
+
+    def texts(stream, n):
+        return [[r.tokens.tolist() for r in stream.next_records()] for _ in range(n)]
+
+    stream = RecordStream(str(f), cfg, seed=0, micro_batch_size=1, encoder=enc)
+    got = texts(stream, len(in_memory))
+    assert [t for (t,) in got] == [r.tokens.tolist() for r in in_memory]  # shuffle_buffer=1: the file's order
+    assert all(len(t) <= 48 for (t,) in got)
+    a = RecordStream(str(f), cfg, seed=0, micro_batch_size=1, encoder=enc)
+    texts(a, 3)
+    pos = a.position()
+    assert 0 < pos["taken"] < len(windowed(load_records(str(f), cfg), enc, "error").records)
+    b = RecordStream(str(f), cfg, seed=0, micro_batch_size=1, encoder=enc, position=pos)
+    assert texts(b, 4) == texts(a, 4)
+
+
+def test_streamed_continued_pretraining_trains_documents_longer_than_max_length(tmp_path):
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.train.loop import train
+
+    corpus = _corpus(tmp_path)  # documents of ~11 to ~110 tokens, data.max_length 48
+    cfg = load_config(_config(tmp_path, "tiny/qwen2", {"train": str(corpus), "streaming": True, "shuffle_buffer": 2},
+                              eval={"every": None}), ["train.max_steps=4"])
+    summary = train(build_run(cfg))
+    assert summary["train_records"] == 8
+    out = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert out["steps"] == 4 and not out.get("skipped")

@@ -70,12 +70,12 @@ def document_ids(encoder, record: Record) -> array:
 def _ids(encoder, record: Record, check_length: bool) -> array:
     ids = record.tokens if record.tokens is not None else document_ids(encoder, record)
     if check_length and len(ids) > encoder.max_length:
-        # training, eval, data inspect, the doctor and the planner cut documents first; a stream's are read as drawn
+        # training (in memory and streamed), eval, data inspect, the doctor and the planner cut documents first
+        # (text_windows.py); a caller that did not is refused here rather than truncated
         raise BadRecord("too long", f"document is {len(ids)} tokens, over data.max_length={encoder.max_length}, and "
-                        "was not cut into windows (data.streaming reads documents as drawn, uncut); it is not "
-                        "truncated", record.where(),
-                        "set data.streaming=false (documents are then cut into windows of data.max_length), raise "
-                        "data.max_length, or set data.on_bad_record=skip to leave such documents out (counted)")
+                        "was not cut into windows; it is not truncated", record.where(),
+                        "cut it with mmtune.data.text_windows.windows_of first (training does), or raise "
+                        "data.max_length")
     return ids
 
 

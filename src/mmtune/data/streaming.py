@@ -3,7 +3,8 @@
 Rows come from a lazy reader (JSONL line by line, CSV row by row, parquet batch by batch, `datasets`'
 `streaming=True` for Hub ids and dataset folders, a save_to_disk folder row by row from its
 memory-mapped Arrow files), pass through a seeded shuffle buffer, become records (data.format,
-data.on_bad_record as they come) and are dealt round-robin: each global micro-batch is the next
+data.on_bad_record as they come; a raw-text document becomes its windows of data.max_length, text_windows.py,
+as in memory) and are dealt round-robin: each global micro-batch is the next
 micro_batch_size x world_size records, and rank r takes every world_size-th one starting at r (the same
 stream on every rank, so no rank waits for another).
 
@@ -90,10 +91,13 @@ class RecordStream:
     """This rank's records, micro-batch by micro-batch, from a shuffled stream; resumable from position()."""
 
     def __init__(self, spec: str, data_cfg, *, seed: int, micro_batch_size: int, rank: int = 0, world_size: int = 1,
-                 skipped=None, position: dict | None = None):
+                 skipped=None, position: dict | None = None, encoder=None):
         from .records import RecordSet
 
-        self.spec, self.cfg, self.seed = spec, data_cfg, seed
+        # encoder: cuts raw-text documents into their windows as they are drawn (without it a document over
+        # data.max_length would reach the encoder uncut and be refused as "too long" mid-run, after the start-up
+        # check, which cuts its sample, had passed). The windows of a row are its records: `taken` counts them.
+        self.spec, self.cfg, self.seed, self.encoder = spec, data_cfg, seed, encoder
         self.mbs, self.rank, self.world = micro_batch_size, rank, world_size
         self.skipped = skipped if skipped is not None else RecordSet()
         pos = position or {}
@@ -122,7 +126,20 @@ class RecordStream:
 
     def _convert(self, item) -> list:
         where, row = item
-        return self._reader.convert(where, row, self.skipped)
+        records = self._reader.convert(where, row, self.skipped)
+        if self.encoder is None or not any(r.document for r in records):
+            return records
+        from .formats import BadRecord, isolated
+        from .text_windows import windows_of
+
+        out = []
+        for r in records:
+            try:
+                with isolated(r.where()):
+                    out.extend(windows_of(r, self.encoder))
+            except BadRecord as e:  # a turn token in the document's text
+                self.skipped.bad(e, r.source, self.cfg.on_bad_record)
+        return out
 
     def _next_record(self):
         while not self._pending:
@@ -169,7 +186,8 @@ class StreamingBatches:
         self.run, self.aux = run, tuple(aux_losses)
         self.stream = RecordStream(cfg.data.train, cfg.data, seed=cfg.train.seed,
                                    micro_batch_size=cfg.train.micro_batch_size, rank=run.accelerator.process_index,
-                                   world_size=run.accelerator.num_processes, skipped=run.train_set, position=position)
+                                   world_size=run.accelerator.num_processes, skipped=run.train_set, position=position,
+                                   encoder=run.encoder)
 
     @property
     def epoch(self) -> int:
