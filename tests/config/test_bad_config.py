@@ -65,3 +65,39 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
     with pytest.raises(ConfigError) as e:  # `base` is no key of ours: the usual unknown-key error, not a duplicate
         load_config(path, [])
     assert "unknown key 'base'" in str(e.value) and "twice" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", ["model.name", "data.train", "data.eval", "data.media_root", "output_dir"])
+@pytest.mark.parametrize("value", ["runs/" + "x" * 300, "data/a\x00b.jsonl"])
+def test_a_path_no_file_system_can_hold_is_refused_naming_its_key(tmp_path, key, value):
+    """A 300-byte file name made `Path.is_dir()` raise "File name too long" from deep in the resolve (Python 3.11);
+    a NUL byte makes every lookup raise. Both are refused when the config is read, with the key."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model: {name: tiny/qwen2-vl}\ndata: {train: 'synthetic:counting'}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, [f"{key}={value}"])
+    assert key in str(e.value) and ("255 bytes" in str(e.value) or "NUL byte" in str(e.value))
+
+
+def test_a_mixture_source_path_too_long_is_refused(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model: {name: tiny/qwen2-vl}\ndata:\n  train:\n    - {path: 'synthetic:counting'}\n"
+                    f"    - {{path: '{'y' * 256}.jsonl'}}\n")
+    with pytest.raises(ConfigError, match=r"1 problem.*\n- data.train.1.path: has a name of 262 bytes"):
+        load_config(path, [])
+
+
+@pytest.mark.parametrize("train,key,words", [
+    ("[{path: a.jsonl, weight: -1}, {path: b.jsonl}]", "data.train.0.weight", "greater than 0"),
+    ("{a: 1}", "data.train", "a valid string or a valid list"),
+])
+def test_a_key_of_several_types_gives_one_problem_under_its_own_key(tmp_path, train, key, words):
+    """data.train takes a path or a list of sources: pydantic reports every branch (a bad mixture weight was four
+    problems, two of them under data.eval, which the mixture derives, and the key read
+    'data.train.list[function-after[_weight_or_samples(), SourceConfig]].0.weight')."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text(f"model: {{name: tiny/qwen2-vl}}\ndata: {{train: {train}}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, [])
+    assert [p["key"] for p in e.value.problems] == [key]
+    assert words in e.value.problems[0]["message"] and "[" not in e.value.problems[0]["key"]

@@ -287,8 +287,12 @@ def validate(tree: dict, *, path: str | None = None, overrides: dict[str, str] |
     try:
         return RunConfig.model_validate(tree)
     except ValidationError as e:
+        from .union_errors import readable_errors
+
         problems = []
-        for err in e.errors():
+        data = tree.get("data") if isinstance(tree.get("data"), dict) else {}
+        derived_eval = isinstance(data.get("train"), list) and data.get("eval") is None  # a mixture's own eval splits
+        for err in readable_errors(e.errors(), derived_eval):
             key = ".".join(str(x) for x in err["loc"])
             where = _source_of(key, overrides, path)
             if err["type"] == "extra_forbidden":

@@ -6,15 +6,16 @@ ignored setting (failure mode 19). Names listed in the issue are stable API: scr
 
 from __future__ import annotations
 
+import typing
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from .path_text import PATH_FIELDS, check_path_text
+
 
 def _numeric_only(annotation) -> bool:
     """Whether a field takes numbers but no booleans (int, float, int | None, float | Literal[...] ...)."""
-    import typing
-
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is Literal:
         return False
@@ -37,6 +38,8 @@ class Section(BaseModel):
         if isinstance(v, bool) and info.field_name in cls.model_fields \
                 and _numeric_only(cls.model_fields[info.field_name].annotation):
             raise ValueError(f"{str(v).lower()} is a boolean; this key takes a number")
+        if isinstance(v, str) and info.field_name in PATH_FIELDS.get(cls.__name__, ()):
+            check_path_text(v)  # a name too long for any file system, a NUL byte (config/path_text.py)
         return v
 
 
@@ -82,9 +85,8 @@ class ModelConfig(Section):
     audio_max_seconds: float = Field(30.0, gt=0)
     trust_remote_code: bool = False
     composed_from: ComposedFrom | None = Field(
-        None, description="{vision: ID, lm: ID}: what `mmtune compose` builds model.name's folder from; plan and "
-                          "doctor read it while that folder does not exist yet (a later stage's recipe), from the "
-                          "parts' embedded configs (docs/plan.md)")
+        None, description="{vision: ID, lm: ID}: what `mmtune compose` builds model.name's folder from; plan and doctor "
+                          "read it while that folder does not exist yet (a later stage's recipe): the parts' configs")
     # Accepted only to refuse it with a clear message (failure mode 7): training never offloads layers;
     # load_model puts the whole model on each process's device.
     device_map: str | None = Field(None, description="not supported for training; leave unset")
@@ -429,13 +431,12 @@ class TrainConfig(Section):
     seed: int = 0
     num_workers: int = Field(0, ge=0)
     prefetch: Literal["auto", "none"] = Field(
-        "auto", description="with train.num_workers=0, a background thread encodes the next step's micro-batches "
-                            "while this step computes (auto: where the machine has a core to spare and the objective's "
-                            "step does not use the processor itself; where a core is left beyond torch's threads but the "
-                            "load says none is spare, only during the step's backward, which needs Python's GIL far "
-                            "less than the forward; "
-                            "none: each encoded when the loop asks, on the step's critical path); with a CPU run's "
-                            "workers, a thread receives their micro-batches (auto) or the loop does (none)")
+        "auto", description="with train.num_workers=0, a background thread encodes the next step's micro-batches while this step "
+                            "computes (auto: where the machine has a core to spare and the objective's step does not use the "
+                            "processor itself; where a core is left beyond torch's threads but the load says none is spare, only "
+                            "during the step's backward, which needs Python's GIL far less than the forward; none: each encoded "
+                            "when the loop asks, on the step's critical path); with a CPU run's workers, a thread receives their "
+                            "micro-batches (auto) or the loop does (none)")
     save_every: int | None = Field(None, gt=0, description="checkpoint every N steps (and at the end)")
     save_every_minutes: float | None = Field(
         30, gt=0, description="also checkpoint when this many minutes have passed since the last save "
