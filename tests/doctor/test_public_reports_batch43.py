@@ -103,3 +103,12 @@ def test_merged_keys_and_architectures_are_the_published_layout(vl_exports):
     assert any(k.startswith("visual.") for k in merged) and any(k.startswith("model.layers.") for k in merged)
     config = json.loads((vl_exports["merged"] / "config.json").read_text())
     assert config["architectures"] == ["Qwen2_5_VLForConditionalGeneration"]
+
+
+def test_serve_backend_vllm_says_which_transformers_reads_the_merged_config(vl_exports):
+    """The same requirement as a start-up decision of `mmtune serve EXPORT --backend vllm` (vllm#42624)."""
+    from mmtune.serve.engine import ServeOptions
+    from mmtune.serve.vllm import plan_vllm
+
+    plan = plan_vllm(str(vl_exports["merged"]), ServeOptions(), host="127.0.0.1", port=8000)
+    assert [why for what, _, why in plan.decisions if what == "vLLM's transformers"][0].startswith("transformers>=5")
