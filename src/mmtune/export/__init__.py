@@ -26,6 +26,7 @@ from ..errors import MMTuneError
 from ..train.checkpoint import resolve_checkpoint
 from .origin import MARKER  # the export's marker, read by chat and serve too
 from .staging import make_staging, remove_dead_staging
+from .template_files import inline_chat_template
 
 
 def run_config_of(ckpt: Path):
@@ -71,6 +72,7 @@ def export(checkpoint: Path, *, merge: bool = False, out: Path | None = None, pu
             notes.append("nothing to merge: this run trained every weight (adapter.method=full), so the export is "
                          "the model itself, as without --merge")
         notes += _write(ckpt, staged, merge=merge)
+        inline_chat_template(staged)  # for servers and GGUF converters that read tokenizer_config.json only
         notes += _explain(staged, ckpt, run_dir, kind, load_path=push_to_hub or str(out.resolve()))
         (staged / MARKER).write_text(json.dumps({"run": str(run_dir.resolve()), "checkpoint": str(ckpt.resolve()),
                                                  "merged": kind == "merged", "kind": kind, "notes": notes}, indent=1))

@@ -81,6 +81,9 @@ def write_card(out: Path, *, kind: str, cfg, run_dir: Path, ckpt: Path, load_pat
         lines += [f"> **Requirement**: {peft_requirement()}", ""]
     if processor_note:
         lines += [f"> **Requirement**: {processor_note}", ""]
+    layout = None if kind == "adapter" else config_layout_requirement(out)
+    if layout:
+        lines += [f"> **Requirement**: {layout}", ""]
     lines += _transformers_code(kind, arch, base, load_path, cfg) + [""]
     lines += ["### vLLM", "", "```bash", _vllm_line(kind, base, load_path, cfg, run_dir.name, arch), "```", ""]
     lines += [f"- {n}" for n in vllm_notes] + ([""] if vllm_notes else [])
@@ -101,6 +104,25 @@ def peft_requirement() -> str:
     return (f"peft>=0.14 (older peft stops with \"TypeError: LoraConfig.__init__() got an unexpected keyword "
             f"argument\" on this adapter_config.json); written with peft {peft.__version__} and transformers "
             f"{transformers.__version__}")
+
+
+def config_layout_requirement(folder: Path) -> str | None:
+    """What reads this config.json, when transformers 5 wrote it: RoPE settings (rope_theta, the scaling, Qwen-VL's
+    mrope_section) only inside `rope_parameters`, which transformers 4.x does not know; a server or converter on 4.x
+    builds the config with its class default rope_theta and no error (vllm#42624: 10000 read for 500000), so the
+    model answers with positions it was not trained on. None for a config that keeps the legacy fields."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    parts = [config] + [v for v in config.values() if isinstance(v, dict) and "model_type" in v]  # text_config ...
+    if not any("rope_parameters" in p and "rope_theta" not in p for p in parts):
+        return None
+    return (f"transformers>=5 to read this config.json (written with transformers "
+            f"{config.get('transformers_version', '5')}): it keeps RoPE settings in `rope_parameters`, which "
+            "transformers 4.x ignores, so a server or GGUF converter built on 4.x (vLLM, SGLang, TGI or llama.cpp "
+            "releases that pin it) runs the model with its default rope_theta, silently; use a release built on "
+            "transformers 5")
 
 
 def _summary(run_dir: Path) -> dict:

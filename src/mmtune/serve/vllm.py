@@ -29,6 +29,7 @@ class VllmPlan:
 
 def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> VllmPlan:
     from ..config import load_config
+    from ..export.card import config_layout_requirement
     from ..export.vllm import lora_problems, pixel_kwargs, vllm_command
     from ..models.model_config import load_hf_config
     from ..models.tiny import is_tiny
@@ -54,6 +55,9 @@ def plan_vllm(target: str, options: ServeOptions, *, host: str, port: int) -> Vl
         decisions.append(("max LoRA rank", rank, "the adapter's r, rounded up to a rank vLLM accepts"))
     else:
         rank = None
+        layout = config_layout_requirement(Path(model)) if Path(model).is_dir() else None
+        if layout:  # the same requirement the export's card states
+            decisions.append(("vLLM's transformers", ">= 5", layout))
     max_len = settings.context
     if options.max_model_len is None and settings.context:
         # vLLM reserves KV cache for every position up to --max-model-len: sized to the prompts trained on
