@@ -96,6 +96,15 @@ def make_accelerator(resolved: ResolvedRun):
     return accelerator
 
 
+def _user_deepspeed_autos(accelerator, resolved: ResolvedRun) -> str | None:
+    """A user's own DeepSpeed config (accelerate launch): its "auto" keys get the run's values before prepare
+    (launch_config.fill_user_autos says why accelerate alone stops on them). mmtune's generated config has none."""
+    from .launch_config import fill_user_autos, user_deepspeed_launch
+
+    plugin = getattr(getattr(accelerator, "state", None), "deepspeed_plugin", None)
+    return fill_user_autos(plugin, resolved) if plugin is not None and user_deepspeed_launch() else None
+
+
 def _group_timeout(resolved: ResolvedRun):
     from datetime import timedelta
 
@@ -251,12 +260,14 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
         start_server(resolved.loader, resolved.processor)
     t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
+    auto_line = _user_deepspeed_autos(accelerator, resolved)
     torch.manual_seed(cfg.train.seed)
     with _built_whole(accelerator):
         loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device,
                                                     random_weights=cfg.model.weights == "random")
     model_s = round(time.perf_counter() - t_model, 2)
     decisions = resolved.summary_lines() + list(getattr(loaded, "decisions", []) or [])
+    decisions.extend([auto_line] if auto_line else [])
 
     trainable = [p for g in adapters.param_groups for p in g["params"] if p.requires_grad]
     objective = run_objective(cfg, adapters.model, resolved)

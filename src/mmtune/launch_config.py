@@ -19,9 +19,10 @@ ZERO_BUCKET = 50_000_000  # elements; plan/distributed.py models the same bucket
 ZERO_STAGES = {"zero2": 2, "zero3": 3}
 
 
-def deepspeed_config(resolved) -> dict:
+def deepspeed_config(resolved, stage: int | None = None) -> dict:
+    """The run's DeepSpeed config; `stage` for a user's own launch (its ZeRO stage), else train.strategy's."""
     cfg = resolved.cfg
-    stage = ZERO_STAGES[resolved.strategy]
+    stage = stage or ZERO_STAGES[resolved.strategy]
     zero = {"stage": stage, "overlap_comm": True, "contiguous_gradients": True,
             "reduce_bucket_size": ZERO_BUCKET, "allgather_bucket_size": ZERO_BUCKET}
     if stage == 3:
@@ -75,6 +76,42 @@ def write_launch_files(resolved, folder: Path) -> list[Path]:
                    "launch: accelerate launch --config_file THIS -m mmtune.cli train CONFIG\n"
                    + yaml.safe_dump(accelerate_config(resolved, str(ds.resolve())), sort_keys=False))
     return [ds, acc]
+
+
+def fill_user_autos(plugin, resolved) -> str | None:
+    """A user's own DeepSpeed config (`accelerate launch --config_file`) gets the run's value for every key it
+    leaves "auto" that the generated config sets; the decision line says which (None: nothing was "auto").
+
+    "auto" is the HF Trainer's contract: the Trainer fills each such key from its arguments. accelerate fills
+    `train_micro_batch_size_per_gpu` only from a DataLoader handed to `prepare` (mmtune hands none: its loop
+    draws its own batches), so HF's usual zero2 / zero3 JSON stopped both ranks at prepare ("requires you to
+    pass at least one of training or evaluation dataloaders with `batch_size` attribute", 2 CPU gloo ranks);
+    the three bucket keys only from `model.config.hidden_size`, which no VLM's config has (the text config
+    holds it: "Can find neither `model.config.hidden_size` nor `model.config.hidden_sizes`"); and
+    `gradient_clipping` as 1.0 whatever train.max_grad_norm says. The values are the generated config's (the
+    buckets the planner assumes, train.max_grad_norm), so an "auto" key means what it means under torchrun."""
+    stage = plugin.zero_stage or ZERO_STAGES.get(resolved.strategy, 2)
+    filled = []
+    for key, value in _dotted(deepspeed_config(resolved, int(stage))):
+        if plugin.is_auto(key):
+            plugin.fill_match(key, must_match=False, **{key: value})
+            filled.append(f"{key}={value}")
+    if not filled:
+        return None
+    import os
+
+    source = os.environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE") or "accelerate launch's DeepSpeed settings"
+    return (f"DeepSpeed config ({source}): \"auto\" set from the run, as the generated deepspeed.json sets it "
+            f"(accelerate fills \"auto\" only from a DataLoader passed to prepare and model.config.hidden_size): "
+            + ", ".join(filled))
+
+
+def _dotted(config: dict, prefix: str = ""):
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def user_deepspeed_launch() -> bool:

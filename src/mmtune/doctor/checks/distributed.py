@@ -237,3 +237,37 @@ def deepspeed_clipping(ctx):
                   f"gradient_clipping, and this launch {said}", where="train.max_grad_norm",
                   fix=f"gradient_clipping: {want} in the accelerate config's deepspeed_config (or the DeepSpeed JSON)"
                   if want else "remove gradient_clipping from the DeepSpeed setup, or set train.max_grad_norm to it")
+
+
+# accelerate launch's FSDP settings (distributed_type: FSDP in the accelerate config), as it exports them.
+_FSDP_SETTINGS = (("FSDP_VERSION", "fsdp_version"), ("FSDP_AUTO_WRAP_POLICY", "fsdp_auto_wrap_policy"),
+                  ("FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_transformer_layer_cls_to_wrap"),
+                  ("FSDP_USE_ORIG_PARAMS", "fsdp_use_orig_params"), ("FSDP_STATE_DICT_TYPE", "fsdp_state_dict_type"),
+                  ("FSDP_CPU_RAM_EFFICIENT_LOADING", "fsdp_cpu_ram_efficient_loading"),
+                  ("FSDP_SYNC_MODULE_STATES", "fsdp_sync_module_states"))
+
+
+@check("MM413", "the launch does not hand the model to accelerate's own FSDP (mmtune shards with FSDP2 itself)", fast=True)
+def accelerate_fsdp_launch(ctx):
+    """`accelerate launch` with an FSDP config exports ACCELERATE_USE_FSDP and its fsdp_* settings, and every
+    Accelerator built in the process then wraps what it prepares in accelerate's FSDP (version 1 unless the
+    file says 2) with the file's wrap policy: a second sharding beside mmtune's own FSDP2 units
+    (`train.strategy=fsdp`, sharding.py), or around a model mmtune prepared for DDP. The settings users tune
+    there are decided by the run instead: which classes to wrap (every repeated stack of the towers and the
+    decoder, not only the decoder's class), `use_orig_params` (FSDP2 shards per parameter: LoRA and frozen
+    weights share a unit, peft#1702), the state-dict type (sharded checkpoints plus the adapter gathered at
+    each save, export gathers a full model), and RAM-efficient loading / module-state sync (every rank loads
+    the same weights). On CPU ranks accelerate stops at once ("There are currently no available devices
+    found"); on GPUs it wraps."""
+    ctx.need("cfg")
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() not in ("1", "true", "yes"):
+        return
+    said = ", ".join(f"{key}={os.environ[var]}" for var, key in _FSDP_SETTINGS if os.environ.get(var))
+    yield error("launched by accelerate with an FSDP config (distributed_type: FSDP, ACCELERATE_USE_FSDP=true"
+                + (f"; {said}" if said else "") + "): accelerate would wrap the model in its own FSDP with these "
+                "settings, beside or instead of mmtune's sharding, which decides them itself under train.strategy=fsdp "
+                "(FSDP2: one unit per block of every tower and the decoder, LoRA and frozen weights in one unit, "
+                "sharded checkpoints with the adapter gathered at each save, every rank loading the weights)",
+                where="ACCELERATE_USE_FSDP",
+                fix="launch with torchrun --nproc_per_node N -m mmtune.cli train CONFIG train.strategy=fsdp (or an "
+                    "accelerate config with distributed_type: MULTI_GPU and train.strategy=fsdp); docs/distributed.md")
