@@ -121,3 +121,85 @@ def test_launches_that_are_one_run_pass(no_launch):
     no_launch.delenv("TORCHELASTIC_RUN_ID")
     no_launch.setenv("SLURM_STEP_NUM_TASKS", "16")
     assert local_target("cpu").processes == 16
+
+
+# ----------------------------------------------------------------------------- ranks that are not alike
+# Launched here as torchrun would, one process per rank with its variables, so that each rank can be given what its
+# node would have: its own disk behind output_dir, or its own copy of the config.
+
+def _two_ranks(tmp_path: Path, cfg: Path, per_rank: list[list[str]]) -> list[subprocess.CompletedProcess]:
+    """Rank 0 and rank 1 of one run (gloo, CPU) started with `mmtune train cfg` + their own key=value overrides; a
+    launch that lost its port to another process is launched again on a fresh port."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "train"))
+    from torchrun import BIND_FAILED
+
+    from mmtune.serve.server import free_port
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(_SLURM_AND_LAUNCHERS)}
+    for _ in range(3):
+        port = str(free_port())
+        procs = []
+        for rank, extra in enumerate(per_rank):
+            env = {**base, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1", "RANK": str(rank), "LOCAL_RANK": str(rank),
+                   "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+            procs.append(subprocess.Popen([sys.executable, "-m", "mmtune.cli", "train", str(cfg), *extra], env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        results = [subprocess.CompletedProcess(p.args, p.wait(timeout=600), p.stdout.read(), "") for p in procs]
+        if not any(BIND_FAILED.search(r.stdout) for r in results):
+            return results
+    return results
+
+
+# https://github.com/axolotl-ai-cloud/axolotl/issues/884 ("No shared storage between the nodes": the worker node
+# finds no checkpoint to resume), https://github.com/hiyouga/LlamaFactory/issues/2398 and
+# https://github.com/hiyouga/LlamaFactory/issues/2400 (the worker node's checkpoint folders stay tmp-checkpoint-N,
+# resume fails there), https://github.com/EleutherAI/gpt-neox/issues/765, https://github.com/deepspeedai/DeepSpeed/issues/5452,
+# https://github.com/facebookresearch/detectron2/issues/1732: output_dir on each node's own disk. Rebuilt as the same
+# run with output_dir in another folder per rank: at the base rank 1 stopped at its first save with a raw
+# "FileNotFoundError: ... '/.../run'" (shutil.disk_usage) and rank 0 with gloo's "Connection closed by peer".
+
+def test_output_dir_on_each_nodes_own_disk_is_refused_at_start(tmp_path):
+    cfg = _config(tmp_path)
+    (tmp_path / "node1").mkdir()
+    res = _two_ranks(tmp_path, cfg, [[], [f"output_dir={tmp_path / 'node1' / 'run'}"]])
+    for r in res:
+        out = " ".join(r.stdout.split())
+        assert r.returncode != 0 and "is not one folder for every rank: rank(s) 1" in out, out[-3000:]
+        assert "Traceback" not in out and "a filesystem every node mounts" in out
+    assert not (tmp_path / "run" / "checkpoint-2").exists()
+    assert not list((tmp_path / "run").glob(".mmtune-rank-probe-*"))  # the marker is removed
+
+
+# https://github.com/modelscope/ms-swift/issues/3695 (two hand-written scripts, one per node, that differ),
+# https://github.com/facebookresearch/dora/issues/60, https://github.com/pytorch/pytorch/issues/81313: each node
+# started by its own command line. Rebuilt with train.lr=0.1 on rank 1 only: at the base both ranks trained their 2
+# steps and exited 0, each stepping with its own learning rate (DDP averages the gradients, not the updates).
+
+def test_ranks_started_with_another_config_are_refused_at_start(tmp_path):
+    cfg = _config(tmp_path)
+    res = _two_ranks(tmp_path, cfg, [[], ["train.lr=0.1"]])
+    for r in res:
+        out = " ".join(r.stdout.split())
+        assert r.returncode != 0, out[-3000:]
+        assert "rank 1 (" in out and "was started with another config" in out and "train.lr=0.1 (rank 0: 0.05)" in out
+    assert not (tmp_path / "run" / "checkpoint-2").exists()
+
+
+# https://github.com/verl-project/verl/issues/701 (a library version mismatch: workers hung in a broadcast),
+# https://github.com/huggingface/accelerate/issues/412 (one node printed its NCCL version, the other did not; the run
+# hung at prepare): other packages on another node. One machine cannot install two versions at once, so the ranks'
+# reports are compared as the check compares them: this machine's, and the same with transformers one version back.
+
+def test_other_library_versions_on_another_node_are_named():
+    from mmtune.config.schema import RunConfig
+    from mmtune.rank_agreement import _flat, disagreement, versions
+
+    here = versions()
+    assert here["torch"] and here["transformers"] and here["mmtune"]
+    cfg = _flat(RunConfig.model_validate({"model": {"name": "m"}, "data": {"train": "t.jsonl"}}).model_dump(mode="json"))
+    rank0 = {"host": "gpu-a", "sees": True, "config": cfg, "versions": here}
+    rank1 = {**rank0, "host": "gpu-b", "versions": {**here, "transformers": "4.57.1"}}
+    assert disagreement([rank0, dict(rank0)], "/shared/run") is None
+    what, where, fix = disagreement([rank0, rank1], "/shared/run")
+    assert f"rank 1 (gpu-b) runs other versions than rank 0 (gpu-a): transformers 4.57.1 (rank 0: {here['transformers']})" == what
+    assert "same versions on every node" in fix
