@@ -10,6 +10,8 @@ ways they differ that surfaced late or never:
 - another config on another node (an edited copy of the file, other key=value overrides): the ranks disagree on the
   batch, the steps or the data, and wait for each other in collectives that do not match.
 - other library versions on another node (one environment per node, upgraded on one): other code on each rank.
+- the same config resolved otherwise on another node (another GPU: another precision or strategy; flash-attn
+  installed on one node only): the ranks run different programs from one file.
 The main rank writes a marker named by a token it broadcasts; every rank says whether it sees it, with its config and
 its versions, in one all_gather; every rank then raises the same error, so no rank is left waiting. One process: no
 check.
@@ -65,11 +67,14 @@ def _sees(out: Path, token: str) -> bool:
         time.sleep(0.5)
 
 
-def check_ranks_agree(accelerator, cfg) -> None:
-    """Raise ConfigError on every rank when a rank does not see the main rank's output_dir, was started with
-    another config, or runs other library versions. Call it on every rank right after the process group starts."""
+def check_ranks_agree(accelerator, resolved) -> None:
+    """Raise ConfigError on every rank when a rank does not see the main rank's output_dir, runs other library
+    versions, was started with another config, or resolved it to another run (`resolved.requested` is the config as
+    given, `resolved.cfg` with every automatic decision applied). Call it on every rank right after the process
+    group starts."""
     if accelerator.num_processes <= 1:
         return
+    cfg = resolved.cfg
     import uuid
 
     import torch.distributed as dist
@@ -82,8 +87,8 @@ def check_ranks_agree(accelerator, cfg) -> None:
         (out / f"{PROBE_PREFIX}{box[0]}").write_text(socket.gethostname())
     dist.broadcast_object_list(box, src=0)
     token = box[0]
-    mine = {"host": socket.gethostname(), "sees": _sees(out, token), "config": _flat(cfg.model_dump(mode="json")),
-            "versions": versions()}
+    mine = {"host": socket.gethostname(), "sees": _sees(out, token), "versions": versions(),
+            "config": _flat(resolved.requested.model_dump(mode="json")), "resolved": _flat(cfg.model_dump(mode="json"))}
     every: list = [None] * accelerator.num_processes
     dist.all_gather_object(every, mine)
     if accelerator.is_main_process:  # every rank has looked: the gather waited for all of them
@@ -120,13 +125,25 @@ def disagreement(every: list[dict], out: str) -> tuple[str, str, str] | None:
                     "the installed packages on each node",
                     "install the same versions on every node (one environment on the shared filesystem, or one "
                     "container image), then launch again")
-        keys = sorted(k for k in set(main["config"]) | set(other["config"])
-                      if main["config"].get(k) != other["config"].get(k))
-        if keys:
-            diff = "; ".join(f"{k}={other['config'].get(k)!r} (rank 0: {main['config'].get(k)!r})" for k in keys[:5])
-            return (f"rank {r} ({other['host']}) was started with another config than rank 0 ({main['host']}): {diff}"
-                    + (f" and {len(keys) - 5} more key(s)" if len(keys) > 5 else ""),
+        diff = _differences(main, other, "config")
+        if diff:
+            return (f"rank {r} ({other['host']}) was started with another config than rank 0 ({main['host']}): {diff}",
                     "the config file and key=value overrides on each node",
                     "start every node with the same command: the same config file (kept on the shared filesystem) "
                     "and the same key=value overrides")
+        diff = _differences(main, other, "resolved")
+        if diff:  # the same config, decided otherwise: another GPU or other packages on that node
+            return (f"rank {r} ({other['host']}) resolved the same config to another run than rank 0 "
+                    f"({main['host']}): {diff}, decided by the GPU or the packages of its node",
+                    "the automatic decisions of each node (config.resolved.yaml)",
+                    "the same GPUs and packages on every node, or set those keys in the config so that no node "
+                    "decides them")
     return None
+
+
+def _differences(main: dict, other: dict, part: str) -> str:
+    """The keys of `part` whose values differ between two ranks' reports, as 'key=value (rank 0: value)'."""
+    a, b = main[part], other[part]
+    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    shown = "; ".join(f"{k}={b.get(k)!r} (rank 0: {a.get(k)!r})" for k in keys[:5])
+    return shown + (f" and {len(keys) - 5} more key(s)" if len(keys) > 5 else "")

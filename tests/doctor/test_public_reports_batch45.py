@@ -197,9 +197,27 @@ def test_other_library_versions_on_another_node_are_named():
     here = versions()
     assert here["torch"] and here["transformers"] and here["mmtune"]
     cfg = _flat(RunConfig.model_validate({"model": {"name": "m"}, "data": {"train": "t.jsonl"}}).model_dump(mode="json"))
-    rank0 = {"host": "gpu-a", "sees": True, "config": cfg, "versions": here}
+    rank0 = {"host": "gpu-a", "sees": True, "config": cfg, "resolved": cfg, "versions": here}
     rank1 = {**rank0, "host": "gpu-b", "versions": {**here, "transformers": "4.57.1"}}
     assert disagreement([rank0, dict(rank0)], "/shared/run") is None
     what, where, fix = disagreement([rank0, rank1], "/shared/run")
     assert f"rank 1 (gpu-b) runs other versions than rank 0 (gpu-a): transformers 4.57.1 (rank 0: {here['transformers']})" == what
     assert "same versions on every node" in fix
+
+
+# The same config decided otherwise on another node (an older GPU without bf16: fp16; flash-attn on one node only):
+# the check compares the resolved runs too, and says the node decided it, not the command line.
+
+def test_the_same_config_resolved_otherwise_on_another_node_is_named():
+    from mmtune.config.schema import RunConfig
+    from mmtune.rank_agreement import _flat, disagreement, versions
+
+    cfg = RunConfig.model_validate({"model": {"name": "m"}, "data": {"train": "t.jsonl"}})
+    given = _flat(cfg.model_dump(mode="json"))
+    bf16 = _flat(cfg.model_copy(update={"train": cfg.train.model_copy(update={"precision": "bf16"})}).model_dump(mode="json"))
+    fp16 = {**bf16, "train.precision": "fp16"}
+    rank0 = {"host": "gpu-a", "sees": True, "config": given, "resolved": bf16, "versions": versions()}
+    rank1 = {**rank0, "host": "gpu-b", "resolved": fp16}
+    what, where, fix = disagreement([rank0, rank1], "/shared/run")
+    assert "rank 1 (gpu-b) resolved the same config to another run" in what
+    assert "train.precision='fp16' (rank 0: 'bf16')" in what and "config.resolved.yaml" in where
