@@ -25,6 +25,7 @@ RANKS = {
     "resolve": 5,
     "sharding": 5.5,  # FSDP2 wrapping and state dicts: build shards the model, train's checkpoints gather it
     "media_balance": 5.5,  # extra tower rows under sharded weights: train and evaluation use it
+    "rank_agreement": 5.5,  # every rank sees one output_dir and runs one config: build checks it after the group starts
     "launch_config": 5.5,  # the DeepSpeed / accelerate files of a zero2 / zero3 run: build and train use them
     "build": 6,
     "train": 7, "plan": 7, "doctor": 7, "evaluate": 7, "export": 7, "smoke": 7, "report": 7, "chat": 7, "serve": 7,

@@ -261,6 +261,10 @@ def build_run(resolved: ResolvedRun | RunConfig, *, with_data: bool = True, with
     t_model = time.perf_counter()
     accelerator = make_accelerator(resolved)
     auto_line = _user_deepspeed_autos(accelerator, resolved)
+    if with_data and with_optimizer:  # a training run on several ranks: one output_dir, one config, one set of versions
+        from .rank_agreement import check_ranks_agree
+
+        check_ranks_agree(accelerator, resolved)  # seconds, before minutes of loading the model
     torch.manual_seed(cfg.train.seed)
     with _built_whole(accelerator):
         loaded, adapters = build_model_and_adapters(resolved, device=accelerator.device,

@@ -134,6 +134,13 @@ def local_target(requested_device: str = "auto") -> Target:
                           fix=("unset CUDA_VISIBLE_DEVICES or name the GPUs (CUDA_VISIBLE_DEVICES=0)" if hidden else
                                "train.device=auto (uses the CPU here) or run on a machine with a GPU"))
     world, nodes = launched_processes()
+    from .slurm_launch import slurm_step_problem
+
+    slurm = slurm_step_problem()  # an srun step that is not one run (CPU or GPU alike): slurm_launch.py
+    if slurm is not None:
+        from ..errors import ConfigError
+
+        raise ConfigError(slurm[0], where=slurm[1], fix=slurm[2])
     if requested_device == "cpu" or not cuda:
         origin = "this machine" if requested_device != "cpu" else "train.device=cpu"
         # a CPU build is said only where the driver lists GPUs: on a machine without one it changes nothing
