@@ -101,3 +101,15 @@ def test_a_key_of_several_types_gives_one_problem_under_its_own_key(tmp_path, tr
         load_config(path, [])
     assert [p["key"] for p in e.value.problems] == [key]
     assert words in e.value.problems[0]["message"] and "[" not in e.value.problems[0]["key"]
+
+
+@pytest.mark.parametrize("key", ["train.micro_batch_size", "train.seed", "data.max_length", "eval.batch_size"])
+def test_an_integer_past_int64_is_refused_naming_its_key(tmp_path, key):
+    """`mmtune plan` with train.micro_batch_size=99999999999999999999999 raised OverflowError ("cannot fit 'int' into
+    an index-sized integer") from the planner's batch; torch's seeds and tensors stop at int64 too."""
+    path = tmp_path / "cfg.yaml"
+    path.write_text("model: {name: tiny/qwen2-vl}\ndata: {train: 'synthetic:counting'}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path, [f"{key}=99999999999999999999999"])
+    assert [p["key"] for p in e.value.problems] == [key] and "64-bit" in str(e.value)
+    load_config(path, [f"{key}=64"])  # an ordinary value still loads

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from .path_text import PATH_FIELDS, check_path_text
+from .value_limits import check_value
 
 
 def _numeric_only(annotation) -> bool:
@@ -38,8 +38,7 @@ class Section(BaseModel):
         if isinstance(v, bool) and info.field_name in cls.model_fields \
                 and _numeric_only(cls.model_fields[info.field_name].annotation):
             raise ValueError(f"{str(v).lower()} is a boolean; this key takes a number")
-        if isinstance(v, str) and info.field_name in PATH_FIELDS.get(cls.__name__, ()):
-            check_path_text(v)  # a name too long for any file system, a NUL byte (config/path_text.py)
+        check_value(cls.__name__, info.field_name, v)  # past int64, a path no file system holds (value_limits.py)
         return v
 
 
