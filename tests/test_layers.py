@@ -11,7 +11,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mmtune"
 # Bottom to top. A part may import parts of its own rank or below; never above.
 RANKS = {
     "errors": 0,
-    "console": 1, "gpus": 1, "cores": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
+    "console": 1, "gpus": 1, "cores": 1, "host_memory": 1, "compat": 1, "loss": 1, "evaluate.metrics": 1, "train.schedule": 1,
     "evaluate.stops": 1,  # the token ids generation stops at: evaluation, chat, serve and the doctor's MM063 agree
     "evaluate.rewards": 1,  # GRPO's rewards are the metrics: config checks names, objectives score with them
     "aux_losses": 1,  # the auxiliary-loss registry: config checks names at load time; train and plan run them

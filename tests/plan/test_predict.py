@@ -124,3 +124,19 @@ def test_embedded_real_configs_have_real_sizes():
         m = transformers.AutoModelForCausalLM.from_config(hf_config(spec), dtype=torch.bfloat16)
     n = sum(p.numel() for p in m.parameters())
     assert 7.6e9 < n < 7.65e9  # Qwen2.5-7B: 7.62 B parameters
+
+
+def test_a_micro_batch_no_machine_could_build_is_refused_naming_its_key():
+    """`mmtune plan ... train.micro_batch_size=100000` on an image model: the planner collates that many copies of the
+    worst record in host memory to trace them, and died in the CPU allocator ("can't allocate memory: you tried to
+    allocate 30105600000 bytes"); 10**12 records raised MemoryError. Refused first, with the key and the sizes."""
+    from mmtune.errors import ConfigError
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.planner import resolve_for_plan
+
+    resolved = resolve_for_plan(_cfg("model.name=tiny/qwen2-vl", "train.micro_batch_size=1000000000000"))
+    with pytest.raises(ConfigError) as e:
+        worst_case_batch(resolved, declared=Declared(images=[(112, 112)]))
+    assert e.value.where == "train.micro_batch_size" and "available RAM" in str(e.value)
+    assert worst_case_batch(resolve_for_plan(_cfg("model.name=tiny/qwen2-vl")),
+                            declared=Declared(images=[(112, 112)])).micro_batch["input_ids"].shape[0] == 1

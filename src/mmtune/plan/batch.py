@@ -199,7 +199,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
         from ..resolve import generation_budget
 
         generation = generation_budget.decide(cfg, enc, good) if split == "eval" else None
-        return PlanBatch(collate([item] * mb), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
+        return PlanBatch(_collated(collate, item, mb, training), worst_n, {k: _stats(v) for k, v in counts.items()}, src,
                          len(records), skipped, lengths, generation)
     decl = declared or Declared.default_for(family.modalities)
     record = _declared_record(decl)
@@ -226,7 +226,7 @@ def worst_case_batch(resolved, *, declared: Declared | None = None, max_records:
     del torch
     if packed:
         item, target, src = _packed_row(item, enc, resolved, src)
-    return PlanBatch(collate([item] * mb), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {},
+    return PlanBatch(_collated(collate, item, mb, training), target, {k: _stats([v]) for k, v in counts.items()}, src, 1, {},
                      list(decl.lengths or []))
 
 
@@ -248,3 +248,24 @@ def _packed_row(item: dict, enc, resolved, src: str) -> tuple[dict, int, str]:
 
     row = pack_row(copies, text_count if resolved.family.mrope else None)  # M-RoPE: (4, tokens) positions
     return row, cap, f"{src}; packed: {len(copies)} cop{'y' if len(copies) == 1 else 'ies'} filled to {cap} tokens"
+
+
+def _collated(collate, item: dict, mb: int, training: bool):
+    """The planned micro-batch: `mb` copies of the worst record, collated here in host memory (the trace needs its
+    values: grid sizes, position ids). A batch larger than half this machine's available RAM is refused with the key
+    instead of the allocator's "can't allocate memory" (train.micro_batch_size=100000 on an image model: 30 GB)."""
+    import torch
+
+    from ..host_memory import host_ram_bytes
+
+    per = sum(v.nbytes for v in item.values() if isinstance(v, torch.Tensor))
+    _, available = host_ram_bytes()
+    if available is not None and per * mb > available // 2:
+        from ..errors import ConfigError
+
+        key = "train.micro_batch_size" if training else "eval.batch_size"
+        raise ConfigError(f"{key}={mb}: the planned micro-batch is {per * mb / 2**30:.1f} GiB of inputs "
+                          f"({per / 2**20:.2f} MiB per record), more than half of this machine's available RAM "
+                          f"({available / 2**30:.1f} GiB) to build and trace", where=key,
+                          fix=f"plan a smaller {key} (no GPU holds such a batch either)")
+    return collate([item] * mb)

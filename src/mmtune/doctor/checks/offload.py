@@ -10,6 +10,7 @@ DeepSpeed ZeRO-Offload and FSDP2 CPU offload hit (sources per check: docs/doctor
 
 from __future__ import annotations
 
+from ...host_memory import host_ram_bytes
 from ..context import NotAvailable
 from ..findings import error, info, warning
 from ..registry import check
@@ -17,21 +18,6 @@ from ..registry import check
 
 def _gib(n: int) -> str:
     return f"{n / 2**30:.1f} GiB"
-
-
-def host_ram_bytes() -> tuple[int, int | None]:
-    """(total, available) RAM of this machine; available from /proc/meminfo where there is one."""
-    import os
-
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return total, int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return total, None
 
 
 @check("MM075", "host RAM holds the offloaded optimizer state (pinned)", needs=("cfg", "resolved", "plan"))
