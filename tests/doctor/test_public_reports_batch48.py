@@ -150,3 +150,23 @@ def test_evaluation_generates_with_the_kv_cache_whatever_config_json_says(tmp_pa
                      pad_id=resolved.pad_token_id, batch_size=1, max_new_tokens=4, autocast=nullcontext)
     # the prompt once, then each new token alone: the cache is used (without it every forward is the whole text)
     assert len(widths) >= 2 and widths[0] > 1 and set(widths[1:]) == {1}, widths
+
+
+# ----------------------------------------------------------------------------- an eval set larger than the training
+# https://github.com/hiyouga/LlamaFactory/issues/6633 (validation 20 minutes to over an hour per evaluation),
+# https://github.com/modelscope/ms-swift/issues/7092 (evaluation during Qwen2.5-VL training "very slow"),
+# https://github.com/unslothai/unsloth/issues/4165 (generate every 50 steps "very slow"): every evaluation reads
+# the whole eval set and generates an answer per record, token by token. A two-step run of 2 records a step with a
+# 4-record eval set at eval.every=1 evaluated 8 records with generation for 4 trained, and nothing said so.
+def test_mm473_warns_when_evaluation_reads_more_records_than_training(tmp_path):
+    tree = _tree(tmp_path)
+    tree["train"].update(micro_batch_size=2, grad_accum=1)
+    [f] = [f for f in run_codes(context_for(tmp_path, tree), "MM002", "MM473").findings if f.code == "MM473"]
+    assert f.severity == "warning" and "reads 8 records per process" in f.message and "training 4" in f.message
+    assert "greedy generation of up to" in f.message and f.fix.startswith("data.eval_max_samples=2")
+    # the fix it names: a 2-record sample of the eval set, or one evaluation at the end, is silent
+    tree["data"]["eval_max_samples"] = 2
+    assert not [f for f in run_codes(context_for(tmp_path, tree), "MM002", "MM473").findings if f.code == "MM473"]
+    del tree["data"]["eval_max_samples"]
+    tree["eval"]["every"] = 2
+    assert not [f for f in run_codes(context_for(tmp_path, tree), "MM002", "MM473").findings if f.code == "MM473"]
