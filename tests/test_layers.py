@@ -20,6 +20,7 @@ RANKS = {
     "data": 4, "adapters": 4,
     "objectives": 4.5,  # what a step minimises (sft, dpo): resolve decides it, build / train / plan run it
     "evaluate.per_source": 4.5,  # names a mixture reports, from data/mixture.py; read by resolve
+    "evaluate.best_metric": 4.5,  # which way eval.best_metric improves: resolve decides it, MM028 and the loop agree
     "frozen_eval": 4.5,  # frozen components kept in eval mode (by component, adapters); build applies it
     "stages": 4.5,  # staged unfreezing: parameters by component (adapters); build, resolve and train use it
     "resolve": 5,
@@ -33,7 +34,8 @@ RANKS = {
     "cli": 9,
 }
 # Leaf modules inside a part, ranked on their own: pure functions that anything may use.
-LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source", "evaluate.rewards", "evaluate.stops"}
+LEAVES = {"evaluate.metrics", "train.schedule", "evaluate.per_source", "evaluate.rewards", "evaluate.stops",
+          "evaluate.best_metric"}
 # Sideways imports between parts of one rank, and why each is needed. Anything else is a bug.
 SIDEWAYS = {
     ("train", "evaluate"): "the loop evaluates during training",
@@ -50,6 +52,7 @@ SIDEWAYS = {
     ("serve", "export"): "--backend vllm reads a run's config and its export as export writes it",
     ("serve", "train"): "--backend vllm finds a run's checkpoint as chat and export do",
     ("evaluate.rewards", "evaluate.metrics"): "GRPO's rewards are the task metrics, one registry",
+    ("evaluate.best_metric", "evaluate.per_source"): "a mixture's score goes the way its sources' metrics go",
 }
 
 

@@ -77,7 +77,9 @@ def test_rerunning_a_finished_run_keeps_its_summary(tiny_vl_config, capsys):
 
 def test_a_moved_run_folder_keeps_its_best_checkpoint(tiny_vl_config, tmp_path):
     """best is kept by a path relative to the run folder: after a move, pruning still spares it."""
-    ev = {"every": 2, "best_metric": "eval_loss", "greater_is_better": True}  # the worst loss: an early step
+    # exact_match of the random tiny model stays at its first value, and only a strictly better value replaces the
+    # best: step 2 stays best (a greater_is_better contradicting eval_loss, the old way to get an early best, is refused)
+    ev = {"every": 2, "best_metric": "exact_match"}
     cfg = load_config(tiny_vl_config(train={**BASE, "keep_last": 1}, eval=ev), [])
     summary = train(build_run(cfg))
     assert summary["best"]["path"] == "checkpoint-2"

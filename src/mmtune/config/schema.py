@@ -529,8 +529,8 @@ class EvalConfig(Section):
                                  + f" (known: {', '.join(sorted(METRICS))})")
         return v
 
-    best_metric: str = "eval_loss"
-    greater_is_better: bool | None = None  # inferred from the metric name when unset
+    best_metric: str = Field("eval_loss", description="a reported metric (eval.generate=false: eval_loss only); picks best")
+    greater_is_better: bool | None = Field(None, description="unset: inferred from eval.best_metric; a contrary value is refused")
     max_new_tokens: int = Field(16, gt=0, description="tokens evaluation generates at most; unset: 10 % over the "
                                 "eval set's longest answer + 1, 16 to 1024 (decided at start, docs/data.md Metrics)")
     batch_size: int = Field(4, gt=0)

@@ -25,9 +25,12 @@ def mixture_key(cfg) -> str | None:
 
 
 def reported_metrics(cfg) -> set[str]:
-    """Every metric name an evaluation of this config reports."""
+    """Every metric name an evaluation of this config reports (eval_loss alone when eval.generate=false:
+    every other metric scores generated answers)."""
     from ..data.mixture import source_metrics
 
+    if not cfg.eval.generate:
+        return {"eval_loss"}
     sources = _sources(cfg)
     if not sources:
         names = set(cfg.eval.metrics)
@@ -41,15 +44,20 @@ def reported_metrics(cfg) -> set[str]:
     return names
 
 
-def check_directions(cfg) -> None:
+def first_metrics(cfg) -> dict[str, str]:
+    """Each eval source's first metric (what mixture/<metric> averages); {} without a mixture."""
     from ..data.mixture import source_metrics
+
+    return {s.name: source_metrics(s, cfg.data, cfg.eval.metrics)[0] for s in _sources(cfg) or ()}
+
+
+def check_directions(cfg) -> None:
     from ..errors import ConfigError
     from .metrics import greater_is_better
 
-    sources = _sources(cfg)
-    if not sources:
+    firsts = first_metrics(cfg)
+    if not firsts:
         return
-    firsts = {s.name: source_metrics(s, cfg.data, cfg.eval.metrics)[0] for s in sources}
     if len({greater_is_better(m) for m in firsts.values()}) > 1:
         raise ConfigError("the mixture's sources are scored in opposite directions: "
                           + ", ".join(f"{k} by {v}" for k, v in firsts.items()), where="data.eval",

@@ -300,13 +300,13 @@ def decide_pad_id(processor) -> tuple[int, Decision]:
 
 # --------------------------------------------------------------------------- evaluation
 
-def decide_best_metric(ev) -> tuple[bool, Decision]:
-    from ..evaluate.metrics import greater_is_better
+def decide_best_metric(cfg) -> tuple[bool, Decision]:
+    """Which way eval.best_metric improves (evaluate/best_metric.py: a requested direction that contradicts
+    the metric is refused there)."""
+    from ..evaluate.best_metric import best_is_higher
 
-    if ev.greater_is_better is not None:
-        return ev.greater_is_better, Decision("eval.greater_is_better", str(ev.greater_is_better), "requested")
-    g = greater_is_better(ev.best_metric)
-    return g, Decision("eval.greater_is_better", str(g), f"inferred from {ev.best_metric!r}", changed=True)
+    g, why = best_is_higher(cfg)
+    return g, Decision("eval.greater_is_better", str(g), why, changed=cfg.eval.greater_is_better is None)
 
 
 # --------------------------------------------------------------------------- components

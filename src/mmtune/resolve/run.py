@@ -275,7 +275,7 @@ def resolve_run(cfg: RunConfig, target: Target, *, for_training: bool = False,
     if d:
         decisions.append(d)
     _check_best_metric(cfg)
-    greater, d = decide_best_metric(cfg.eval)
+    greater, d = decide_best_metric(cfg)
     decisions.append(d)
 
     splits, data_updates = [], {}
@@ -429,13 +429,16 @@ def _liger_problem(target, family, *, probe: bool) -> str | None:
 def _check_best_metric(cfg) -> None:
     """eval.best_metric must be a name the evaluation reports (mixtures: <source>/<metric>, mixture/...)."""
     from ..errors import ConfigError
+    from ..evaluate.best_metric import generated_off, not_computed_reason
     from ..evaluate.per_source import check_directions, reported_metrics
 
     check_directions(cfg)
     known = reported_metrics(cfg)
     if cfg.eval.best_metric not in known:
-        raise ConfigError(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (reported: {sorted(known)})",
-                          where="eval.best_metric", fix="eval.best_metric=eval_loss, or one of the reported names")
+        raise ConfigError(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (reported: {sorted(known)}"
+                          f"{not_computed_reason(cfg)})", where="eval.best_metric",
+                          fix="eval.best_metric=eval_loss, or one of the reported names"
+                              + (", or eval.generate=true" if generated_off(cfg) else ""))
 
 
 def resolve_here(run_or_cfg) -> ResolvedRun:

@@ -255,7 +255,7 @@ class _Loop:
                 stopping = skipped_eval = True
             else:
                 self.eval_metrics = metrics
-                track_best(cfg, self.best, self.eval_metrics, step)
+                track_best(cfg, self.best, self.eval_metrics, step, run.resolved.greater_is_better)
         if at_eval or at_save or last or stopping:
             checkpoint_now(run, step, {"step": step, "position": self.cursor.position(), "best": self.best,
                                        "accepted_changes": self.history, "data": self.st.data}, self.eval_metrics)

@@ -44,13 +44,11 @@ def evaluate_now(run, step, sinks, bar, stop=None):
     return metrics
 
 
-def track_best(cfg, best, metrics, step) -> None:
-    from ..evaluate.metrics import greater_is_better
-
+def track_best(cfg, best, metrics, step, higher: bool) -> None:
+    """`higher`: the resolved run's eval.greater_is_better (decided once at start, evaluate/best_metric.py)."""
     name = cfg.eval.best_metric
-    if name not in metrics:
+    if name not in metrics:  # an evaluation given up part way; the start refuses a name never computed
         return
-    higher = cfg.eval.greater_is_better if cfg.eval.greater_is_better is not None else greater_is_better(name)
     v = metrics[name]
     if best["value"] is None or (v > best["value"] if higher else v < best["value"]):
         # Relative to the run folder, so a moved folder still knows (and keeps) its best checkpoint.

@@ -69,7 +69,8 @@ def print_start_summary(run, notes) -> None:
               f"{cfg.train.grad_accum} x {run.accelerator.num_processes} process(es))")
     t.add_row("batch", escape(scale_line(batch_scale(run))) + "; time per epoch printed once measured")
     t.add_row("optimizer", f"{cfg.train.optimizer} lr {cfg.train.lr} {cfg.train.scheduler}, warmup {cfg.train.warmup_steps}")
-    scored = "".join(f" + {', '.join(cfg.eval.metrics)}" for _ in cfg.eval.metrics[:1])
+    # eval.generate=false scores no answer: the line does not promise metrics that are never computed
+    scored = "".join(f" + {', '.join(cfg.eval.metrics)}" for _ in cfg.eval.metrics[:1] if cfg.eval.generate)
     t.add_row("eval", f"every {cfg.eval.every or 'end'}: eval_loss{scored}; best by {cfg.eval.best_metric}")
     for note in list(notes) + list(run.decisions):
         t.add_row("decision", escape(note))  # decisions quote pip extras like 'mmtune[gpu]'

@@ -147,13 +147,21 @@ def eval_settings(ctx):
     if cfg.eval.every is not None and cfg.data.eval is None:
         yield warning("eval.every is set but data.eval is not: no evaluation will run", where="eval.every",
                       fix="data.eval=PATH (or remove eval.every)")
+    from ...errors import ConfigError
+    from ...evaluate.best_metric import best_is_higher, generated_off, not_computed_reason
     from ...evaluate.per_source import reported_metrics
 
     known = reported_metrics(cfg)
     if cfg.eval.best_metric not in known:
-        yield error(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (metrics: {sorted(known)})",
-                    where="eval.best_metric",
-                    fix="eval.best_metric=eval_loss, or add it to eval.metrics")
+        yield error(f"eval.best_metric={cfg.eval.best_metric!r} is not computed (metrics: {sorted(known)}"
+                    f"{not_computed_reason(cfg)})", where="eval.best_metric",
+                    fix="eval.best_metric=eval_loss, or add it to eval.metrics"
+                        + (", or eval.generate=true" if generated_off(cfg) else ""))
+        return
+    try:  # the direction `mmtune train` refuses at start: a best checkpoint that is the worst one
+        best_is_higher(cfg)
+    except ConfigError as e:
+        yield error(e.what, where=e.where, fix=e.fix)
 
 
 @check("MM029", "adapter settings are consistent", fast=True)

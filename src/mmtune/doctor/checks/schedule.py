@@ -1,4 +1,5 @@
-"""Schedule checks: warmup, evaluation and saving intervals against the run's length (fast, config only).
+"""Schedule checks: warmup, evaluation and saving intervals against the run's length (fast, config only;
+MM473 also reads the data scan's eval record count).
 
 What `train/schedule.py` and `train/loop.py` do decides what is wrong here. The LR warms up linearly
 over `train.warmup_steps`, then decays (cosine / linear) over exactly the remaining steps, to zero at
@@ -39,3 +40,32 @@ def schedule(ctx):
         yield warning(f"train.save_every={t.save_every} > train.max_steps={steps}: the only checkpoint is the final "
                       "one, so a run stopped before the end has nothing to resume from", where="train.save_every",
                       fix=f"train.save_every={max(1, steps // 4)}")
+
+
+@check("MM473", "evaluation during training reads no more records than training does", needs=("cfg", "scan", "resolved"))
+def eval_work(ctx):
+    """Every evaluation reads the whole eval set (data.eval_max_samples caps it), and with generation each record
+    is also answered token by token, up to eval.max_new_tokens forwards. An eval set evaluated more often than
+    training reads records makes evaluation the run's longest part, silently (a warning with the counts: how
+    long one evaluation takes is known only once it runs). Per process: both are shared over the ranks."""
+    cfg, scan, resolved = ctx.need("cfg"), ctx.need("scan"), ctx.need("resolved")
+    t = resolved.cfg.train  # train.epochs: the resolved run's steps
+    if cfg.data.eval is None or not t.max_steps:
+        return
+    n = sum(s.ok for s in scan.splits if s.split == "eval")
+    n = min(n, cfg.data.eval_max_samples or n)
+    every = cfg.eval.every or t.max_steps
+    runs = -(-t.max_steps // every)  # at each multiple of eval.every and at the last step
+    world = max(1, resolved.target.processes)
+    evaluated = runs * -(-n // world)
+    trained = t.max_steps * t.micro_batch_size * t.grad_accum
+    if not n or evaluated <= trained:
+        return
+    keep = max(1, trained * world // runs)
+    gen = (f", each answered by greedy generation of up to {cfg.eval.max_new_tokens} tokens one forward at a time"
+           if cfg.eval.generate and cfg.eval.metrics else "")
+    yield warning(f"evaluation reads {evaluated} records per process over the run ({runs} evaluation(s) of {n} records"
+                  f"{gen}), training {trained}: evaluation, not training, takes most of the run",
+                  where="data.eval_max_samples" if n > keep else "eval.every",
+                  fix=f"data.eval_max_samples={keep} (evaluate a sample), a larger eval.every, or eval.generate=false "
+                      "during training and `mmtune eval` on the best checkpoint after")
