@@ -53,6 +53,15 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "bf16": ("train.precision", "transformers (train.precision=bf16)"),
     "fp16": ("train.precision", "transformers (train.precision=fp16)"),
     "seed": ("train.seed", "transformers"),
+    # mixed precision: the switches around fp16 / bf16 other tools have (batch 46 in docs/doctor.md)
+    "tf32": ("", "transformers / axolotl / LLaMA-Factory"),
+    "bf16_full_eval": ("", "transformers"),
+    "fp16_full_eval": ("", "transformers"),
+    "half_precision_backend": ("train.precision", "transformers"),
+    "fp16_opt_level": ("train.precision", "transformers (apex)"),
+    "mixed_precision": ("train.precision", "accelerate"),
+    "upcast_layernorm": ("", "LLaMA-Factory"),
+    "loss_scale": ("", "DeepSpeed / ms-swift"),
     # adapters: what other tools call peft's options (batch 12 in docs/doctor.md)
     "use_dora": ("adapter.use_dora", "LLaMA-Factory / ms-swift"),
     "peft_use_dora": ("adapter.use_dora", "axolotl"),
@@ -135,6 +144,21 @@ FOREIGN_NOTES: dict[str, str] = {
                           "embeddings (a token past them is MM065). Add them once outside mmtune (tokenizer.add_tokens, "
                           "model.resize_token_embeddings, save_pretrained both) and give that folder as model.name; "
                           "LoRA leaves the new rows untrained, so train them with adapter.method=full",
+    "tf32": "there is no TF32 switch: torch's default is kept (fp32 matmuls in full fp32, TF32 off). On an Ampere or newer "
+            "GPU the fast path is train.precision=bf16, every matmul on the tensor cores (MM181 warns about an fp32 run "
+            "there); on a T4 / V100 / RTX 20xx there is no TF32 at all",
+    "bf16_full_eval": "evaluation runs in the run's own precision (train.precision, the same autocast and weights as "
+                      "the training steps), so eval_loss is comparable with the training loss; there is no second dtype "
+                      "for evaluation",
+    "half_precision_backend": "fp16 is torch's native autocast with a GradScaler (train.precision=fp16); there is no "
+                              "apex backend or opt level",
+    "mixed_precision": "train.precision=bf16 | fp16 | fp32 is the one precision setting; an accelerate launcher's "
+                       "mixed precision is overridden by it, and the precision decision says so",
+    "upcast_layernorm": "norms compute as the model's code writes them (Qwen2's RMSNorm upcasts to fp32 inside); with "
+                        "QLoRA the non-quantized weights stay in the compute dtype unless adapter.kbit_upcast=true",
+    "loss_scale": "fp16's loss scale is torch's dynamic GradScaler (train.precision=fp16, starting at 65536); the "
+                  "skipped updates and the scale are logged (`loss_scale`, summary.json `skipped_updates`), and a "
+                  "scale that falls below 1 stops the run under train.nan_guard",
     "dataset_text_field": "raw text is data.format=text (continued pretraining: every token of each document "
                           "trained, an EOS after it); its field is `text`, another is data.columns.text=<field>",
 }
@@ -146,7 +170,8 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("peft_init_lora_weights", "init_lora_weights"), ("init_weights", "init_lora_weights"),
                        ("pissa_init", "init_lora_weights"), ("pissa_convert", "init_lora_weights"),
                        ("loftq_config", "init_lora_weights"), ("loftq_bits", "init_lora_weights"),
-                       ("resize_vocab", "new_special_tokens")):
+                       ("resize_vocab", "new_special_tokens"), ("fp16_full_eval", "bf16_full_eval"),
+                       ("fp16_opt_level", "half_precision_backend")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 

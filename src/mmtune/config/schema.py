@@ -449,7 +449,8 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     ignore_plan: bool = Field(False, description="start even if the planner predicts the run will not fit")
     gpu: str | None = Field(None, description="target GPU id for the pre-start plan, e.g. a100-40gb")
-    nan_guard: bool = True
+    nan_guard: bool = Field(True, description="stop at a non-finite loss, at a non-finite gradient beside a finite loss, "
+                                              "and when fp16's loss scale falls below 1 (every update skipped)")
     strategy: Literal["auto", "ddp", "fsdp", "zero2", "zero3"] = Field(
         "auto", description="how several GPUs share the run: ddp (a full copy per GPU), fsdp (PyTorch FSDP2: "
                             "weights, gradients and optimizer state sharded), zero2 / zero3 (DeepSpeed through "

@@ -21,6 +21,7 @@ from ..console import console
 from ..errors import MMTuneError
 from ..media_balance import balance_for
 from .feed import close, flat_indices, merge_check, next_micro_batch, open_feed, settle
+from .loss_scale import LossScaleWatch
 from .milestones import (
     agree,
     baseline,
@@ -126,6 +127,7 @@ class _Loop:
         self.last_save = time.monotonic()
         self.start_step = self.step
         self.res = None  # the last step's StepResult
+        self.scale_watch = LossScaleWatch(getattr(acc, "scaler", None))  # fp16's skipped updates (train/loss_scale.py)
         self.scale = batch_scale(run)  # effective batch, lr, tokens per step, steps per epoch (summary.py)
         self.timed = {"s": 0.0, "n": 0}  # step times after the first (warm-up) step of this process
         self.first = {"wait": 0.0, "time": 0.0}  # this process's first step: its data wait and its step time
@@ -189,6 +191,10 @@ class _Loop:
                 where=f"records {bad[:8]}",
                 fix=("fp16 overflows easily; use train.precision=bf16 on a GPU that has it, or lower train.lr"
                      if run.resolved.precision == "fp16" else "lower train.lr or check these records"))
+        self.scale_watch.after_step(res.skipped)
+        if cfg.train.nan_guard and self.scale_watch.collapsed():
+            what, where, fix = self.scale_watch.message(self.step)
+            raise MMTuneError(what, where=where, fix=fix)
         self.res = res
         return res
 
@@ -225,7 +231,8 @@ class _Loop:
                # the work done, where wall time also counts the waits for a core
                "cpu_s": time.process_time() - c0,
                "data_wait_s": wait, "padding_fraction": 1 - res.input_tokens / padded if padded else 0.0,
-               "epoch": self.cursor.epoch, "skipped_update": res.skipped}
+               "epoch": self.cursor.epoch, "skipped_update": res.skipped,
+               **({"loss_scale": self.scale_watch.scale()} if self.scale_watch.active else {})}
         if step % cfg.train.log_every == 0 or step == cfg.train.max_steps:
             self.sinks.log(step, row)
         step_note = getattr(self.run.objective, "step_note", None)  # an objective's "this step learned nothing"
@@ -293,6 +300,9 @@ class _Loop:
             else:
                 check.cancel()
         summary = self.summary()
+        if summary.get("skipped_updates") and self.main:  # a skipped update changes nothing: never only a field
+            console.print(f"fp16: {summary['skipped_updates']} of {step - self.start_step} update(s) were skipped by the "
+                          f"GradScaler (gradients overflowed at the loss scale; now {summary['loss_scale']:g})")
         if self.run.eval_set is not None and self.main:
             summary["baseline"] = baseline(self.run)
         if self.main:
@@ -340,6 +350,7 @@ class _Loop:
             **({"tower_rows_added": balance.dummy_rows} if balance is not None else {}),
             **({"startup_check": self.check_report or {"when": "beside training", "finished": False}}
                if self.check is not None else {}),
+            **self.scale_watch.summary(),  # fp16: updates the GradScaler skipped, its scale now
             **extra,
         }
 
