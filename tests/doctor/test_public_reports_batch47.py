@@ -1,0 +1,77 @@
+"""Broken setups from the forty-seventh batch of public bug reports (docs/doctor.md, "Public bug reports, batch 47:
+gradient checkpointing: frozen inputs, reentrant variants, vision towers and DDP"), rebuilt on the tiny twins.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mmtune.build import build_run
+from mmtune.config.loader import load_config
+from tests.family_registry import DATA
+
+pytestmark = pytest.mark.filterwarnings("ignore")
+
+
+def _run(tmp_path: Path, twin: str, adapter: dict, checkpointing: bool = True):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"), "model": {"name": twin, "gradient_checkpointing": checkpointing},
+        "data": {"train": str(DATA / "image_qa.jsonl"), "media_root": str(DATA)},
+        "adapter": {"r": 4, "dropout": 0.0, **adapter},
+        "train": {"max_steps": 1, "micro_batch_size": 1, "precision": "fp32", "device": "cpu", "seed": 0},
+        "logging": {"tensorboard": False}}))
+    return build_run(load_config(cfg, []), with_optimizer=False)
+
+
+def _calls_in_one_step(run, module) -> int:
+    """How many times `module` runs in one forward + backward of the run's first record (2: checkpointed)."""
+    calls = []
+    hook = module.register_forward_pre_hook(lambda *a: calls.append(1))  # a post-hook misses the recomputation's early stop
+    model = run.unwrapped_model()
+    model.zero_grad()
+    model(**run.collator([run.encoder.encode(run.train_set.records[0])])).loss.backward()
+    hook.remove()
+    return len(calls)
+
+
+# ----------------------------------------------------------------------------- Mllama's vision layers
+# https://github.com/unslothai/unsloth-zoo/pull/264 (Llama 3.2 Vision OOM after transformers' checkpointing refactor),
+# https://github.com/modelscope/ms-swift/issues/1928, https://github.com/huggingface/transformers/pull/34724 (a vision
+# tower left out of checkpointing: "开启视觉模块微调之后显存溢出", OOM once the tower is trained). transformers 5 sets
+# MllamaVisionEncoder.gradient_checkpointing but its plain layers never read it: a trained tower kept every
+# activation while the run said "gradient checkpointing: on". Now they are checkpointed (models/left_out_layers.py)
+# and the decision names them.
+
+def test_mllama_vision_layers_are_checkpointed_when_the_tower_trains(tmp_path):
+    run = _run(tmp_path, "tiny/mllama", {"method": "full"})
+    base = run.unwrapped_model()
+    vision = base.model.vision_model
+    assert any(p.requires_grad for p in vision.parameters())
+    # recomputed in backward: the layer's MLP runs twice, as a checkpointed decoder layer's does
+    assert _calls_in_one_step(run, vision.transformer.layers[0].mlp) == 2
+    assert _calls_in_one_step(run, vision.global_transformer.layers[0].mlp) == 2
+    assert _calls_in_one_step(run, base.model.language_model.layers[0].mlp) == 2
+    line = next(d for d in run.decisions if d.startswith("gradient checkpointing:"))
+    assert "model.vision_model.transformer.layers" in line and "model.vision_model.global_transformer.layers" in line
+
+
+def test_mllama_checkpointed_vision_gives_the_same_gradients(tmp_path):
+    import torch
+
+    grads = []
+    for on in (True, False):
+        run = _run(tmp_path / str(on), "tiny/mllama", {"method": "full"}, checkpointing=on)
+        model = run.unwrapped_model()
+        if not on:
+            assert _calls_in_one_step(run, model.model.vision_model.transformer.layers[0].mlp) == 1
+        model.zero_grad()
+        model(**run.collator([run.encoder.encode(run.train_set.records[0])])).loss.backward()
+        grads.append({n: p.grad for n, p in model.named_parameters() if "vision_model" in n and p.grad is not None})
+    assert grads[0] and grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-6)
