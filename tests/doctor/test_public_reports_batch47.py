@@ -75,3 +75,50 @@ def test_mllama_checkpointed_vision_gives_the_same_gradients(tmp_path):
     assert grads[0] and grads[0].keys() == grads[1].keys()
     for n in grads[0]:
         torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- checkpointing keys of other tools
+# https://github.com/huggingface/peft/pull/1036, https://github.com/huggingface/trl/pull/1118,
+# https://github.com/huggingface/peft/issues/1142 (gradient_checkpointing_kwargs={"use_reentrant": ...} carried
+# between scripts: reentrant computes no LoRA gradients behind frozen inputs, non-reentrant was the fix);
+# https://github.com/pytorch/pytorch/issues/97436, https://github.com/pytorch/pytorch/issues/121966 (torch_compile
+# with checkpointing); https://github.com/hiyouga/LlamaFactory/issues/1161 (use_cache in a training config).
+# The base answered use_reentrant "remove it", torch_compile "did you mean train.loss_impl?", use_cache "did you
+# mean model.name?", and gradient_checkpointing_kwargs only with the key's name, its choice unsaid.
+
+@pytest.mark.parametrize("key, value, ours", [
+    ("gradient_checkpointing_kwargs", {"use_reentrant": True}, "model.gradient_checkpointing"),
+    ("model.use_reentrant", True, "model.gradient_checkpointing"),
+    ("fsdp_activation_checkpointing", True, "model.gradient_checkpointing"),
+])
+def test_reentrant_settings_are_answered_with_the_one_checkpointing_key(tmp_path, key, value, ours):
+    from doctor_helpers import refusal_of_key
+
+    text = refusal_of_key(tmp_path, key, value)
+    assert f"did you mean '{ours}'" in text and "always non-reentrant" in text
+
+
+@pytest.mark.parametrize("key, wrong", [("train.torch_compile", "train.loss_impl"), ("model.use_cache", "model.name")])
+def test_compile_and_cache_keys_are_not_answered_with_an_unrelated_key(tmp_path, key, wrong):
+    from doctor_helpers import refusal_of_key
+
+    text = refusal_of_key(tmp_path, key, True)
+    assert wrong not in text and "remove it" in text
+    assert ("not compiled" if "compile" in key else "use_cache=False themselves") in text
+
+
+# ----------------------------------------------------------------------------- FSDP activation checkpointing twice
+# https://github.com/huggingface/transformers/pull/31578, https://github.com/huggingface/transformers/issues/32073,
+# https://github.com/huggingface/accelerate/issues/1732: accelerate's fsdp_activation_checkpointing beside the
+# model's own checkpointing (a second wrapper). MM413 already refuses an accelerate FSDP launch (fast: `mmtune train`
+# stops at start); its message now names that setting with the others the run decides itself.
+
+def test_mm413_names_accelerates_activation_checkpointing(tmp_path, monkeypatch):
+    from doctor_helpers import context_for, run_codes
+    from test_public_reports_batch44 import FSDP_LAUNCH, TINY_VL
+
+    for k, v in {**FSDP_LAUNCH, "FSDP_ACTIVATION_CHECKPOINTING": "true"}.items():
+        monkeypatch.setenv(k, v)
+    found = run_codes(context_for(tmp_path, TINY_VL), "MM413").findings
+    assert [(f.code, f.severity) for f in found] == [("MM413", "error")]
+    assert "fsdp_activation_checkpointing=true" in " ".join(found[0].message.split())

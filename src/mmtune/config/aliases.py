@@ -100,6 +100,14 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "loftq_bits": ("", "peft / LLaMA-Factory"),
     "new_special_tokens": ("", "LLaMA-Factory"),
     "resize_vocab": ("", "LLaMA-Factory"),
+    # checkpointing and the cache (batch 47 in docs/doctor.md): difflib answered use_reentrant with "remove it",
+    # torch_compile with train.loss_impl and use_cache with model.name, and gradient_checkpointing_kwargs' own
+    # choice (use_reentrant: true, the old DDP workaround) went unsaid
+    "gradient_checkpointing_kwargs": ("model.gradient_checkpointing", "transformers / TRL / LLaMA-Factory"),
+    "use_reentrant": ("model.gradient_checkpointing", "torch / transformers"),
+    "fsdp_activation_checkpointing": ("model.gradient_checkpointing", "accelerate"),
+    "torch_compile": ("", "transformers / axolotl"),
+    "use_cache": ("", "transformers / TRL"),
 }
 
 # Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
@@ -135,6 +143,15 @@ FOREIGN_NOTES: dict[str, str] = {
                           "embeddings (a token past them is MM065). Add them once outside mmtune (tokenizer.add_tokens, "
                           "model.resize_token_embeddings, save_pretrained both) and give that folder as model.name; "
                           "LoRA leaves the new rows untrained, so train them with adapter.method=full",
+    "gradient_checkpointing_kwargs": "checkpointing is always non-reentrant (use_reentrant=False, with its "
+                                     "recomputation context for the planner): LoRA, frozen embeddings, a frozen "
+                                     "tower and DDP work with it, where reentrant checkpointing computes no "
+                                     "gradients or marks parameters ready twice; model.gradient_checkpointing="
+                                     "true | false is the only setting",
+    "torch_compile": "the model is not compiled (torch.compile around checkpointed, LoRA-wrapped layers is a "
+                     "source of recompilations and CheckpointErrors of its own)",
+    "use_cache": "training forwards pass use_cache=False themselves and generation uses the cache; the saved "
+                 "config.json keeps the model's own use_cache",
     "dataset_text_field": "raw text is data.format=text (continued pretraining: every token of each document "
                           "trained, an EOS after it); its field is `text`, another is data.columns.text=<field>",
 }
@@ -146,7 +163,9 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("peft_init_lora_weights", "init_lora_weights"), ("init_weights", "init_lora_weights"),
                        ("pissa_init", "init_lora_weights"), ("pissa_convert", "init_lora_weights"),
                        ("loftq_config", "init_lora_weights"), ("loftq_bits", "init_lora_weights"),
-                       ("resize_vocab", "new_special_tokens")):
+                       ("resize_vocab", "new_special_tokens"),
+                       ("use_reentrant", "gradient_checkpointing_kwargs"),
+                       ("fsdp_activation_checkpointing", "gradient_checkpointing_kwargs")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 
