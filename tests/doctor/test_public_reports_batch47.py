@@ -77,6 +77,23 @@ def test_mllama_checkpointed_vision_gives_the_same_gradients(tmp_path):
         torch.testing.assert_close(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-6)
 
 
+
+# ----------------------------------------------------------------------------- LoRA on the vision tower
+# https://github.com/2U1/Qwen-VL-Series-Finetune/issues/193, https://github.com/unslothai/unsloth/issues/5039,
+# https://github.com/locuslab/open-unlearning/issues/178, https://github.com/NVIDIA-TAO/tao-pytorch/pull/106: LoRA on
+# the tower (or behind frozen inputs) with reentrant checkpointing, or the input-grad hook on the wrong sub-model:
+# the vision LoRA weights got no gradient and stayed at their init. mmtune checkpoints non-reentrant, so a LoRA
+# weight inside a checkpointed block gets its gradient whether the block's input requires grad or not.
+
+def test_vision_lora_gets_gradients_through_checkpointed_blocks(tmp_path):
+    run = _run(tmp_path, "tiny/qwen2-vl", {"method": "lora", "target_modules": ["q_proj", "v_proj", "vision:qkv"]})
+    model = run.unwrapped_model()
+    blocks = model.get_base_model().model.visual.blocks
+    assert _calls_in_one_step(run, blocks[0].mlp) == 2  # the tower's blocks are checkpointed
+    vision_b = {n: p.grad for n, p in model.named_parameters() if "lora_B" in n and "visual" in n}
+    assert vision_b and all(g is not None and float(g.abs().sum()) > 0 for g in vision_b.values())
+
+
 # ----------------------------------------------------------------------------- checkpointing keys of other tools
 # https://github.com/huggingface/peft/pull/1036, https://github.com/huggingface/trl/pull/1118,
 # https://github.com/huggingface/peft/issues/1142 (gradient_checkpointing_kwargs={"use_reentrant": ...} carried
@@ -122,3 +139,32 @@ def test_mm413_names_accelerates_activation_checkpointing(tmp_path, monkeypatch)
     found = run_codes(context_for(tmp_path, TINY_VL), "MM413").findings
     assert [(f.code, f.severity) for f in found] == [("MM413", "error")]
     assert "fsdp_activation_checkpointing=true" in " ".join(found[0].message.split())
+
+
+# ----------------------------------------------------------------------------- a class without checkpointing
+# https://github.com/huggingface/transformers/issues/9113, https://github.com/huggingface/transformers/issues/18513
+# ("ValueError: ... does not support gradient checkpointing"; some models silently did not checkpoint). mmtune
+# skips the call on such a class, but said nothing: a day-0 JetMoe (supports_gradient_checkpointing=False) with
+# model.gradient_checkpointing=true had no checkpointing line among the run's decisions, and the user read the
+# config as on. Now the decision says off and why.
+
+def test_a_class_without_checkpointing_is_said_off(tmp_path):
+    from doctor_helpers import sums_jsonl
+    from transformers import JetMoeConfig, JetMoeForCausalLM
+
+    from mmtune.models.tiny import tiny_config_and_processor
+
+    _, tok = tiny_config_and_processor("tiny/qwen2")
+    config = JetMoeConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, kv_channels=8, num_key_value_heads=2,
+                          intermediate_size=64, num_local_experts=2, num_experts_per_tok=1, max_position_embeddings=256)
+    JetMoeForCausalLM(config).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "output_dir": str(tmp_path / "run"), "model": {"name": str(tmp_path / "m"), "gradient_checkpointing": True},
+        "data": {"train": sums_jsonl(tmp_path), "max_length": 64}, "adapter": {"method": "lora", "r": 4, "dropout": 0.0},
+        "train": {"max_steps": 1, "micro_batch_size": 1, "precision": "fp32", "device": "cpu"},
+        "logging": {"tensorboard": False}}))
+    run = build_run(load_config(cfg, []), with_optimizer=False)
+    lines = [d for d in run.decisions if d.startswith("gradient checkpointing:")]
+    assert len(lines) == 1 and "off: JetMoeForCausalLM does not support it" in lines[0]

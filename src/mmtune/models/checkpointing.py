@@ -34,7 +34,8 @@ def apply_checkpointing(model, family, context_fn=None) -> str:
         text_input_grads_only(model)
         return "on (non-reentrant)" + (f"; also {', '.join(left_out)}, which {type(model).__name__}'s own "
                                        "checkpointing leaves out" if left_out else "")
-    return f"off: {type(model).__name__} does not support it"
+    return (f"off: {type(model).__name__} does not support it (model.gradient_checkpointing=true has no effect: "
+            "every layer's activations are kept, as mmtune plan counts them)")
 
 
 def text_input_grads_only(model) -> None:
