@@ -16,12 +16,12 @@ from tests.family_registry import DATA
 pytestmark = pytest.mark.filterwarnings("ignore")
 
 
-def _run(tmp_path: Path, twin: str, adapter: dict, checkpointing: bool = True):
+def _run(tmp_path: Path, twin: str, adapter: dict, checkpointing: bool = True, data: str = "image_qa.jsonl"):
     tmp_path.mkdir(parents=True, exist_ok=True)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text(yaml.safe_dump({
         "output_dir": str(tmp_path / "run"), "model": {"name": twin, "gradient_checkpointing": checkpointing},
-        "data": {"train": str(DATA / "image_qa.jsonl"), "media_root": str(DATA)},
+        "data": {"train": str(DATA / data), "media_root": str(DATA)},
         "adapter": {"r": 4, "dropout": 0.0, **adapter},
         "train": {"max_steps": 1, "micro_batch_size": 1, "precision": "fp32", "device": "cpu", "seed": 0},
         "logging": {"tensorboard": False}}))
@@ -58,6 +58,14 @@ def test_mllama_vision_layers_are_checkpointed_when_the_tower_trains(tmp_path):
     assert _calls_in_one_step(run, base.model.language_model.layers[0].mlp) == 2
     line = next(d for d in run.decisions if d.startswith("gradient checkpointing:"))
     assert "model.vision_model.transformer.layers" in line and "model.vision_model.global_transformer.layers" in line
+
+
+def test_phi4_audio_conformer_is_checkpointed_by_the_same_rule(tmp_path):
+    run = _run(tmp_path, "tiny/phi4-multimodal", {"method": "full"}, data="audio_qa.jsonl")
+    layer = run.unwrapped_model().get_submodule("model.embed_tokens_extend.audio_embed.encoder.encoders")[0]
+    assert _calls_in_one_step(run, next(layer.children())) == 2
+    line = next(d for d in run.decisions if d.startswith("gradient checkpointing:"))
+    assert "model.embed_tokens_extend.audio_embed.encoder.encoders" in line
 
 
 def test_mllama_checkpointed_vision_gives_the_same_gradients(tmp_path):
