@@ -109,6 +109,14 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "loftq_bits": ("", "peft / LLaMA-Factory"),
     "new_special_tokens": ("", "LLaMA-Factory"),
     "resize_vocab": ("", "LLaMA-Factory"),
+    # checkpointing and the cache (batch 47 in docs/doctor.md): difflib answered use_reentrant with "remove it",
+    # torch_compile with train.loss_impl and use_cache with model.name, and gradient_checkpointing_kwargs' own
+    # choice (use_reentrant: true, the old DDP workaround) went unsaid
+    "gradient_checkpointing_kwargs": ("model.gradient_checkpointing", "transformers / TRL / LLaMA-Factory"),
+    "use_reentrant": ("model.gradient_checkpointing", "torch / transformers"),
+    "fsdp_activation_checkpointing": ("model.gradient_checkpointing", "accelerate"),
+    "torch_compile": ("", "transformers / axolotl"),
+    "use_cache": ("", "transformers / TRL"),
 }
 
 # Keys above whose meaning is not ours one for one: the sentence the error adds after naming our key.
@@ -159,6 +167,15 @@ FOREIGN_NOTES: dict[str, str] = {
     "loss_scale": "fp16's loss scale is torch's dynamic GradScaler (train.precision=fp16, starting at 65536); the "
                   "skipped updates and the scale are logged (`loss_scale`, summary.json `skipped_updates`), and a "
                   "scale that falls below 1 stops the run under train.nan_guard",
+    "gradient_checkpointing_kwargs": "checkpointing is always non-reentrant (use_reentrant=False, with its "
+                                     "recomputation context for the planner): LoRA, frozen embeddings, a frozen "
+                                     "tower and DDP work with it, where reentrant checkpointing computes no "
+                                     "gradients or marks parameters ready twice; model.gradient_checkpointing="
+                                     "true | false is the only setting",
+    "torch_compile": "the model is not compiled (torch.compile around checkpointed, LoRA-wrapped layers is a "
+                     "source of recompilations and CheckpointErrors of its own)",
+    "use_cache": "training forwards pass use_cache=False themselves and generation uses the cache; the saved "
+                 "config.json keeps the model's own use_cache",
     "dataset_text_field": "raw text is data.format=text (continued pretraining: every token of each document "
                           "trained, an EOS after it); its field is `text`, another is data.columns.text=<field>",
 }
@@ -171,7 +188,9 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("pissa_init", "init_lora_weights"), ("pissa_convert", "init_lora_weights"),
                        ("loftq_config", "init_lora_weights"), ("loftq_bits", "init_lora_weights"),
                        ("resize_vocab", "new_special_tokens"), ("fp16_full_eval", "bf16_full_eval"),
-                       ("fp16_opt_level", "half_precision_backend")):
+                       ("fp16_opt_level", "half_precision_backend"),
+                       ("use_reentrant", "gradient_checkpointing_kwargs"),
+                       ("fsdp_activation_checkpointing", "gradient_checkpointing_kwargs")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 
-def enable_checkpointing(model, context_fn=None) -> None:
-    """Non-reentrant activation checkpointing (transformers 5 name first, the v4 name as fallback).
+def enable_checkpointing(model, context_fn=None) -> list[str]:
+    """Non-reentrant activation checkpointing (transformers 5 name first, the v4 name as fallback), and on the
+    layer stacks the model's own checkpointing leaves out (models/left_out_layers.py): returns those stacks.
     `context_fn`: torch.utils.checkpoint's (forward context, recomputation context) factory (the planner's)."""
+    from .left_out_layers import checkpoint_left_out_layers
+
     kwargs = {"use_reentrant": False, **({"context_fn": context_fn} if context_fn is not None else {})}
     if hasattr(model, "activation_checkpointing_enable"):
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    return checkpoint_left_out_layers(model, context_fn)
 
 
 def apply_checkpointing(model, family, context_fn=None) -> str:
@@ -23,13 +27,15 @@ def apply_checkpointing(model, family, context_fn=None) -> str:
                 f"off: no part of {type(model).__name__} supports it")
     if getattr(model, "supports_gradient_checkpointing", False):
         # Non-reentrant: works with frozen inputs, LoRA and DDP (failure modes 11, 13).
-        enable_checkpointing(model, context_fn)
+        left_out = enable_checkpointing(model, context_fn)
         # config.use_cache is left as the model has it: every training forward passes use_cache=False itself
         # (loss.py, objectives/), while the config is what checkpoints and exports save, so a False here would
         # ship an inference model without its KV cache (https://github.com/hiyouga/LlamaFactory/issues/1161).
         text_input_grads_only(model)
-        return "on (non-reentrant)"
-    return f"off: {type(model).__name__} does not support it"
+        return "on (non-reentrant)" + (f"; also {', '.join(left_out)}, which {type(model).__name__}'s own "
+                                       "checkpointing leaves out" if left_out else "")
+    return (f"off: {type(model).__name__} does not support it (model.gradient_checkpointing=true has no effect: "
+            "every layer's activations are kept, as mmtune plan counts them)")
 
 
 def text_input_grads_only(model) -> None:

@@ -124,9 +124,9 @@ def load_model(run, *, device="cpu", dtype=None, meta: bool = False, random_weig
     if cfg.model.gradient_checkpointing:
         from .checkpointing import apply_checkpointing
 
-        how = apply_checkpointing(model, family)
-        if family.custom or how.startswith("on"):
-            _decide(decisions, "gradient checkpointing: " + how)
+        # said whether on or off: a class without checkpointing (JetMoe as a day-0 family) trained silently
+        # without it while model.gradient_checkpointing said true
+        _decide(decisions, "gradient checkpointing: " + apply_checkpointing(model, family))
     _decide(decisions, f"dtype: {dtype} for every floating parameter; device: {device}")
     return LoadedModel(model=model, processor=run.processor, family=family, config=config,
                        attn_implementation=attn, quantized=qlora and not meta, decisions=decisions)

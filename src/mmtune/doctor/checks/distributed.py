@@ -244,7 +244,9 @@ _FSDP_SETTINGS = (("FSDP_VERSION", "fsdp_version"), ("FSDP_AUTO_WRAP_POLICY", "f
                   ("FSDP_TRANSFORMER_CLS_TO_WRAP", "fsdp_transformer_layer_cls_to_wrap"),
                   ("FSDP_USE_ORIG_PARAMS", "fsdp_use_orig_params"), ("FSDP_STATE_DICT_TYPE", "fsdp_state_dict_type"),
                   ("FSDP_CPU_RAM_EFFICIENT_LOADING", "fsdp_cpu_ram_efficient_loading"),
-                  ("FSDP_SYNC_MODULE_STATES", "fsdp_sync_module_states"))
+                  ("FSDP_SYNC_MODULE_STATES", "fsdp_sync_module_states"),
+                  # a second checkpoint wrapper around layers model.gradient_checkpointing already checkpoints
+                  ("FSDP_ACTIVATION_CHECKPOINTING", "fsdp_activation_checkpointing"))
 
 
 @check("MM413", "the launch does not hand the model to accelerate's own FSDP (mmtune shards with FSDP2 itself)", fast=True)
