@@ -65,10 +65,13 @@ def _config(tok, **over):
 
     from ..tiny import _text_common
 
-    # 2 layers: layer 0 dense (first_k_dense_replace=1, as the real model), layer 1 a MoE of 4 routed experts (2 per
-    # token) and 1 shared, 32 wide: the routing is real and tiny. Half the head dim rotates, as in GLM-4.1V's twin.
-    text = _text_common(tok, head_dim=16, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
-                        n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1, output_router_logits=False,
+    # 3 layers, as the real model is built: layer 0 dense (first_k_dense_replace=1), then a stack of identical MoE layers
+    # (4 routed experts, 2 per token, and 1 shared, 32 wide: the routing is real and tiny). With 2 layers the one MoE
+    # layer made no stack, and the e2e contract's 12 steps at lr 1e-2 ended on a loss spike (docs/families.md).
+    # Half the head dim rotates, as in GLM-4.1V's twin.
+    text = _text_common(tok, num_hidden_layers=3, head_dim=16, moe_intermediate_size=32, n_routed_experts=4,
+                        num_experts_per_tok=2, n_shared_experts=1, first_k_dense_replace=1, n_group=1, topk_group=1,
+                        output_router_logits=False,
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
                                          "partial_rotary_factor": 0.5})
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": text["hidden_size"],
