@@ -54,7 +54,7 @@ def test_recipe_fits_the_gpu_it_names(stem, overrides, gpu, gpus, nodes):
 
     cfg = load_config(ROOT / "recipes" / f"{stem}.yaml", list(overrides))
     resolved = resolve_run(cfg, target_for(cfg, gpu, local=False, gpus=gpus, nodes=nodes))
-    r = predict(resolved)
+    r = predict(resolved, gpus=gpus * nodes, nodes=nodes, strategy=resolved.strategy)  # as `mmtune plan` calls it
     assert r.fits, verdict_line(r)
     if "profile=t4_qlora" in overrides:  # the profile named on the command line makes the run a QLoRA one
         assert (r.method, r.precision, r.gpu_id) == ("qlora", "fp16", "t4")
