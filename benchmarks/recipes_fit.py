@@ -43,11 +43,13 @@ def main(argv=None) -> int:
     started = provenance()
     lines = [f"# {os.cpu_count()}-core machine shared with other sessions; each case a fresh `python -m mmtune.cli plan`"]
     for path in sorted((ROOT / "recipes").glob("*.yaml")):
-        for ov, gpu in named_plans(path):
+        for ov, gpu, gpus, nodes in named_plans(path):
             load = os.getloadavg()[0]
-            out, wall, cpu, rc = _run([str(path.relative_to(ROOT)), *ov, "--gpu", gpu, "--no-fixes"])
+            many = ["--gpus", str(gpus), "--nodes", str(nodes)] if gpus * nodes > 1 else []
+            out, wall, cpu, rc = _run([str(path.relative_to(ROOT)), *ov, "--gpu", gpu, *many, "--no-fixes"])
             verdict = next((x for x in out.splitlines() if x.startswith(("fits ", "does NOT fit"))), out.strip()[-300:])
-            lines.append(f"mmtune plan {path.relative_to(ROOT)} {' '.join(ov)} --gpu {gpu}: exit {rc}; {verdict}; "
+            shard = "".join(f" {w}" for w in many)  # nothing for one GPU: the lines read as before
+            lines.append(f"mmtune plan {path.relative_to(ROOT)} {' '.join(ov)} --gpu {gpu}{shard}: exit {rc}; {verdict}; "
                          f"{wall:.1f} s wall, {cpu:.1f} s CPU (load {load:.1f})")
             print(lines[-1], flush=True)
     load = os.getloadavg()[0]

@@ -60,6 +60,9 @@ DOCUMENTED = {
                            + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
     "Qwen/Qwen3-VL-30B-A3B-Instruct": (31.07e9, "free2aitools.com/model/qwen/qwen3-vl-30b-a3b-instruct 'Parameters 31.07' "
                                        "(haimaker.ai's Thinking page: 31.1B)"),
+    "zai-org/GLM-4.5V": (107710933120, "a public model-info report of the zai-org/GLM-4.5V checkpoint (stored file id "
+                         "62538297598: '参数总量: 107,710,933,120', its tensors listed); the build's parameters are 5,760 "
+                         "fewer: the routers' e_score_correction_bias, 45 x 128, are buffers here"),
 }
 # hub id -> (documented parameter count of the language model alone, where): a VLM whose public count is its GGUF's
 # (llama.cpp converts the text model; the vision tower is a separate mmproj file)
