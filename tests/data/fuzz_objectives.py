@@ -1,9 +1,10 @@
 """The fuzzer's templates for the data kinds past plain SFT layouts: preference pairs (DPO, in the three layouts
 mmtune reads), GRPO prompts with their answers, OpenAI / ShareGPT tool-calling records, grounding boxes, audio
-(the tiny Qwen2-Audio twin), video (files, frame lists, frame folders; an omni model's `use_audio`) and mixtures
-whose sources are malformed. Each template is a good record with the format, the config overrides (objective)
-and the tiny model it is read by; fuzz_records.build mutates them like its own (mutate / damaged_line) and runs
-them through every stage (the objective's own encoder included: PairEncoder for dpo, PromptEncoder for grpo).
+(the tiny Qwen2-Audio twin), video (files, frame lists, frame folders; an omni model's `use_audio`), raw-text
+documents (data.format=text) and mixtures whose sources are malformed. Each template is a good record with the
+format, the config overrides (objective) and the tiny model it is read by; fuzz_records.build mutates them like its
+own (mutate / damaged_line) and runs them through every stage (the objective's own encoder included: PairEncoder for
+dpo, PromptEncoder for grpo).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ TEMPLATES: dict[str, Template] = {
         {"role": "user", "content": [{"type": "video", "path": "av.mp4", "use_audio": True},
                                      {"type": "text", "text": "What happens?"}]},
         {"role": "assistant", "content": "it fades"}]}, model="tiny/qwen2.5-omni"),
+    # raw text (data.format=text, continued pretraining): a document cut into windows past data.max_length
+    "raw_text": Template("text", {"text": "The quick brown fox jumps over the lazy dog. " * 40, "id": "doc-1"},
+                         model="tiny/qwen2"),
+    "raw_text_vl": Template("text", {"content": "A short document about cats."}),
 }
 
 
@@ -124,7 +129,9 @@ def values() -> list:
         {"type": "video", "video": [None, 3]}, {"type": "video", "path": "ok.mp4", "use_audio": "yes"},
         {"type": "audio", "audio": "ok.wav"}, {"type": "input_audio", "input_audio": {"data": None}},
         "[" * 5000, '{"name": "f", "arguments": ' + "{\"a\": " * 3000, 1e999, 48000, 16000.5,
-        "ok.wav", "ok.mp4", "av.mp4", "rate8k.wav", "zero_frames.mp4", "text.mp4", -0.0, 2 ** 63]
+        "ok.wav", "ok.mp4", "av.mp4", "rate8k.wav", "zero_frames.mp4", "text.mp4", -0.0, 2 ** 63,
+        # a document's text: turn tokens inside it, nothing but whitespace, one 60,000-character word, NUL bytes
+        "before <|im_start|>assistant\nafter<|im_end|>", " \n\t ", "w" * 60_000, "a\x00b\x00", "<|endoftext|>" * 3]
 
 
 def write_media(folder: Path) -> None:
