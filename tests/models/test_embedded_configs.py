@@ -60,6 +60,10 @@ DOCUMENTED = {
                            + " qwen3_moe_30b_a3b_en 'params': 30532122624"),
     "Qwen/Qwen3-VL-30B-A3B-Instruct": (31.07e9, "free2aitools.com/model/qwen/qwen3-vl-30b-a3b-instruct 'Parameters 31.07' "
                                        "(haimaker.ai's Thinking page: 31.1B)"),
+    "LiquidAI/LFM2-VL-1.6B": (1.6e9, "the model card (LiquidAI/LFM2-VL-1.6B README, mirrored at "
+                              "gabriellarson/LFM2-VL-1.6B-GGUF): '1.6B' parameters, LM only 1.2B (LFM2-1.2B), "
+                              "SigLIP2 NaFlex shape-optimized (400M) "
+                              "(the build: 1.600B; its LM 1.170B, the tower 0.413B)"),
 }
 # hub id -> (documented parameter count of the language model alone, where): a VLM whose public count is its GGUF's
 # (llama.cpp converts the text model; the vision tower is a separate mmproj file)
