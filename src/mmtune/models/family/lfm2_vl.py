@@ -94,9 +94,11 @@ def _config(tok, **over):
 
     from ..tiny import _text_common
 
-    # 4 layers: conv, conv, attention, conv (the published schedule's start: conv, conv, full_attention, ...)
-    text = _text_common(tok, head_dim=16, model_type="lfm2", layer_types=["conv", "conv", "full_attention", "conv"],
-                        num_hidden_layers=4, block_auto_adjust_ff_dim=False, conv_L_cache=3, norm_eps=1e-5)
+    # 4 layers: conv, conv, attention, conv (the published schedule's start: conv, conv, full_attention, ...);
+    # layer_types: a test's all-attention twin (the same decoder without the conv layers)
+    layers = over.pop("layer_types", ["conv", "conv", "full_attention", "conv"])
+    text = _text_common(tok, head_dim=16, model_type="lfm2", layer_types=layers, num_hidden_layers=4,
+                        block_auto_adjust_ff_dim=False, conv_L_cache=3, norm_eps=1e-5)
     text.pop("head_dim")  # LFM2 derives it: hidden / heads = 16
     vision = {"model_type": "siglip2_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
               "num_attention_heads": 2, "patch_size": 16, "num_patches": 64, "vision_use_head": False}
