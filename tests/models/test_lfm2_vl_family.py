@@ -6,6 +6,8 @@ and a saved processor is rebuilt from its folder with the same encodings."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from PIL import Image
 
@@ -103,3 +105,20 @@ def test_a_saved_processor_is_rebuilt_with_the_same_encodings(tmp_path):
     b = again(images=[[image]], text=["<image>hi"], return_tensors="pt")
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
     assert again.image_processor.tile_size == proc.image_processor.tile_size
+    # saved as transformers' own class (plain AutoProcessor loads the folder where torchvision is installed)
+    saved = json.loads((tmp_path / "processor_config.json").read_text())["image_processor"]
+    assert saved["image_processor_type"] == "Lfm2VlImageProcessor"
+
+
+def test_the_hubs_separate_preprocessor_config_is_read(tmp_path):
+    """The hub's folders keep the image settings in preprocessor_config.json, beside processor_config.json."""
+    from mmtune.models.family.lfm2_vl import processor_from_folder
+    from mmtune.models.tiny import build_tiny
+
+    _, proc = build_tiny(TWIN)
+    proc.save_pretrained(tmp_path)
+    spec = json.loads((tmp_path / "processor_config.json").read_text())
+    image = spec.pop("image_processor")
+    (tmp_path / "processor_config.json").write_text(json.dumps(spec))
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({**image, "max_image_tokens": 9}))
+    assert processor_from_folder(tmp_path).image_processor.max_image_tokens == 9

@@ -65,6 +65,11 @@ class Lfm2VlImageProcessorTorch(BaseImageProcessor):
         self.max_pixels_tolerance = max_pixels_tolerance
         self.image_mean, self.image_std = list(image_mean), list(image_std)
 
+    def to_dict(self) -> dict:
+        # saved as transformers' own class with the same settings: a folder mmtune writes (a checkpoint, an export)
+        # loads with plain AutoProcessor where torchvision is installed, as the hub's does
+        return {**super().to_dict(), "image_processor_type": "Lfm2VlImageProcessor"}
+
     @property
     def max_num_patches(self) -> int:
         """Patches every tile is padded to: a thumbnail's most or a whole tile's, the larger."""

@@ -131,7 +131,10 @@ def processor_from_folder(folder):
 
     from ..lfm2vl_images import SETTINGS
 
-    spec = json.loads((Path(folder) / "processor_config.json").read_text())
+    # the image settings: a separate preprocessor_config.json (the hub's layout) or nested in processor_config.json
+    # (what transformers 5 saves)
+    separate = Path(folder) / "preprocessor_config.json"
+    spec = json.loads((separate if separate.is_file() else Path(folder) / "processor_config.json").read_text())
     image = {k: v for k, v in spec.get("image_processor", spec).items() if k in SETTINGS}
     tok = AutoTokenizer.from_pretrained(str(folder))
     template = Path(folder) / "chat_template.jinja"
