@@ -143,7 +143,8 @@ class Lfm2VlImageProcessorTorch(BaseImageProcessor):
         most = self.max_num_patches
         if gh * gw > most:
             # a very long thin image: the 32 px floor on its short side leaves more patches than any tile holds;
-            # transformers' processor does not pad it and fails stacking the tiles, so it is refused here by name
+            # transformers' processor skips padding it (pad_along_first_dim), so a thumbnail cannot stack with its
+            # tiles and a lone view's patches outnumber its mask (read, not run: torchvision): refused here by name
             raise ValueError(f"an image resized to {tile.shape[1]}x{tile.shape[2]} px is {gh * gw} patches, over the "
                              f"{most} a tile holds (max_image_tokens={self.max_image_tokens}): its aspect ratio is "
                              f"too extreme for this processor; crop or pad the image nearer to square")
