@@ -93,6 +93,20 @@ def test_image_tokens_are_the_models_own_count_at_the_published_settings(size):
     assert 64 <= int((out["spatial_shapes"][-1] // 2).prod()) <= 256  # the one view or the thumbnail: the budget
 
 
+def test_a_very_long_thin_image_is_refused_by_name():
+    """Past several hundred to one the 32 px floor on the short side leaves more patches than a tile holds."""
+    from mmtune.models.configs import embedded
+    from mmtune.resolve.processor import stand_in_processor
+
+    proc = stand_in_processor(FAMILIES["lfm2_vl"], embedded("LiquidAI/LFM2-VL-1.6B")["processor"])
+    ok = proc(images=[[Image.new("RGB", (8000, 10))]], text=["<image>"], return_tensors="pt")
+    # one view of 32 x 8000 px (the 32 px floor; 1000 patches, under the 1024): one token per 32 x 32 px
+    assert ok["spatial_shapes"].tolist() == [[2, 500]]
+    assert int((ok["input_ids"] == proc.image_token_id).sum()) == (32 // 32) * (8000 // 32)
+    with pytest.raises(ValueError, match="1108 patches, over the 1024 a tile holds"):
+        proc(images=[[Image.new("RGB", (30000, 100))]], text=["<image>"], return_tensors="pt")
+
+
 def test_a_saved_processor_is_rebuilt_with_the_same_encodings(tmp_path):
     from mmtune.models.family.lfm2_vl import processor_from_folder
     from mmtune.models.tiny import build_tiny

@@ -76,7 +76,8 @@ FAMILY = register(Family(
 
 TOKENS = {"image_token": "<image>", "image_start_token": "<|image_start|>", "image_end_token": "<|image_end|>",
           "image_thumbnail_token": "<|img_thumbnail|>"}
-ROW_COL = [f"<|img_row_{r}_col_{c}|>" for r in range(1, 5) for c in range(1, 5)]
+# every grid position up to the published max_tiles (10 x 1 .. 1 x 10): one token each in the stand-in's text too
+ROW_COL = [f"<|img_row_{r}_col_{c}|>" for r in range(1, 11) for c in range(1, 11)]
 # twin geometry: 16 px patches, 2 x 2 unshuffle -> one token per 32 px; one-tile images 2..16 tokens (64..128 px
 # a side), larger ones tiled into 64 px tiles (4 tokens each) on 2..4 tiles plus the thumbnail
 TWIN_IMAGES = dict(min_image_tokens=2, max_image_tokens=16, tile_size=64, min_tiles=2, max_tiles=4, use_thumbnail=True)
