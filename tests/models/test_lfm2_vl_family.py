@@ -136,3 +136,14 @@ def test_the_hubs_separate_preprocessor_config_is_read(tmp_path):
     (tmp_path / "processor_config.json").write_text(json.dumps(spec))
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({**image, "max_image_tokens": 9}))
     assert processor_from_folder(tmp_path).image_processor.max_image_tokens == 9
+
+
+def test_the_run_says_what_an_image_costs():
+    """The image budget is the processor's, in tokens, not a pixel cap: the resolved run says it (decide once)."""
+    from mmtune.resolve import local_target, resolve_run
+
+    run = resolve_run(RunConfig.model_validate({"model": {"name": "LiquidAI/LFM2-VL-1.6B"}}), local_target("cpu"))
+    said = run.decision("image tokens").value
+    assert said.startswith("64..256 tokens an image (one per 32x32 px)") and "2..10 of 256 tokens + a thumbnail" in said
+    other = resolve_run(RunConfig.model_validate({"model": {"name": "tiny/qwen2-vl"}}), local_target("cpu"))
+    assert other.decision("image tokens") is None

@@ -278,6 +278,20 @@ def most_tiles(processor) -> int | None:
     return None
 
 
+def token_budget(processor) -> str | None:
+    """What a token-budget processor (TOKEN_BUDGET: LFM2-VL) makes of an image, in words; None for the others."""
+    sub = getattr(processor, "image_processor", None)
+    if sub is None or getattr(sub, "max_image_tokens", None) is None or getattr(sub, "tile_size", None) is None:
+        return None
+    side = sub.encoder_patch_size * sub.downsample_factor
+    out = f"{sub.min_image_tokens}..{sub.max_image_tokens} tokens an image (one per {side}x{side} px)"
+    if sub.do_image_splitting and not sub.min_tiles == sub.max_tiles == 1:
+        tile = (sub.tile_size // side) ** 2
+        out += (f"; larger ones {sub.tile_size}x{sub.tile_size} px tiles, {sub.min_tiles}..{sub.max_tiles} of "
+                f"{tile} tokens" + (" + a thumbnail" if sub.use_thumbnail else ""))
+    return out
+
+
 def audio_window_seconds(processor) -> float | None:
     """The longest clip the processor hands the audio encoder whole, in seconds: a Whisper-style feature
     extractor (Qwen2-Audio, Qwen2.5-Omni, composed Whisper towers) pads or cuts every clip to `n_samples`
