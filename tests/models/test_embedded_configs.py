@@ -63,6 +63,10 @@ DOCUMENTED = {
     "zai-org/GLM-4.5V": (107710933120, "a public model-info report of the zai-org/GLM-4.5V checkpoint (stored file id "
                          "62538297598: '参数总量: 107,710,933,120', its tensors listed); the build's parameters are 5,760 "
                          "fewer: the routers' e_score_correction_bias, 45 x 128, are buffers here"),
+    "LiquidAI/LFM2-VL-1.6B": (1.6e9, "the model card (LiquidAI/LFM2-VL-1.6B README, mirrored at "
+                              "gabriellarson/LFM2-VL-1.6B-GGUF): '1.6B' parameters, LM only 1.2B (LFM2-1.2B), "
+                              "SigLIP2 NaFlex shape-optimized (400M) "
+                              "(the build: 1.600B; its LM 1.170B, the tower 0.413B)"),
 }
 # hub id -> (documented parameter count of the language model alone, where): a VLM whose public count is its GGUF's
 # (llama.cpp converts the text model; the vision tower is a separate mmproj file)

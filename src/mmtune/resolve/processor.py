@@ -78,6 +78,12 @@ def _has_processor_files(folder: Path) -> bool:
     return any((folder / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json", "vocab.json"))
 
 
+# Processors that size an image by a token budget and square tiles, not a pixel cap (LFM2-VL: smart-resize between
+# min/max image tokens, large images cut into tile_size tiles, a thumbnail after them)
+TOKEN_BUDGET = ("min_image_tokens", "max_image_tokens", "tile_size", "min_tiles", "max_tiles", "use_thumbnail",
+                "encoder_patch_size", "downsample_factor", "max_pixels_tolerance", "do_image_splitting")
+
+
 def stand_in_processor(family, facts: dict):
     """The family's processor class with the local tokenizer, configured with the real model's media facts."""
     from ..models.tiny import tiny_config_and_processor
@@ -97,7 +103,7 @@ def stand_in_processor(family, facts: dict):
         if sub is None:
             continue
         # max_patches: tiles (InternVL); dynamic_hd: the most HD crops (Phi-4-multimodal)
-        for key in ("patch_size", "merge_size", "temporal_patch_size", "max_patches", "dynamic_hd"):
+        for key in ("patch_size", "merge_size", "temporal_patch_size", "max_patches", "dynamic_hd", *TOKEN_BUDGET):
             if key in facts and hasattr(sub, key):
                 setattr(sub, key, facts[key])
     set_pixel_caps(proc, facts.get("min_pixels"), facts.get("max_pixels"))
@@ -270,6 +276,20 @@ def most_tiles(processor) -> int | None:
     if getattr(sub, "crop_to_patches", False) and getattr(sub, "max_patches", None):
         return int(sub.max_patches)
     return None
+
+
+def token_budget(processor) -> str | None:
+    """What a token-budget processor (TOKEN_BUDGET: LFM2-VL) makes of an image, in words; None for the others."""
+    sub = getattr(processor, "image_processor", None)
+    if sub is None or getattr(sub, "max_image_tokens", None) is None or getattr(sub, "tile_size", None) is None:
+        return None
+    side = sub.encoder_patch_size * sub.downsample_factor
+    out = f"{sub.min_image_tokens}..{sub.max_image_tokens} tokens an image (one per {side}x{side} px)"
+    if sub.do_image_splitting and not sub.min_tiles == sub.max_tiles == 1:
+        tile = (sub.tile_size // side) ** 2
+        out += (f"; larger ones {sub.tile_size}x{sub.tile_size} px tiles, {sub.min_tiles}..{sub.max_tiles} of "
+                f"{tile} tokens" + (" + a thumbnail" if sub.use_thumbnail else ""))
+    return out
 
 
 def audio_window_seconds(processor) -> float | None:

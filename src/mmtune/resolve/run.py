@@ -452,7 +452,7 @@ def resolve_here(run_or_cfg) -> ResolvedRun:
 
 def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
     """Apply the config's pixel caps to the processor (once), then read back what it will do."""
-    from .processor import fixed_crop, most_tiles, read_pixel_caps, set_pixel_caps
+    from .processor import fixed_crop, most_tiles, read_pixel_caps, set_pixel_caps, token_budget
 
     set_pixel_caps(processor, model_cfg.min_pixels, model_cfg.max_pixels)
     caps = read_pixel_caps(processor)
@@ -478,6 +478,9 @@ def _media_caps(processor, model_cfg) -> tuple[MediaCaps, list[Decision]]:
                                   "the processor's (each image cut into tiles of this size, by its aspect ratio)"))
     elif crop:
         decisions.append(Decision("image size", f"{crop[1]}x{crop[0]}", "fixed by the processor (every image resized)"))
+    budget = token_budget(processor)
+    if budget:
+        decisions.append(Decision("image tokens", budget, "the processor's (each image at its own aspect ratio)"))
     from ..data.media_tokens import audio_extractor
 
     fe = audio_extractor(processor)
