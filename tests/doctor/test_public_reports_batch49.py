@@ -69,8 +69,9 @@ def test_mmtune_download_of_a_gated_model_without_a_token_says_so_before_any_req
 
 
 # ----------------------------------------------------------------------------- a folder shadowing a Hub id
-# https://github.com/huggingface/transformers/issues/29177 (transformers' own hint: "make sure you don't have a local
-# directory with the same name"): ./Qwen/Qwen2-VL-2B-Instruct left by a stopped `git clone` or a `mkdir -p` is read
+# https://github.com/huggingface/transformers/issues/27954, https://github.com/EleutherAI/elk/pull/223 (transformers' hint:
+# "make sure you don't have a local directory with the same name"): ./Qwen/Qwen2-VL-2B-Instruct left by a stopped
+# `git clone` or a `mkdir -p` is read
 # instead of the Hub model. Before, MM024 said "model folder ... lacks: config.json ..." with the fix "save the model
 # with save_pretrained into this folder", never that the Hub id was meant; now it names the folder that shadows it.
 @pytest.mark.parametrize("offline", [False, True])
