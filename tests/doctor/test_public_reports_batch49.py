@@ -174,9 +174,10 @@ def test_the_card_base_model_is_a_hub_id_never_a_path(tmp_path, name, hub):
     assert (f"base_model: {name}" in front) == hub, front
 
 
-# https://github.com/huggingface/huggingface_hub/issues/2666 and the Hub's own "Invalid username or password"
-# threads: with no token at all, huggingface_hub sends create_repo anyway, and the Hub's 401 read as "the token
-# cannot write there" (or, offline of the Hub, "cannot reach"). Now: "no token is set here; nothing was sent".
+# https://github.com/huggingface/deep-rl-class/issues/602, https://github.com/HelloVision/ComfyUI_HelloMeme/issues/28
+# ("401 Client Error: Unauthorized for url: https://huggingface.co/api/repos/create"): with no token at all,
+# huggingface_hub sends create_repo anyway, and the Hub's 401 read as "the token cannot write there" (or, offline
+# of the Hub, "cannot reach"). Now: "no token is set here; nothing was sent".
 def test_push_without_any_token_says_so_before_sending(no_token, tmp_path):
     from mmtune.errors import MMTuneError
     from mmtune.export.hub import push
