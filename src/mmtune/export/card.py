@@ -55,6 +55,21 @@ def _plain_env() -> dict:
     return env
 
 
+def _hub_id(name: str) -> bool:
+    """Whether `name` can be the card's `base_model`: a Hub model id, never a local path. The Hub validates the
+    card before it takes an upload and refuses a path ("base_model" ... "is not valid. Use a model id from
+    https://hf.co/models": https://github.com/huggingface/transformers/issues/33922). A path is told by its form
+    (`~/models/x`, `./x`, `/data/x`, `runs/a/final`), as models.hub_files reads model.name, not by whether it
+    exists on the machine that exports: `~` is not expanded by Path.exists, and a run exported on another
+    machine (or after its base folder moved) names a folder that is not there."""
+    import re
+
+    from ..models.hub_files import is_local_name
+
+    return (not name.startswith("tiny/") and not is_local_name(name)
+            and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*", name) is not None)
+
+
 def write_card(out: Path, *, kind: str, cfg, run_dir: Path, ckpt: Path, load_path: str,
                processor_note: str | None, vllm_notes: list[str]) -> Path:
     """README.md in the export folder. `kind`: adapter | merged | full; `load_path`: what the code loads
@@ -64,7 +79,7 @@ def write_card(out: Path, *, kind: str, cfg, run_dir: Path, ckpt: Path, load_pat
     base = cfg.model.name
     method = cfg.adapter.method
     lines = ["---", f"library_name: {'peft' if kind == 'adapter' else 'transformers'}"]
-    if "/" in base and not base.startswith("tiny/") and not Path(base).exists():
+    if _hub_id(base):  # the Hub refuses a card whose base_model is not a model id (a local path)
         lines.append(f"base_model: {base}")
     lines += ["tags:", "- mmtune", f"- {method}", "---", "",
               f"# {run_dir.name}", "",

@@ -30,6 +30,12 @@ def push(folder: Path, repo_id: str, *, private: bool = False) -> str:
                           where="--push-to-hub", fix=f"unset HF_HUB_OFFLINE on a machine with network; {later}")
     # Transport errors: huggingface_hub's HTTP client's base class where it has one (httpx-based versions),
     # OSError otherwise (requests-based versions raise IOError subclasses).
+    from ..models.gated import has_token
+
+    if not has_token():  # huggingface_hub would send the requests anyway and read the Hub's 401 as a bad token
+        raise MMTuneError("cannot push to the Hugging Face Hub: no token is set here (HF_TOKEN unset, no saved "
+                          "login); nothing was sent", where="--push-to-hub",
+                          fix=f"hf auth login (or set HF_TOKEN to a token with write access); {later}")
     network = tuple(c for c in (getattr(hub_errors, "HTTPError", None), OSError) if c is not None)
     api = HfApi()
     try:

@@ -15,7 +15,11 @@ def download(model_id: str, cache: Path | None = None, revision: str | None = No
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     from ..errors import ModelLoadError
+    from .gated import gated_without_token
 
+    refused = None if Path(model_id).expanduser().exists() else gated_without_token(model_id)
+    if refused is not None:  # said before any request: the Hub would answer 401 after a wait
+        raise ModelLoadError(f"cannot download {refused[0]}", where="mmtune download", fix=refused[1])
     try:
         return Path(snapshot_download(model_id, revision=revision, cache_dir=str(cache) if cache else None))
     except LocalEntryNotFoundError as e:

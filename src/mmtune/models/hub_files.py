@@ -71,6 +71,14 @@ def is_local_name(name: str) -> bool:
     return Path(name).expanduser().exists() or name.startswith((".", "/", "~")) or name.count("/") >= 2
 
 
+def _shadows_hub_id(name: str) -> bool:
+    """A folder named like a Hub id (ORG/NAME, no ./ ~ or / in front) that exists here: transformers and mmtune
+    read the folder, never the Hub model, so a half-copied or empty folder of that name (a `git clone` stopped,
+    a `mkdir -p` for a download) stops a run that meant the Hub id ("make sure you don't have a local directory
+    with the same name", transformers' own hint)."""
+    return name.count("/") == 1 and not name.startswith((".", "/", "~")) and Path(name).is_dir()
+
+
 def unreadable_weights(folder: Path) -> list[tuple[str, str]]:
     """(file, why) for each *.safetensors file in `folder` whose header cannot be read: a Git LFS pointer
     (a clone without git-lfs leaves ~130-byte text files named like the weights) or a file cut short.
@@ -146,8 +154,14 @@ def model_folder(name: str, revision: str | None = None, family: Family | None =
                 _raise_for_gguf(name, sorted(path.glob("*.gguf")))
                 _raise_for_run_folder(name)
             have = ", ".join(sorted(p.name for p in path.iterdir())[:20]) or "nothing"
-            raise ModelLoadError(f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})",
-                                 where="model.name", fix="save the model with save_pretrained into this folder")
+            what, fix = f"model folder {name} lacks: {', '.join(miss)} (it holds: {have})", \
+                "save the model with save_pretrained into this folder"
+            if _shadows_hub_id(name):
+                what += (f"; {name} is also the form of a Hub id, and a folder of that name here ({path.resolve()}) "
+                         "is read instead of the Hub model")
+                fix = (f"to train the Hub model {name}, rename or remove the folder {path.resolve()} (or run from "
+                       f"another folder); to train the folder, {fix}")
+            raise ModelLoadError(what, where="model.name", fix=fix)
         return path
     if name.lower().endswith(("-gguf", "_gguf")):  # the hub's convention for GGUF-only repos (Qwen, unsloth, bartowski)
         _raise_for_gguf(name, [Path(name.rsplit("/", 1)[-1] + ".gguf")])

@@ -37,11 +37,20 @@ def model_available(ctx):
         if ctx.user_offline or hint:
             yield error(e.what + hint, e.where or "model.name", e.fix)
         else:  # online, training downloads it; the checks that need its files could not run here
+            from ...models.gated import gated_terms, gated_without_token
+
+            refused = gated_without_token(cfg.model.name)
+            if refused is not None:  # the download would stop the run where it starts, on the GPU machine
+                yield error(refused[0] + "; `mmtune train` would stop at the model download", "model.name", refused[1])
+                return
+            terms = gated_terms(cfg.model.name)
+            gate = (f"; it is gated ({terms}): the token's account must have accepted the terms at "
+                    f"https://huggingface.co/{cfg.model.name}" if terms else "")
             # The config, processor and data checks still ran, from the embedded config and the stand-in
             # processor (resolve/processor.py); only the text token counts are approximate.
             yield warning(f"model {cfg.model.name} is not in the local cache: `mmtune train` will download it; "
                           "the checks here ran from its embedded config and a stand-in processor (text token "
-                          "counts approximate, weights not read)",
+                          f"counts approximate, weights not read){gate}",
                           where="model.name", fix=f"mmtune download {cfg.model.name}   (for exact token counts)")
         return
     if isinstance(folder, Path):
@@ -59,7 +68,7 @@ def _local_folder(cfg):
         folder = model_folder(cfg.model.name, cfg.model.revision, _family(cfg))
     except ModelLoadError as e:
         fix = e.fix
-        if "preprocessor_config.json" in e.what:
+        if "preprocessor_config.json" in e.what and "instead of the Hub model" not in e.what:
             fix = ("copy the base model's processor files (preprocessor_config.json, and the tokenizer's) into "
                    "the folder, or save the processor beside the model (processor.save_pretrained)")
         yield error(e.what, e.where or "model.name", fix)
