@@ -110,7 +110,7 @@ def media_per_prompt(target: str, modalities, asked: int | None) -> tuple[dict, 
     kinds = [k for k in sorted(modalities) if k != "text"]
     if asked is not None:
         return {k: asked for k in kinds}, "--max-media-per-prompt: bounds one request's media tokens"
-    from ..data.media_per_record import trained_media_per_record
+    from .trained_media import trained_media_per_record
 
     trained = trained_media_per_record(target)
     media = {k: DEFAULT_MEDIA_PER_PROMPT for k in kinds}
