@@ -32,7 +32,9 @@ def register(app: typer.Typer) -> None:
         max_batch: int | None = typer.Option(None, "--max-batch", help="requests per generate call (default: eval.batch_size)"),
         batch_window_ms: float = typer.Option(10.0, "--batch-window-ms", help="how long a request waits for others"),
         max_pending: int = typer.Option(64, "--max-pending", help="requests in flight before 503 + Retry-After"),
-        max_media_per_prompt: int = typer.Option(4, "--max-media-per-prompt", help="images (videos, audios) per request"),
+        max_media_per_prompt: int | None = typer.Option(
+            None, "--max-media-per-prompt",
+            help="images (videos, audios) per request (default: 4, or the most one trained record held)"),
         max_body_mb: float = typer.Option(64.0, "--max-body-mb", help="largest request body (images inline)"),
         device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda (default: the run's train.device)"),
         dry_run: bool = typer.Option(False, "--dry-run", help="vllm: print the command instead of running it"),

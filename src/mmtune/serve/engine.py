@@ -27,7 +27,7 @@ class ServeOptions:
     max_batch: int | None = None
     window_ms: float = DEFAULT_WINDOW_MS
     max_pending: int = DEFAULT_MAX_PENDING
-    media_per_prompt: int = DEFAULT_MEDIA_PER_PROMPT
+    media_per_prompt: int | None = None  # None: decided (media_per_prompt below)
     allow_local_media: Path | None = None
     api_key: str | None = None
     max_body_mb: float = 64.0
@@ -90,9 +90,9 @@ def decide(target: str, cfg, model_config, modalities, options: ServeOptions) ->
     max_batch = options.max_batch or cfg.eval.batch_size
     decisions.append(("max batch", max_batch, "--max-batch" if options.max_batch
                       else "the run's eval.batch_size: evaluation generated batches this large"))
-    media = {k: options.media_per_prompt for k in sorted(modalities) if k != "text"}
+    media, why = media_per_prompt(target, modalities, options.media_per_prompt)
     if media:
-        decisions.append(("media per prompt", media, "--max-media-per-prompt: bounds one request's media tokens"))
+        decisions.append(("media per prompt", media, why))
     allow = Path(options.allow_local_media).expanduser().resolve() if options.allow_local_media else None
     decisions.append(("local media", str(allow) if allow else "refused",
                       "--allow-local-media" if allow else "only data URLs unless --allow-local-media DIR"))
@@ -100,6 +100,32 @@ def decide(target: str, cfg, model_config, modalities, options: ServeOptions) ->
                          window_s=options.window_ms / 1000, max_pending=options.max_pending, media_per_prompt=media,
                          allow_local_media=allow, api_key=options.api_key,
                          max_body_bytes=int(options.max_body_mb * 2**20), decisions=tuple(decisions))
+
+
+def media_per_prompt(target: str, modalities, asked: int | None) -> tuple[dict, str]:
+    """(kind -> most items of that kind in one request, why). Asked: that many of each kind. Otherwise the
+    default, raised to the most items one trained record held (the run's summary.json): a model trained on
+    6-page documents is served 6-page documents, not refused at the default's 4 (vLLM: "At most 4 image(s) may
+    be provided in one request")."""
+    kinds = [k for k in sorted(modalities) if k != "text"]
+    if asked is not None:
+        return {k: asked for k in kinds}, "--max-media-per-prompt: bounds one request's media tokens"
+    from .trained_media import trained_media_per_record
+
+    trained = trained_media_per_record(target)
+    media = {k: DEFAULT_MEDIA_PER_PROMPT for k in kinds}
+    if trained is None:
+        return media, (f"default {DEFAULT_MEDIA_PER_PROMPT} (no trained run's summary.json beside the target to read "
+                       "the most media one record held); --max-media-per-prompt to change it")
+    most, where = trained
+    raised = {k: most[k] for k in kinds if most.get(k, 0) > DEFAULT_MEDIA_PER_PROMPT}
+    media.update(raised)
+    if not raised:
+        return media, (f"default {DEFAULT_MEDIA_PER_PROMPT}: no trained record held more ({where}); "
+                       "--max-media-per-prompt to change it")
+    held = ", ".join(f"{n} {k}s" for k, n in raised.items())
+    return media, (f"the most one trained record held ({held}; {where}), so requests like the training records "
+                   f"are admitted; the default is {DEFAULT_MEDIA_PER_PROMPT}; --max-media-per-prompt to change it")
 
 
 class Engine:

@@ -18,6 +18,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from ..console import console
+from ..data.media_per_record import most_media_per_record
 from ..errors import MMTuneError
 from ..media_balance import balance_for
 from .feed import close, flat_indices, merge_check, next_micro_batch, open_feed, settle
@@ -340,6 +341,8 @@ class _Loop:
             # check beside training (each in skipped_records once), so train_records + skipped = records read.
             "train_records": getattr(self.cursor, "records_read", len(run.train_set.records) - len(self.late_bad)),
             "startup": getattr(run, "startup", None),
+            # The most images (videos, audios) one trained record held: what serving admits per request.
+            "media_per_record": most_media_per_record(run.train_set.records),
             "skipped_records": dict(getattr(run.train_set, "skipped", {}) or {}),
             "skipped_eval_records": dict(getattr(run.eval_set, "skipped", {}) or {}),
             "decisions": run.decisions,
