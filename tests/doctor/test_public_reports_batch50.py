@@ -111,6 +111,24 @@ def test_the_declared_fp8_twin_loads_its_scales_and_the_stripped_one_does_not(tm
         assert (0.9 < ratio < 1.1) if ok else ratio > 100, (folder.name, ratio)
 
 
+# The same twin past the doctor (`mmtune train --skip-checks`, or a hub model MM009 cannot read before the download):
+# the load dropped the 14 scale tensors into one "tensors not used" decision line and trained. Unused weight scales
+# now stop the load (models/load_report.py), the net under unsloth#6200's case too (a declared FP8 checkpoint whose
+# modules transformers left unconverted; on the CPU transformers dequantizes every module, so that one is read).
+def test_the_load_stops_when_a_float8_weight_s_scale_is_left_unused(tmp_path):
+    import yaml
+
+    from mmtune.build import build_run
+    from mmtune.config import load_config
+    from mmtune.errors import ModelLoadError
+
+    folder = _fp8_twin(tmp_path / "fp8", quantization_config=None)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(dict(_tree(tmp_path, folder), output_dir=str(tmp_path / "r"))))
+    with pytest.raises(ModelLoadError) as err:
+        build_run(load_config(tmp_path / "c.yaml", []))
+    assert "14 weight scale tensor(s)" in str(err.value) and "quantization_config" in err.value.fix
+
+
 # ----------------------------------------------------------------------------- fp8 asked for in other tools' words
 # https://github.com/hiyouga/LlamaFactory/issues/9500 (`fp8: true`, `fp8_backend: te`: "FP8 Training Silently Falls
 # Back to BF16"), https://github.com/kohya-ss/sd-scripts/issues/1553 and https://github.com/huggingface/accelerate/
