@@ -43,3 +43,30 @@ def quantizer_blocker(quantization_config: dict) -> tuple[str, str] | None:
     finally:
         tf_logger.setLevel(level)
     return None
+
+
+def dequantized_for_training(quantization_config: dict):
+    """transformers' config that loads this pre-quantized checkpoint dequantized, when transformers cannot train
+    through the method's layers (its quantizer's `is_trainable` is False: MXFP4, gpt-oss's experts) and its config
+    has a `dequantize` switch; None otherwise (a trainable method such as fine-grained FP8 or bitsandbytes, or one
+    without the switch). Left to transformers, such a checkpoint stays quantized only where the method's kernels
+    are installed (triton and `kernels` on a GPU), so the same config trains here and fails on the GPU machine."""
+    import logging
+
+    from transformers.quantizers.auto import AutoHfQuantizer, AutoQuantizationConfig
+
+    tf_logger = logging.getLogger("transformers")
+    level = tf_logger.level
+    tf_logger.setLevel(logging.ERROR)  # MXFP4's is_trainable logs "don't support training" for this probe
+    try:
+        config = AutoQuantizationConfig.from_dict(dict(quantization_config))
+        if getattr(config, "dequantize", True):  # no switch, or already dequantized by the checkpoint's config
+            return None
+        if AutoHfQuantizer.from_config(config, pre_quantized=True).is_trainable:
+            return None
+    except Exception:  # noqa: BLE001 - a method this transformers lacks is MM258's to report
+        return None
+    finally:
+        tf_logger.setLevel(level)
+    config.dequantize = True
+    return config

@@ -60,6 +60,12 @@ FOREIGN_KEYS: dict[str, tuple[str, str]] = {
     "half_precision_backend": ("train.precision", "transformers"),
     "fp16_opt_level": ("train.precision", "transformers (apex)"),
     "mixed_precision": ("train.precision", "accelerate"),
+    # fp8 training and serving switches (batch 50 in docs/doctor.md)
+    "fp8": ("train.precision", "LLaMA-Factory / axolotl"),
+    "fp8_backend": ("train.precision", "LLaMA-Factory"),
+    "fp8_config": ("train.precision", "accelerate"),
+    "fp8_enable_fsdp_float8_all_gather": ("train.precision", "LLaMA-Factory / axolotl"),
+    "kv_cache_dtype": ("", "vLLM / SGLang"),
     "upcast_layernorm": ("", "LLaMA-Factory"),
     "loss_scale": ("", "DeepSpeed / ms-swift"),
     # adapters: what other tools call peft's options (batch 12 in docs/doctor.md)
@@ -160,8 +166,15 @@ FOREIGN_NOTES: dict[str, str] = {
                       "for evaluation",
     "half_precision_backend": "fp16 is torch's native autocast with a GradScaler (train.precision=fp16); there is no "
                               "apex backend or opt level",
-    "mixed_precision": "train.precision=bf16 | fp16 | fp32 is the one precision setting; an accelerate launcher's "
-                       "mixed precision is overridden by it, and the precision decision says so",
+    "mixed_precision": "train.precision=bf16 | fp16 | fp32 is the one precision setting (there is no fp8); an "
+                       "accelerate launcher's mixed precision is overridden by it, and the precision decision says so",
+    "fp8": "there is no fp8 training (transformer-engine, torchao float8, MS-AMP): weights and matmuls train in "
+           "train.precision=bf16 | fp16 | fp32, bf16 the fastest. A checkpoint published in FP8 (Qwen3-*-FP8, "
+           "DeepSeek's block FP8) is trained with adapter.method=lora on its own quantized layers (MM040), and "
+           "transformers dequantizes it to bf16 at load on a GPU below sm_89 or the CPU",
+    "kv_cache_dtype": "an inference server's KV-cache setting: training keeps no KV cache (its forwards pass "
+                      "use_cache=False) and `mmtune chat` / eval generate in the run's precision; set it where the "
+                      "exported model is served",
     "upcast_layernorm": "norms compute as the model's code writes them (Qwen2's RMSNorm upcasts to fp32 inside); with "
                         "QLoRA the non-quantized weights stay in the compute dtype unless adapter.kbit_upcast=true",
     "loss_scale": "fp16's loss scale is torch's dynamic GradScaler (train.precision=fp16, starting at 65536); the "
@@ -192,6 +205,8 @@ for _theirs, _ours in (("additional_target", "modules_to_save"), ("lora_modules_
                        ("use_reentrant", "gradient_checkpointing_kwargs"),
                        ("fsdp_activation_checkpointing", "gradient_checkpointing_kwargs")):
     FOREIGN_NOTES[_theirs] = FOREIGN_NOTES[_ours]
+for _theirs in ("fp8_backend", "fp8_config", "fp8_enable_fsdp_float8_all_gather"):
+    FOREIGN_NOTES[_theirs] = FOREIGN_NOTES["fp8"]
 
 
 # Another tool's key whose value is one of our settings under another key: (their key, their value) -> (ours,

@@ -33,6 +33,10 @@ FOREIGN_VALUES: dict[str, dict[str, tuple[str, str]]] = {
         "float32": ("fp32", "the torch dtype's name"),
         "no": ("fp32", "accelerate's mixed_precision=no"),
         "auto": ("bf16", "the default; on a GPU without bf16 the run itself switches to fp16 + GradScaler, reported"),
+        **dict.fromkeys(("fp8", "float8", "float8_e4m3fn", "float8_e5m2", "mxfp4", "fp4"),
+                        ("bf16", "mmtune does not train in 8 or 4-bit floats (no transformer-engine / torchao "
+                                 "float8): bf16 is its fastest precision; an FP8 / MXFP4 checkpoint as model.name "
+                                 "loads as its quantization_config says")),
     },
 }
 

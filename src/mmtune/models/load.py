@@ -202,6 +202,8 @@ def _from_pretrained(run, device, dtype, attn: str, decisions: list[str]):
         kwargs["quantization_config"] = bnb_config(cfg, family, dtype)
         _decide(decisions, f"{cfg.adapter.method}: decoder linear layers -> {run.quantization}, compute dtype "
                            f"{dtype}; vision/audio/projector/lm_head unquantized")
+    else:
+        _dequantize_untrainable(src, kwargs, dtype, decisions)
     cls = model_class(family)
     try:
         model, info = cls.from_pretrained(str(src), output_loading_info=True, **kwargs)
@@ -219,6 +221,27 @@ def _from_pretrained(run, device, dtype, attn: str, decisions: list[str]):
         _decide(decisions, line)
     _decide(decisions, f"model: {name} from {src}")
     return model
+
+
+def _dequantize_untrainable(src, kwargs: dict, dtype, decisions: list[str]) -> None:
+    """A checkpoint saved in a method transformers cannot train through (MXFP4: gpt-oss) loads dequantized to the
+    compute dtype on every machine, not only where the method's kernels are missing (compat/quantizers.py)."""
+    import json
+    from pathlib import Path
+
+    try:
+        q = json.loads((Path(src) / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return
+    if not isinstance(q, dict):
+        return
+    from ..compat.quantizers import dequantized_for_training
+
+    config = dequantized_for_training(q)
+    if config is not None:
+        kwargs["quantization_config"] = config
+        _decide(decisions, f"weights: the checkpoint's {q.get('quant_method')} layers load dequantized to {dtype} "
+                           "(transformers cannot train through them; their memory is the dequantized model's)")
 
 
 def _quantize_built(model, family: Family, cfg, dtype, meta: bool, decisions: list[str], cuda_target: bool) -> None:

@@ -71,6 +71,17 @@ def check_loading_info(info: dict, family, name: str, cls_name: str, projector_t
         raise ModelLoadError(
             f"{name}: {len(left)} weight(s) of {cls_name} are not in the checkpoint and would start at random "
             f"({comps}: {_quote(left)}); {why}", where="model.name", fix=fix)
+    # A float8 weight's scale left unused: its layer was loaded as a plain Linear holding the raw float8 values,
+    # each block off by its scale (a config.json without quantization_config, or a module transformers did not
+    # convert: unsloth#6200). Tensors of another part of the checkpoint are not, so this one is an error.
+    scales = sorted(k for k in unused if k.endswith(("weight_scale_inv", "weight_scale", "scale_weight")))
+    if scales:
+        raise ModelLoadError(
+            f"{name}: {len(scales)} weight scale tensor(s) of the checkpoint were not used by {cls_name} "
+            f"({_quote(scales)}): their float8 weights loaded as raw values, each off by its scale",
+            where="model.name",
+            fix="restore the checkpoint's quantization_config in its config.json (as published), or point "
+                "model.name at the model's bf16 release")
     if unused:
         lines.append(f"weights: {len(unused)} tensor(s) of {name} are not used by {cls_name} "
                      f"({_quote(sorted(unused))})")

@@ -40,7 +40,7 @@ def hidden_gpus_note() -> str | None:
     return f"CUDA_VISIBLE_DEVICES={value!r} leaves no GPU visible (ids count from 0: does this machine have GPU {first}?)"
 
 
-_ACCELERATE = {"no": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8"}
+_ACCELERATE = {"no": "fp32", "bf16": "bf16", "fp16": "fp16"}
 
 
 def launcher_precision_note(precision: str) -> str | None:
@@ -48,6 +48,10 @@ def launcher_precision_note(precision: str) -> str | None:
     asked = os.environ.get("ACCELERATE_MIXED_PRECISION")
     if not asked or _ACCELERATE.get(asked.strip().lower(), asked) == precision:
         return None
+    if asked.strip().lower() not in _ACCELERATE:  # fp8 (transformer-engine / torchao / MS-AMP): no setting of ours
+        return (f"accelerate launch asked for mixed_precision={asked} (ACCELERATE_MIXED_PRECISION: --mixed_precision "
+                f"or the accelerate config file), which mmtune does not train in: the run trains in {precision} "
+                "(train.precision=bf16 | fp16 | fp32)")
     return (f"accelerate launch asked for mixed_precision={asked} (ACCELERATE_MIXED_PRECISION: --mixed_precision or "
             f"the accelerate config file), which the run's own precision overrides; "
             f"train.precision={_ACCELERATE.get(asked.strip().lower(), asked)} follows the launcher")

@@ -179,7 +179,11 @@ def checkpoint_dtypes(ctx):
         yield error(f"{len(ints)} weight(s) are stored as 8-bit integers (a merged/converted quantized "
                     f"checkpoint?), e.g. {', '.join(ints[:3])}", where=ints[0].rsplit(".", 1)[0],
                     fix="merge LoRA into a 16-bit base model, not a 4/8-bit one; re-export the checkpoint in bf16")
-    if len(floats) > 1:
+    if not _declares_quantization(folder):
+        yield from _float8_without_quantization_config(dtypes)
+    # float8 weights beside their fp32 scales are no mix the loader casts away: the finding above or MM040 says
+    # what they are
+    if len(floats) > 1 and not {"F8_E4M3", "F8_E5M2"} & set(floats):
         main = max(floats, key=floats.get)
         odd = [k for k, d in dtypes.items() if d in floats and d != main]
         mods = sorted({k.rsplit(".", 1)[0] for k in odd})
@@ -188,6 +192,38 @@ def checkpoint_dtypes(ctx):
         yield info(f"the checkpoint mixes dtypes {floats}: {len(odd)} tensor(s) are not {main}, in modules "
                    f"{', '.join(mods[:5])}{' ...' if len(mods) > 5 else ''}; mmtune casts all to the compute dtype "
                    f"({cfg.train.precision}) at load", where=mods[0] if mods else "model.name")
+
+
+# Where block- / channel-scaled float8 checkpoints keep each weight's scale: fine-grained FP8 (DeepSeek-V3,
+# Qwen3-*-FP8: `<weight>_scale_inv`), compressed-tensors / fbgemm (`weight_scale`), ComfyUI (`scale_weight`)
+F8_SCALE_SUFFIXES = ("weight_scale_inv", "weight_scale", "scale_weight")
+
+
+def _float8_without_quantization_config(dtypes: dict[str, str]):
+    """float8 weights with no `quantization_config` to say how they are scaled. transformers then casts the raw
+    float8 values to the compute dtype and drops the scale tensors as unexpected keys: each block is off by its
+    scale (the tiny block-FP8 twin's weights came out ~6000x too large, its logits noise), and training starts
+    from that model without an error (unsloth#6200: perplexity ~2 million)."""
+    f8 = [k for k, d in dtypes.items() if d in ("F8_E4M3", "F8_E5M2") and k.endswith("weight")]
+    if not f8:
+        return
+    scales = [k for k in dtypes if k.endswith(F8_SCALE_SUFFIXES)]
+    where = f8[0].rsplit(".", 1)[0]
+    if scales:
+        yield error(f"{len(f8)} weight(s) are stored in float8 with their scales in separate tensors (e.g. "
+                    f"{f8[0]}, {scales[0]}), and config.json declares no quantization_config: the loader takes the "
+                    "raw float8 values as the weights and drops the scales (the *_scale_inv keys transformers "
+                    "reports UNEXPECTED), so every block is off by its scale and the model is garbage before "
+                    "training starts",
+                    where=where,
+                    fix="restore config.json's quantization_config as published with the checkpoint (fine-grained "
+                        "FP8: {\"quant_method\": \"fp8\", \"fmt\": \"e4m3\", \"activation_scheme\": \"dynamic\", "
+                        "\"weight_block_size\": [128, 128]}), or model.name=<the bf16 release of the model>")
+    else:
+        yield warning(f"{len(f8)} weight(s) are stored in float8 without scales (e.g. {f8[0]}) and config.json "
+                      "declares no quantization_config: they are upcast to the compute dtype as they are, so the "
+                      "run trains a model already rounded to 8 bits (3 mantissa bits in e4m3)", where=where,
+                      fix="model.name=<the bf16 release of the model>; keep this one if the rounding is intended")
 
 
 def _declares_quantization(folder: Path) -> bool:

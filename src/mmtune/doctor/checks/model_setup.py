@@ -136,6 +136,14 @@ def prequantized_checkpoint(ctx):
         return
     kind = q.get("quant_method") or ("bitsandbytes" if q.get("load_in_4bit") or q.get("load_in_8bit") else "quantized")
     what = f"{cfg.model.name} is a quantized checkpoint ({kind}; quantization_config in {path})"
+    from ...compat.quantizers import dequantized_for_training
+
+    if cfg.adapter.method in ("lora", "full") and dequantized_for_training(q) is not None:
+        # models/load.py loads it dequantized (MXFP4: transformers cannot train through it): a 16-bit model
+        yield info(f"{what}: transformers cannot train through {kind} layers, so the run loads them dequantized "
+                   f"to the compute dtype (their memory is the dequantized model's, as the plan counts it) and "
+                   f"adapter.method={cfg.adapter.method} trains that model", where="model.name")
+        return
     if cfg.adapter.method == "full":
         yield error(f"{what}: adapter.method=full cannot train integer weights (\"You cannot perform fine-tuning "
                     "on purely quantized models\")", where="model.name",
