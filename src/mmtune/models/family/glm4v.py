@@ -53,14 +53,20 @@ def _config(tok, **over):
     # half the head dim rotates (partial_rotary_factor 0.5, as the real model): M-RoPE sections sum to 16 * 0.5 / 2
     text = _text_common(tok, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                                                            "mrope_section": [2, 1, 1], "partial_rotary_factor": 0.5})
+    cfg = tiny_config_around(tok, text)
+    cfg.update(over)
+    return Glm4vConfig(**cfg)
+
+
+def tiny_config_around(tok, text: dict) -> dict:
+    """A tiny twin's config keys around its `text` config: GLM-4.1V's vision tower at twin size and the special
+    tokens' ids (GLM-4.5V's twin shares both: models/family/glm4v_moe.py)."""
     vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": text["hidden_size"],
               "patch_size": 14, "image_size": 56, "spatial_merge_size": 2, "temporal_patch_size": 2}
     ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
         ("image_token_id", "<|image|>"), ("video_token_id", "<|video|>"), ("image_start_token_id", MARKERS[0]),
         ("image_end_token_id", MARKERS[1]), ("video_start_token_id", MARKERS[2]), ("video_end_token_id", MARKERS[3]))}
-    cfg = {"text_config": text, "vision_config": vision, "tie_word_embeddings": False, **ids}
-    cfg.update(over)
-    return Glm4vConfig(**cfg)
+    return {"text_config": text, "vision_config": vision, "tie_word_embeddings": False, **ids}
 
 
 def _processor(tok):

@@ -44,7 +44,7 @@ from dataclasses import replace
 
 from ..families import FAMILIES, register
 from ..tiny import TinySpec, register_tiny
-from .glm4v import MARKERS, _tokenizer
+from .glm4v import _tokenizer, tiny_config_around
 
 # GLM-4.1V as it is (components, processor, M-RoPE, padding), with what differs:
 FAMILY = register(replace(
@@ -74,12 +74,7 @@ def _config(tok, **over):
                         output_router_logits=False,
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1],
                                          "partial_rotary_factor": 0.5})
-    vision = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "out_hidden_size": text["hidden_size"],
-              "patch_size": 14, "image_size": 56, "spatial_merge_size": 2, "temporal_patch_size": 2}
-    ids = {k: tok.convert_tokens_to_ids(t) for k, t in (
-        ("image_token_id", "<|image|>"), ("video_token_id", "<|video|>"), ("image_start_token_id", MARKERS[0]),
-        ("image_end_token_id", MARKERS[1]), ("video_start_token_id", MARKERS[2]), ("video_end_token_id", MARKERS[3]))}
-    cfg = {"text_config": text, "vision_config": vision, "tie_word_embeddings": False, **ids}
+    cfg = tiny_config_around(tok, text)
     cfg.update(over)
     return Glm4vMoeConfig(**cfg)
 
