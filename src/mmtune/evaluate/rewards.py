@@ -5,7 +5,9 @@ A reward scores each completion against its record's references: `fn(completions
 floats`, one per completion (`references[i]` is the list of accepted answers of completion i's record).
 - every per-item metric: exact_match, vqa_accuracy, relaxed_accuracy, anls, f1 (the metric on one item);
 - count: 1 / (1 + |error|) of the number parsed from the answer (the MAE's error, 0 when no number is found);
-- format: 1 when the whole answer (stripped) matches the reward's `pattern`, else 0;
+- format: 1 when the whole answer (stripped) matches the reward's `pattern`, else 0; `.` spans newlines (re.DOTALL):
+  a reasoning block runs over several lines, and a `<think>.*</think>` pattern that stops at the first newline scores
+  every real completion 0 (unsloth#1761);
 - your own: `pkg.module:function` with the contract above, imported when the run starts.
 """
 
@@ -55,7 +57,7 @@ def reward_function(name: str, pattern: str | None = None):
     if name == "count":
         return _count
     if name == "format":
-        rx = re.compile(pattern)
+        rx = re.compile(pattern, re.DOTALL)  # completions span lines: see the module docstring
         return lambda completions, references: [float(rx.fullmatch(p.strip()) is not None) for p in completions]
     import importlib
 
@@ -95,15 +97,49 @@ def _takes_completions_and_references(fn, name: str) -> None:
 
 
 def score(fn, name: str, completions, references) -> list[float]:
-    """`fn`'s rewards, checked: one finite number per completion, or a ValueError naming the reward."""
-    import math
-
-    got = list(fn(completions, references))
-    if len(got) != len(completions) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                               and math.isfinite(x) for x in got):
+    """`fn`'s rewards, checked: one finite number per completion, or a ConfigError naming the reward. A reward that
+    raises (a regex without a match, an answer it cannot parse) would end the run with the user's traceback mid-step:
+    it is a ConfigError naming the completion it raised on (fn called again one completion at a time to find it)."""
+    try:
+        got = list(fn(completions, references))
+    except Exception as e:  # the user's code, on text the model sampled: any exception is theirs
+        _raised(fn, name, completions, references, e)
+    numbers = [_number(x) for x in got]
+    if len(got) != len(completions) or any(x is None for x in numbers):
         from ..errors import ConfigError
 
         raise ConfigError(f"reward {name!r} must return one finite number per completion ({len(completions)}); "
                           f"it returned {str(got)[:120]}", where="train.grpo.rewards",
                           fix="fn(completions, references) -> list of floats, one per completion (docs/preference.md)")
-    return [float(x) for x in got]
+    return numbers
+
+
+def _number(x) -> float | None:
+    """x as a float when it is one finite real number: Python's, numpy's (np.float32 is no float subclass) or a 0-d
+    tensor's; None for text, None, NaN, a bool, a list."""
+    import math
+    import numbers
+
+    if isinstance(x, bool) or type(x).__name__ == "bool_":
+        return None
+    if isinstance(x, numbers.Real) or (getattr(x, "shape", None) == () and hasattr(x, "__float__")
+                                       and "bool" not in str(getattr(x, "dtype", ""))):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return None
+
+
+def _raised(fn, name, completions, references, e):
+    from ..errors import ConfigError
+
+    culprit = None
+    for c, r in zip(completions, references):  # which completion it raises on, to show it
+        try:
+            fn([c], [r])
+        except Exception:
+            culprit = c
+            break
+    on = f" on the completion {culprit[:80]!r}" if culprit is not None else ""
+    raise ConfigError(f"reward {name!r} raised {type(e).__name__}: {str(e)[:160]}{on}", where="train.grpo.rewards",
+                      fix=f"make {name} return a number (0) for a completion it cannot parse, never raise: sampled "
+                          "answers need not hold what the reward looks for") from e

@@ -13,9 +13,6 @@ from __future__ import annotations
 from ..findings import error, info, warning
 from ..registry import check
 
-_USER_CODE_ERRORS = (ArithmeticError, AttributeError, ImportError, IndexError, KeyError, LookupError, TypeError,
-                     ValueError)  # what a user's reward may raise on one sample; reported, never a doctor crash
-
 
 def _grpo(cfg) -> bool:
     return cfg.train.objective == "grpo"
@@ -47,8 +44,9 @@ def rewards_import(ctx):
 @check("MM121", "GRPO's rewards return one number per completion on a real record", needs=("cfg", "scan"))
 def rewards_return_numbers(ctx):
     """Each reward is called as the step calls it, on training records' own reference answers (as if the model had
-    answered them exactly): a reward that raises, returns text, None, NaN or the wrong count would stop the run at
-    its first step; one that gives the reference answer itself no more than it gives a wrong answer rewards
+    answered them exactly), then on an empty completion: a reward that raises, returns text, None, NaN or the wrong
+    count would stop the run at its first step (or, raising on what it cannot parse, at the first step that samples
+    such an answer); one that gives the reference answer itself no more than it gives a wrong answer rewards
     nothing the task asks for (an info: a format reward may legitimately ignore the answer's content)."""
     from ...errors import ConfigError
     from ...evaluate.rewards import reward_function, score
@@ -74,18 +72,17 @@ def rewards_return_numbers(ctx):
         references = [refs for _, refs in pairs]
         try:
             got = score(fn, r.name, completions, references)
-        except ConfigError as e:
+        except ConfigError as e:  # score names what it returned, or what it raised (the user's code)
             yield error(f"{e.what} (called on {len(pairs)} training record(s)' reference answers)",
                         where=pairs[0][0].where(), fix=e.fix)
             continue
-        except _USER_CODE_ERRORS as e:
-            yield error(f"reward {r.name!r} raised {type(e).__name__}: {str(e)[:160]} on training records' reference "
-                        "answers", where=pairs[0][0].where(),
-                        fix=f"fix {r.name}: fn(completions, references) -> list of floats, one per completion")
-            continue
+        # and on an empty completion (what a model that ends at once samples; a cut answer is as bare): a reward that
+        # raises when its regex finds nothing passes the reference answers and ends the run at a later step
         try:
-            wrong = score(fn, r.name, ["\x00"] * len(pairs), references)  # an answer no reference matches
-        except (ConfigError, *_USER_CODE_ERRORS):
+            wrong = score(fn, r.name, [""] * len(pairs), references)
+        except ConfigError as e:
+            yield error(f"{e.what}: a sampled completion need not hold what the reward looks for, and the run stops "
+                        "at the first step that samples one", where=where, fix=e.fix)
             continue
         if all(a <= b for a, b in zip(got, wrong)):
             yield info(f"reward {r.name!r} gives the reference answers themselves no more than a wrong answer "
