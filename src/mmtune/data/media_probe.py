@@ -228,6 +228,8 @@ def _audio_seconds(part: dict) -> float:
             if not container.streams.audio:
                 raise DataError("corrupt media (no audio stream)", fix="give a file with an audio track")
             s = container.streams.audio[0]
+            if container.format.name in _UNINDEXED_AUDIO:
+                return _packet_seconds(container, s)
             if s.duration and s.time_base:
                 return float(s.duration * s.time_base)
             return float(container.duration or 0) / 1e6
@@ -235,3 +237,18 @@ def _audio_seconds(part: dict) -> float:
         raise DataError("missing media", fix="check the path and data.media_root") from None
     except av.error.FFmpegError as e:
         raise DataError(f"corrupt media ({type(e).__name__}: {e})", fix="replace or remove the file") from None
+
+
+# Raw audio streams with no index: FFmpeg's duration for them is the first frames' bitrate times the file's
+# size ("Estimating duration from bitrate, this may be inaccurate") unless an encoder wrote a Xing / VBRI
+# frame; a VBR mp3 without one read 9.7 s for 43 s of sound, so the start-up scan let a clip past
+# model.audio_max_seconds through and counted a quarter of its tokens. Their packets' durations are exact
+# (read without decoding: milliseconds for a minute).
+_UNINDEXED_AUDIO = {"mp3", "aac", "ac3", "eac3", "mp2", "dts"}
+
+
+def _packet_seconds(container, stream) -> float:
+    ticks = sum(p.duration or 0 for p in container.demux(stream))
+    if ticks and stream.time_base:
+        return float(ticks * stream.time_base)
+    return float(container.duration or 0) / 1e6
