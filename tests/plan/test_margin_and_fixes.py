@@ -128,3 +128,16 @@ def test_doctor_mm001_fix_is_the_planners_smallest_change(tmp_path, monkeypatch,
     assert f.severity == "error" and "does NOT fit T4 sized" in f.message
     assert f.fix.startswith("train.micro_batch_size=4 train.grad_accum=2"), f.fix
     assert f.where == "train.micro_batch_size, train.grad_accum"
+
+
+@pytest.mark.parametrize("margin", ["nan", "inf", "-1"])
+def test_a_margin_that_is_no_share_is_refused_naming_the_flag(margin):
+    """`mmtune plan --margin nan` (or inf) raised ValueError / OverflowError converting the headroom to bytes."""
+    from typer.testing import CliRunner
+
+    from mmtune.cli import app
+
+    r = CliRunner().invoke(app, ["plan", "recipes/demo_counting.yaml", "--margin", margin],
+                           catch_exceptions=True)
+    assert r.exit_code != 0 and not isinstance(r.exception, (ValueError, OverflowError)), r.exception
+    assert "--margin must be a number >= 0" in r.output

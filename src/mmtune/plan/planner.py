@@ -429,8 +429,8 @@ def predict(cfg, *, gpu=None, gpus: int = 1, strategy: str | None = None, declar
         total_mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         tflops, bw, gid, gname, link = 1.0, 20.0, "cpu", "CPU (this machine)", 0.0
     margin_pct = margin_rule.MARGIN_PCT if margin_pct is None else float(margin_pct)
-    if margin_pct < 0:
-        raise ConfigError(f"--margin must be >= 0 (got {margin_pct:g})", where="--margin")
+    if not 0 <= margin_pct < float("inf"):  # a NaN fails both comparisons
+        raise ConfigError(f"--margin must be a number >= 0 (got {margin_pct:g})", where="--margin")
     margin_bytes = total_mem - process_total
     fits = margin_rule.fits(process_total, total_mem, margin_pct)
     eval_info = dict(ex.eval_info)
