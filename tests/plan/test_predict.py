@@ -140,3 +140,31 @@ def test_a_micro_batch_no_machine_could_build_is_refused_naming_its_key():
     assert e.value.where == "train.micro_batch_size" and "available RAM" in str(e.value)
     assert worst_case_batch(resolve_for_plan(_cfg("model.name=tiny/qwen2-vl")),
                             declared=Declared(images=[(112, 112)])).micro_batch["input_ids"].shape[0] == 1
+
+
+@pytest.mark.parametrize("declared,words", [
+    (Declared(images=[(13500, 13500)]), "decompression bomb"),  # 182 Mpx: 0.5 GB to build were the check gone
+    (Declared(audio_seconds=[float("nan")]), "positive seconds"),
+    (Declared(images=[(0, 5)]), "no pixels"),
+])
+def test_declared_media_no_record_could_hold_are_refused(declared, words):
+    """`mmtune plan --image 99999x99999` made a 30 GB PIL image and the kernel's out-of-memory killer ended the process
+    (and could have taken any other); `--image 0x5` divided by zero in the processor. Refused with the flag."""
+    from mmtune.errors import ConfigError
+    from mmtune.plan.batch import worst_case_batch
+    from mmtune.plan.planner import resolve_for_plan
+
+    with pytest.raises(ConfigError, match=words) as e:
+        worst_case_batch(resolve_for_plan(_cfg("model.name=tiny/qwen2-vl")), declared=declared)
+    assert e.value.where == "plan --image/--video/--audio"
+
+
+def test_declared_media_past_half_the_ram_are_refused_before_any_is_built():
+    """A million declared frames (691 GB as RGB): checked on the sizes alone (called directly, so that a regression
+    fails here instead of allocating until the kernel kills the test run)."""
+    from mmtune.errors import ConfigError
+    from mmtune.plan.batch import _check_declared
+
+    with pytest.raises(ConfigError, match="available RAM"):
+        _check_declared(Declared(videos=[(10**6, 640, 360)]), 89_478_485)
+    _check_declared(Declared(videos=[(8, 640, 360)], audio_seconds=[30.0]), 89_478_485)  # a usual record passes

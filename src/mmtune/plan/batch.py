@@ -74,6 +74,7 @@ def _declared_record(decl: Declared):
 
     from ..data.records import Record
 
+    _check_declared(decl, Image.MAX_IMAGE_PIXELS)
     content = []
     for w, h in decl.images:
         content.append({"type": "image", "image": Image.new("RGB", (w, h), (127, 127, 127))})
@@ -269,3 +270,33 @@ def _collated(collate, item: dict, mb: int, training: bool):
                           f"({available / 2**30:.1f} GiB) to build and trace", where=key,
                           fix=f"plan a smaller {key} (no GPU holds such a batch either)")
     return collate([item] * mb)
+
+
+def _check_declared(decl: Declared, max_image_pixels: int | None) -> None:
+    """Declared media the planner can build here: an image no larger than a file PIL would open (it refuses one past
+    twice Image.MAX_IMAGE_PIXELS as a decompression bomb, so no record can hold it), and media that take at most half
+    this machine's available RAM as the planner holds them (RGB frames, float32 samples). Before:
+    `mmtune plan --image 99999x99999` allocated 30 GB and was killed by the kernel's out-of-memory killer."""
+    from ..errors import ConfigError
+    from ..host_memory import host_ram_bytes
+
+    where = "plan --image/--video/--audio"
+    cap = 2 * max_image_pixels if max_image_pixels else None
+    for *frames, w, h in list(decl.images) + list(decl.videos):
+        if w < 1 or h < 1 or (frames and frames[0] < 1):
+            raise ConfigError(f"a declared {'video' if frames else 'image'} of {'x'.join(map(str, (*frames, w, h)))} "
+                              "has no pixels", where=where, fix="give sizes of at least 1, e.g. 1280x720 or 8x640x360")
+        if cap and w * h > cap:
+            raise ConfigError(f"a declared image or frame of {w}x{h} is {w * h / 1e6:,.0f} Mpx: past the {cap / 1e6:.0f} Mpx "
+                              "PIL opens (a file that large is refused as a decompression bomb, so no record holds it)",
+                              where=where, fix="declare the size the data's largest image has")
+    if any(not 0 < s < float("inf") for s in decl.audio_seconds):
+        raise ConfigError(f"declared audio lengths must be positive seconds (got {list(decl.audio_seconds)})", where=where)
+    held = sum(w * h * 3 for w, h in decl.images) + sum(f * w * h * 3 for f, w, h in decl.videos)
+    held += sum(int(s * 16000) * 4 for s in decl.audio_seconds)
+    _, available = host_ram_bytes()
+    if available is not None and held > available // 2:
+        raise ConfigError(f"the declared media take {held / 2**30:.1f} GiB to build here (RGB frames, 16 kHz float32 "
+                          f"audio), more than half this machine's available RAM ({available / 2**30:.1f} GiB)",
+                          where=where, fix="declare fewer frames or shorter audio: the model's own caps "
+                                           "(model.video_frames, model.audio_max_seconds) bound a record anyway")
